@@ -1,0 +1,11 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace strata::cli {
+
+// Each command adds its subcommand and options to the app; the callback runs it.
+void addInspectCommand(CLI::App& app);
+void addRunCommand(CLI::App& app);
+
+}  // namespace strata::cli

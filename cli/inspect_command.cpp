@@ -1,0 +1,89 @@
+#include <map>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "format.h"
+#include "model_options.h"
+#include "strata/graphs/flops.h"
+#include "strata/graphs/lower.h"
+#include "strata/graphs/specialize.h"
+#include "strata/loaders/onnx_importer.h"
+#include "strata/op_registry.h"
+
+namespace strata::cli {
+namespace {
+
+void inspect(const ModelOptions& options) {
+  applyThreads(options);
+  const std::string path = options.modelPath.empty() ? defaultModelPath() : options.modelPath;
+  const Graph graph = importOnnx(path, ImportOptions{.runChecker = true, .requireSupportedOps = false});
+
+  fmt::print("model: {} (opset {})\n", path, graph.opsetVersion);
+  for (int id : graph.inputs) {
+    const Value& v = graph.values[static_cast<std::size_t>(id)];
+    fmt::print("input: {} {}\n", v.name, v.meta.toString());
+  }
+
+  std::int64_t paramCount = 0;
+  std::int64_t paramBytes = 0;
+  int paramTensors = 0;
+  for (const Value& v : graph.values) {
+    if (v.isInitializer && isFloatingPoint(v.meta.dtype)) {
+      paramCount += v.meta.numel();
+      paramBytes += static_cast<std::int64_t>(v.meta.bytes());
+      ++paramTensors;
+    }
+  }
+  fmt::print("parameters: {} ({}) in {} tensors\n", paramCount, humanBytes(paramBytes), paramTensors);
+
+  std::map<std::string, int> opCounts;
+  std::map<std::string, int> unsupported;
+  for (const Node& node : graph.nodes) {
+    const std::string type = node.domain.empty() || node.domain == "ai.onnx" ? node.opType
+                                                                              : node.domain + ":" + node.opType;
+    ++opCounts[type];
+    if (type != node.opType || !OpRegistry::instance().supports(node.opType, DeviceType::CPU)) {
+      ++unsupported[type];
+    }
+  }
+  fmt::print("ops ({} nodes, {} types):\n", graph.nodes.size(), opCounts.size());
+  for (const auto& [type, count] : opCounts) {
+    fmt::print("  {:<28} {:>6}  {}\n", type, count, unsupported.count(type) != 0 ? "UNSUPPORTED" : "supported");
+  }
+  if (!unsupported.empty()) {
+    fmt::print("unsupported ops: {} type(s); the model cannot run until they are implemented\n", unsupported.size());
+    return;
+  }
+  fmt::print("unsupported ops: none\n");
+
+  SpecializeOptions specializeOptions;
+  specializeOptions.inputMetas = inputMetasFromOptions(graph, options);
+  const Graph specialised = specialize(graph, specializeOptions);
+  for (int id : specialised.inputs) {
+    const Value& v = specialised.values[static_cast<std::size_t>(id)];
+    fmt::print("specialised input: {} {}\n", v.name, v.meta.toString());
+  }
+  for (int id : specialised.outputs) {
+    const Value& v = specialised.values[static_cast<std::size_t>(id)];
+    fmt::print("output: {} {}\n", v.name, v.meta.toString());
+  }
+  fmt::print("forward FLOPs: {} ({})\n", estimateForwardFlops(specialised),
+             humanCount(static_cast<double>(estimateForwardFlops(specialised))));
+  const Program program = lowerToProgram(specialised, LowerOptions{});
+  fmt::print("plan: {} steps ({} nodes folded at load), peak activation memory {} ({} bytes)\n",
+             program.steps.size(), graph.nodes.size() - specialised.nodes.size(),
+             humanBytes(program.peakActivationBytes), program.peakActivationBytes);
+}
+
+}  // namespace
+
+void addInspectCommand(CLI::App& app) {
+  auto options = std::make_shared<ModelOptions>();
+  CLI::App* command = app.add_subcommand("inspect", "show a model's ops, parameters, FLOPs and plan memory");
+  command->add_option("model", options->modelPath, "the .onnx file (default: the bundled CNN)");
+  addModelOptions(*command, *options);
+  command->callback([options] { inspect(*options); });
+}
+
+}  // namespace strata::cli

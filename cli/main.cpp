@@ -1,0 +1,25 @@
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "strata/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Strata: train ONNX models with pluggable distributed strategies"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "strata 0.1.0");
+  strata::cli::addInspectCommand(app);
+  strata::cli::addRunCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const strata::Error& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::error("internal error: {}", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "strata/graphs/graph.h"
+
+namespace strata::cli {
+
+// Options every command that loads a model shares.
+struct ModelOptions {
+  std::string modelPath;
+  std::vector<std::string> inputShapes;  // "N,C,H,W", one per graph input, in order
+  int threads = 0;                       // 0: all cores
+};
+
+void addModelOptions(CLI::App& command, ModelOptions& options);
+// Applies --threads to the CPU backend.
+void applyThreads(const ModelOptions& options);
+// Input metas from --input-shape (empty when none was given).
+std::vector<TensorMeta> inputMetasFromOptions(const Graph& graph, const ModelOptions& options);
+// The bundled default model (built next to the binary, or installed beside it).
+std::string defaultModelPath();
+
+}  // namespace strata::cli

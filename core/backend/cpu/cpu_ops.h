@@ -1,0 +1,13 @@
+#pragma once
+
+#include "strata/op_registry.h"
+
+namespace strata::cpu {
+
+// Each family of CPU ops registers its schemas (shape functions) and kernels here.
+void registerElementwiseOps(OpRegistry& registry);  // unary, binary (broadcasting), comparison, Where, Cast, ...
+void registerReductionOps(OpRegistry& registry);    // Reduce*, Softmax, LogSoftmax, LayerNormalization, losses
+void registerShapeOps(OpRegistry& registry);        // Reshape, Transpose, Concat, Slice, Gather, Shape, ...
+void registerDnnlOps(OpRegistry& registry);         // Conv, pooling, BatchNormalization, Gemm, MatMul (oneDNN)
+
+}  // namespace strata::cpu

@@ -1,0 +1,670 @@
+// Data-movement CPU ops: Transpose, Concat, Split, Slice, Expand, Tile, Pad, DepthToSpace, SpaceToDepth, Trilu.
+// All work on raw bytes with the element size, so every dtype is supported; contiguous runs copy with memcpy.
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+#include "shape_ops_common.h"
+#include "strata/thread_pool.h"
+
+namespace strata::cpu::shape_detail {
+
+namespace {
+
+std::size_t elemSizeOf(const Tensor& t) { return dtypeSize(t.dtype()); }
+
+std::int64_t productOf(const Shape& shape, std::size_t begin, std::size_t end) {
+  std::int64_t p = 1;
+  for (std::size_t i = begin; i < end; ++i) p *= shape[i];
+  return p;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Transpose
+
+std::vector<std::int64_t> transposePerm(const Attributes& attrs, std::int64_t rank) {
+  std::vector<std::int64_t> perm = attrs.getInts("perm", {});
+  if (perm.empty() && rank > 0) {
+    perm.resize(static_cast<std::size_t>(rank));
+    std::iota(perm.rbegin(), perm.rend(), std::int64_t{0});
+  }
+  if (static_cast<std::int64_t>(perm.size()) != rank) {
+    fail("perm {} does not match the input rank {}", listToString(perm), rank);
+  }
+  std::vector<bool> seen(perm.size(), false);
+  for (auto& p : perm) {
+    if (p < -rank || p >= rank) fail("perm {} is not a permutation of 0..{}", listToString(perm), rank - 1);
+    if (p < 0) p += rank;
+    if (seen[static_cast<std::size_t>(p)]) fail("perm {} repeats axis {}", listToString(perm), p);
+    seen[static_cast<std::size_t>(p)] = true;
+  }
+  return perm;
+}
+
+std::vector<TensorMeta> inferTranspose(const ShapeContext& ctx) {
+  const TensorMeta& in = ctx.input(0).meta;
+  const auto perm = withNodeErrors(ctx, [&] { return transposePerm(ctx.attrs, static_cast<std::int64_t>(in.shape.size())); });
+  Shape out(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) out[i] = in.shape[static_cast<std::size_t>(perm[i])];
+  return {TensorMeta{in.dtype, out}};
+}
+
+ComputeFn makeTranspose(const KernelInit& init) {
+  const Attributes attrs = init.attrs;
+  return [attrs](KernelContext& ctx) {
+    if (!ctx.hasOutput(0)) return;
+    const Tensor& in = ctx.input(0);
+    const auto perm = transposePerm(attrs, in.rank());
+    transposeBytes(ctx.output(0).rawData(), in.rawData(), in.shape(), perm, elemSizeOf(in));
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Concat and Split
+
+std::vector<TensorMeta> inferConcat(const ShapeContext& ctx) {
+  if (ctx.inputs.empty()) ctx.error("needs at least one input");
+  const TensorMeta& first = ctx.input(0).meta;
+  const auto rank = static_cast<std::int64_t>(first.shape.size());
+  if (rank == 0) ctx.error("cannot concatenate scalars");
+  const std::int64_t axisAttr = ctx.attrs.getInt("axis");
+  if (axisAttr < -rank || axisAttr >= rank) ctx.error(fmt::format("axis {} is out of range for rank {}", axisAttr, rank));
+  const auto axis = static_cast<std::size_t>(axisAttr < 0 ? axisAttr + rank : axisAttr);
+  Shape out = first.shape;
+  out[axis] = 0;
+  for (std::size_t i = 0; i < ctx.inputs.size(); ++i) {
+    if (!ctx.hasInput(i)) ctx.error(fmt::format("input {} is missing", i));
+    const TensorMeta& m = ctx.input(i).meta;
+    if (m.dtype != first.dtype) {
+      ctx.error(fmt::format("input {} has type {}, input 0 has {}", i, dtypeName(m.dtype), dtypeName(first.dtype)));
+    }
+    bool ok = m.shape.size() == first.shape.size();
+    for (std::size_t k = 0; ok && k < m.shape.size(); ++k) ok = k == axis || m.shape[k] == first.shape[k];
+    if (!ok) {
+      ctx.error(fmt::format("input {} of shape {} does not match input 0 of shape {} outside axis {}", i,
+                            shapeToString(m.shape), shapeToString(first.shape), axisAttr));
+    }
+    out[axis] += m.shape[axis];
+  }
+  return {TensorMeta{first.dtype, out}};
+}
+
+ComputeFn makeConcat(const KernelInit& init) {
+  const std::int64_t axisAttr = init.attrs.getInt("axis");
+  return [axisAttr](KernelContext& ctx) {
+    if (!ctx.hasOutput(0)) return;
+    Tensor& out = ctx.output(0);
+    const auto axis = static_cast<std::size_t>(normalizeAxis(axisAttr, out.rank()));
+    const std::size_t es = elemSizeOf(out);
+    const std::int64_t outer = productOf(out.shape(), 0, axis);
+    const auto inner = static_cast<std::size_t>(productOf(out.shape(), axis + 1, out.shape().size())) * es;
+    const std::size_t rowBytes = static_cast<std::size_t>(out.shape()[axis]) * inner;
+    std::vector<const char*> srcs;
+    std::vector<std::size_t> chunks;
+    for (const Tensor* in : ctx.inputs) {
+      srcs.push_back(static_cast<const char*>(in->rawData()));
+      chunks.push_back(static_cast<std::size_t>(in->shape()[axis]) * inner);
+    }
+    auto* dst = static_cast<char*>(out.rawData());
+    if (rowBytes == 0 || outer == 0) return;
+    if (outer == 1) {
+      for (std::size_t j = 0; j < srcs.size(); ++j) {
+        copyBytes(dst, srcs[j], chunks[j]);
+        dst += chunks[j];
+      }
+      return;
+    }
+    const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(rowBytes));
+    parallelFor(0, outer, grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t o = begin; o < end; ++o) {
+        char* d = dst + static_cast<std::size_t>(o) * rowBytes;
+        for (std::size_t j = 0; j < srcs.size(); ++j) {
+          if (chunks[j] == 0) continue;
+          std::memcpy(d, srcs[j] + static_cast<std::size_t>(o) * chunks[j], chunks[j]);
+          d += chunks[j];
+        }
+      }
+    });
+  };
+}
+
+// Split's part sizes along the axis: the `split` input (opset 13), the `split` attribute (older opsets), or equal
+// parts (opset 18's num_outputs allows a smaller last part).
+std::vector<std::int64_t> splitSizes(std::int64_t dim, const Tensor* splitInput, const Attributes& attrs,
+                                     std::size_t outputCount) {
+  std::vector<std::int64_t> sizes;
+  if (splitInput != nullptr) {
+    sizes = toInt64Vector(*splitInput);
+  } else if (attrs.has("split")) {
+    sizes = attrs.getInts("split");
+  }
+  if (!sizes.empty()) {
+    if (sizes.size() != outputCount) {
+      fail("split {} has {} parts but the node has {} outputs", listToString(sizes), sizes.size(), outputCount);
+    }
+    std::int64_t sum = 0;
+    for (std::int64_t s : sizes) {
+      if (s < 0) fail("split {} has a negative size", listToString(sizes));
+      sum += s;
+    }
+    if (sum != dim) fail("split {} sums to {}, not to the axis size {}", listToString(sizes), sum, dim);
+    return sizes;
+  }
+  const auto n = static_cast<std::int64_t>(attrs.getInt("num_outputs", static_cast<std::int64_t>(outputCount)));
+  if (n <= 0) fail("cannot split into {} parts", n);
+  if (static_cast<std::size_t>(n) != outputCount) fail("num_outputs {} but the node has {} outputs", n, outputCount);
+  if (dim % n != 0 && !attrs.has("num_outputs")) fail("axis size {} does not split into {} equal parts", dim, n);
+  const std::int64_t part = (dim + n - 1) / n;
+  for (std::int64_t i = 0; i < n; ++i) sizes.push_back(std::clamp<std::int64_t>(dim - i * part, 0, part));
+  return sizes;
+}
+
+std::vector<TensorMeta> inferSplit(const ShapeContext& ctx) {
+  const TensorMeta& in = ctx.input(0).meta;
+  const auto rank = static_cast<std::int64_t>(in.shape.size());
+  const std::int64_t axisAttr = ctx.attrs.getInt("axis", 0);
+  if (axisAttr < -rank || axisAttr >= rank) ctx.error(fmt::format("axis {} is out of range for rank {}", axisAttr, rank));
+  const auto axis = static_cast<std::size_t>(axisAttr < 0 ? axisAttr + rank : axisAttr);
+  const Tensor* splitInput = ctx.hasInput(1) ? &ctx.constantInput(1) : nullptr;
+  const auto sizes = withNodeErrors(ctx, [&] { return splitSizes(in.shape[axis], splitInput, ctx.attrs, ctx.outputCount); });
+  std::vector<TensorMeta> outs;
+  for (std::int64_t s : sizes) {
+    TensorMeta m = in;
+    m.shape[axis] = s;
+    outs.push_back(m);
+  }
+  return outs;
+}
+
+ComputeFn makeSplit(const KernelInit& init) {
+  const Attributes attrs = init.attrs;
+  return [attrs](KernelContext& ctx) {
+    const Tensor& in = ctx.input(0);
+    const auto axis = static_cast<std::size_t>(normalizeAxis(attrs.getInt("axis", 0), in.rank()));
+    const auto sizes = splitSizes(in.shape()[axis], ctx.hasInput(1) ? &ctx.input(1) : nullptr, attrs, ctx.outputs.size());
+    const std::size_t es = elemSizeOf(in);
+    const std::int64_t outer = productOf(in.shape(), 0, axis);
+    const auto inner = static_cast<std::size_t>(productOf(in.shape(), axis + 1, in.shape().size())) * es;
+    const std::size_t rowBytes = static_cast<std::size_t>(in.shape()[axis]) * inner;
+    const auto* src = static_cast<const char*>(in.rawData());
+    std::size_t offset = 0;
+    for (std::size_t j = 0; j < sizes.size(); ++j) {
+      const std::size_t chunk = static_cast<std::size_t>(sizes[j]) * inner;
+      if (ctx.hasOutput(j) && chunk > 0 && outer > 0) {
+        auto* dst = static_cast<char*>(ctx.output(j).rawData());
+        if (outer == 1) {
+          copyBytes(dst, src + offset, chunk);
+        } else {
+          const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(chunk));
+          parallelFor(0, outer, grain, [&](std::int64_t begin, std::int64_t end) {
+            for (std::int64_t o = begin; o < end; ++o) {
+              std::memcpy(dst + static_cast<std::size_t>(o) * chunk, src + static_cast<std::size_t>(o) * rowBytes + offset,
+                          chunk);
+            }
+          });
+        }
+      }
+      offset += chunk;
+    }
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Slice
+
+struct SlicePlan {
+  Shape outShape;
+  std::vector<std::int64_t> starts;  // per axis of the input
+  std::vector<std::int64_t> steps;
+};
+
+SlicePlan planSlice(const Shape& shape, const std::vector<std::int64_t>& starts, const std::vector<std::int64_t>& ends,
+                    std::vector<std::int64_t> axes, std::vector<std::int64_t> steps) {
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  if (starts.size() != ends.size()) fail("starts {} and ends {} differ in length", listToString(starts), listToString(ends));
+  if (axes.empty()) {
+    axes.resize(starts.size());
+    std::iota(axes.begin(), axes.end(), std::int64_t{0});
+  }
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (axes.size() != starts.size() || steps.size() != starts.size()) {
+    fail("starts {}, ends {}, axes {} and steps {} differ in length", listToString(starts), listToString(ends),
+         listToString(axes), listToString(steps));
+  }
+  SlicePlan plan{shape, std::vector<std::int64_t>(shape.size(), 0), std::vector<std::int64_t>(shape.size(), 1)};
+  std::vector<bool> seen(shape.size(), false);
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] < -rank || axes[i] >= rank) fail("axis {} is out of range for rank {}", axes[i], rank);
+    const auto axis = static_cast<std::size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
+    if (seen[axis]) fail("axis {} is repeated in axes {}", axes[i], listToString(axes));
+    seen[axis] = true;
+    const std::int64_t dim = shape[axis];
+    const std::int64_t step = steps[i];
+    if (step == 0) fail("step 0 on axis {}", axes[i]);
+    std::int64_t start = starts[i];
+    std::int64_t end = ends[i];
+    if (start < 0) start += dim;  // cannot overflow: dim >= 0 and start < 0
+    if (end < 0) end += dim;
+    std::int64_t count = 0;
+    // Ceiling divisions written as 1 + (span - 1) / step so huge steps cannot overflow.
+    if (step > 0) {
+      start = std::clamp<std::int64_t>(start, 0, dim);
+      end = std::clamp<std::int64_t>(end, 0, dim);
+      count = end > start ? 1 + (end - start - 1) / step : 0;
+    } else if (dim > 0) {
+      start = std::clamp<std::int64_t>(start, 0, dim - 1);
+      end = std::clamp<std::int64_t>(end, -1, dim - 1);
+      count = start > end ? 1 + (start - end - 1) / -(step < -dim ? -dim : step) : 0;
+    }
+    plan.outShape[axis] = count;
+    plan.starts[axis] = count > 0 ? start : 0;
+    // A single element needs no step (and a huge step would overflow the stride).
+    plan.steps[axis] = count > 1 ? step : 1;
+  }
+  return plan;
+}
+
+// Slice's operands: inputs (opset 10+) or attributes (opset 1).
+struct SliceOperands {
+  std::vector<std::int64_t> starts, ends, axes, steps;
+};
+
+SliceOperands sliceOperands(const std::vector<const Tensor*>& inputs, const Attributes& attrs) {
+  SliceOperands ops;
+  auto get = [&](std::size_t i) { return i < inputs.size() && inputs[i] != nullptr ? toInt64Vector(*inputs[i]) : std::vector<std::int64_t>{}; };
+  if (inputs.size() >= 3) {
+    ops.starts = get(1);
+    ops.ends = get(2);
+    ops.axes = get(3);
+    ops.steps = get(4);
+  } else {
+    ops.starts = attrs.getInts("starts");
+    ops.ends = attrs.getInts("ends");
+    ops.axes = attrs.getInts("axes", {});
+  }
+  return ops;
+}
+
+std::vector<TensorMeta> inferSlice(const ShapeContext& ctx) {
+  const TensorMeta& in = ctx.input(0).meta;
+  std::vector<const Tensor*> inputs(ctx.inputs.size(), nullptr);
+  for (std::size_t i = 1; i < ctx.inputs.size(); ++i) {
+    if (ctx.hasInput(i)) inputs[i] = &ctx.constantInput(i);
+  }
+  return withNodeErrors(ctx, [&] {
+    const auto ops = sliceOperands(inputs, ctx.attrs);
+    return std::vector<TensorMeta>{TensorMeta{in.dtype, planSlice(in.shape, ops.starts, ops.ends, ops.axes, ops.steps).outShape}};
+  });
+}
+
+ComputeFn makeSlice(const KernelInit& init) {
+  const Attributes attrs = init.attrs;
+  return [attrs](KernelContext& ctx) {
+    if (!ctx.hasOutput(0)) return;
+    const Tensor& in = ctx.input(0);
+    const auto ops = sliceOperands(ctx.inputs, attrs);
+    const SlicePlan plan = planSlice(in.shape(), ops.starts, ops.ends, ops.axes, ops.steps);
+    if (numElements(plan.outShape) == 0) return;
+    const auto strides = contiguousStrides(in.shape());
+    std::vector<std::int64_t> srcStrides(strides.size());
+    std::int64_t offset = 0;
+    for (std::size_t k = 0; k < strides.size(); ++k) {
+      offset += plan.starts[k] * strides[k];
+      srcStrides[k] = strides[k] * plan.steps[k];
+    }
+    const std::size_t es = elemSizeOf(in);
+    stridedCopy(ctx.output(0).rawData(), static_cast<const char*>(in.rawData()) + static_cast<std::size_t>(offset) * es,
+                plan.outShape, srcStrides, es);
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Expand and Tile
+
+// Strides (in elements) that read `in` broadcast to outShape: 0 along broadcast axes.
+std::vector<std::int64_t> broadcastStrides(const Shape& in, const Shape& outShape) {
+  const auto strides = contiguousStrides(in);
+  std::vector<std::int64_t> result(outShape.size(), 0);
+  const std::size_t offset = outShape.size() - in.size();
+  for (std::size_t k = 0; k < in.size(); ++k) result[offset + k] = in[k] == 1 ? 0 : strides[k];
+  return result;
+}
+
+std::vector<TensorMeta> inferExpand(const ShapeContext& ctx) {
+  const TensorMeta& in = ctx.input(0).meta;
+  const Shape target = toInt64Vector(ctx.constantInput(1));
+  return {TensorMeta{in.dtype, withNodeErrors(ctx, [&] { return broadcastShapes(in.shape, target); })}};
+}
+
+void computeExpand(KernelContext& ctx) {
+  if (!ctx.hasOutput(0)) return;
+  const Tensor& in = ctx.input(0);
+  Tensor& out = ctx.output(0);
+  stridedCopy(out.rawData(), in.rawData(), out.shape(), broadcastStrides(in.shape(), out.shape()), elemSizeOf(in));
+}
+
+std::vector<TensorMeta> inferTile(const ShapeContext& ctx) {
+  const TensorMeta& in = ctx.input(0).meta;
+  const auto repeats = toInt64Vector(ctx.constantInput(1));
+  if (repeats.size() != in.shape.size()) {
+    ctx.error(fmt::format("repeats {} must have one entry per axis of the input {}", listToString(repeats),
+                          shapeToString(in.shape)));
+  }
+  Shape out = in.shape;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    if (repeats[k] < 0) ctx.error(fmt::format("repeats {} has a negative entry", listToString(repeats)));
+    out[k] *= repeats[k];
+  }
+  return {TensorMeta{in.dtype, out}};
+}
+
+void computeTile(KernelContext& ctx) {
+  if (!ctx.hasOutput(0)) return;
+  const Tensor& in = ctx.input(0);
+  Tensor& out = ctx.output(0);
+  if (out.numel() == 0) return;
+  // The output as an (repeat, dim) pair per axis, reading the input with stride 0 along the repeats.
+  const auto strides = contiguousStrides(in.shape());
+  Shape shape;
+  std::vector<std::int64_t> srcStrides;
+  for (std::size_t k = 0; k < strides.size(); ++k) {
+    shape.push_back(out.shape()[k] / in.shape()[k]);
+    srcStrides.push_back(0);
+    shape.push_back(in.shape()[k]);
+    srcStrides.push_back(strides[k]);
+  }
+  stridedCopy(out.rawData(), in.rawData(), shape, srcStrides, elemSizeOf(in));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Pad
+
+enum class PadMode { Constant, Reflect, Edge, Wrap };
+
+PadMode padMode(const Attributes& attrs) {
+  const std::string mode = attrs.getString("mode", "constant");
+  if (mode == "constant") return PadMode::Constant;
+  if (mode == "reflect") return PadMode::Reflect;
+  if (mode == "edge") return PadMode::Edge;
+  if (mode == "wrap") return PadMode::Wrap;
+  fail("unknown mode '{}' (expected constant, reflect, edge or wrap)", mode);
+}
+
+// Per-axis (begin, end) pads, from the pads input (opset 11+; optional axes input from opset 18) or attribute.
+std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> padAmounts(const Shape& shape, const Tensor* padsInput,
+                                                                           const Tensor* axesInput,
+                                                                           const Attributes& attrs) {
+  const auto rank = static_cast<std::int64_t>(shape.size());
+  const auto pads = padsInput != nullptr ? toInt64Vector(*padsInput) : attrs.getInts("pads");
+  std::vector<std::int64_t> axes;
+  if (axesInput != nullptr) {
+    axes = toInt64Vector(*axesInput);
+  } else {
+    axes.resize(shape.size());
+    std::iota(axes.begin(), axes.end(), std::int64_t{0});
+  }
+  if (pads.size() != 2 * axes.size()) {
+    fail("pads {} must have 2 * {} entries for input {}", listToString(pads), axes.size(), shapeToString(shape));
+  }
+  std::vector<std::int64_t> begin(shape.size(), 0), end(shape.size(), 0);
+  for (std::size_t i = 0; i < axes.size(); ++i) {
+    if (axes[i] < -rank || axes[i] >= rank) fail("axis {} is out of range for rank {}", axes[i], rank);
+    const auto a = static_cast<std::size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
+    begin[a] = pads[i];
+    end[a] = pads[i + axes.size()];
+  }
+  return {begin, end};
+}
+
+const Tensor* optionalConstant(const ShapeContext& ctx, std::size_t i) {
+  return ctx.hasInput(i) ? &ctx.constantInput(i) : nullptr;
+}
+
+std::vector<TensorMeta> inferPad(const ShapeContext& ctx) {
+  const TensorMeta& in = ctx.input(0).meta;
+  return withNodeErrors(ctx, [&] {
+    const PadMode mode = padMode(ctx.attrs);
+    const auto [begin, end] = padAmounts(in.shape, optionalConstant(ctx, 1), optionalConstant(ctx, 3), ctx.attrs);
+    Shape out = in.shape;
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      out[k] += begin[k] + end[k];
+      if (out[k] < 0) fail("pads make axis {} of input {} negative", k, shapeToString(in.shape));
+      if (mode != PadMode::Constant && in.shape[k] == 0 && out[k] > 0) {
+        fail("cannot pad the empty axis {} in a non-constant mode", k);
+      }
+    }
+    return std::vector<TensorMeta>{TensorMeta{in.dtype, out}};
+  });
+}
+
+// The input index that output index o of an axis reads, or -1 for the constant.
+std::int64_t padSource(std::int64_t o, std::int64_t begin, std::int64_t dim, PadMode mode) {
+  const std::int64_t i = o - begin;
+  if (i >= 0 && i < dim) return i;
+  switch (mode) {
+    case PadMode::Constant: return -1;
+    case PadMode::Edge: return std::clamp<std::int64_t>(i, 0, dim - 1);
+    case PadMode::Wrap: return ((i % dim) + dim) % dim;
+    case PadMode::Reflect: {
+      if (dim == 1) return 0;
+      const std::int64_t period = 2 * (dim - 1);
+      const std::int64_t m = ((i % period) + period) % period;
+      return m < dim ? m : period - m;
+    }
+  }
+  return -1;
+}
+
+ComputeFn makePad(const KernelInit& init) {
+  const Attributes attrs = init.attrs;
+  return [attrs](KernelContext& ctx) {
+    if (!ctx.hasOutput(0)) return;
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    const std::size_t es = elemSizeOf(in);
+    if (out.numel() == 0) return;
+    const PadMode mode = padMode(attrs);
+    const auto [begin, end] = padAmounts(in.shape(), ctx.hasInput(1) ? &ctx.input(1) : nullptr,
+                                         ctx.hasInput(3) ? &ctx.input(3) : nullptr, attrs);
+    std::vector<char> value(es, 0);
+    if (ctx.hasInput(2) && ctx.input(2).numel() > 0) {
+      STRATA_CHECK(ctx.input(2).dtype() == in.dtype(), "Pad: constant_value has type {}, data has {}",
+                   dtypeName(ctx.input(2).dtype()), dtypeName(in.dtype()));
+      std::memcpy(value.data(), ctx.input(2).rawData(), es);
+    } else if (!ctx.hasInput(1) && attrs.has("value")) {
+      storeFromDouble(in.dtype(), value.data(), attrs.getFloat("value"));
+    }
+    const std::size_t rank = out.shape().size();
+    if (rank == 0) {
+      std::memcpy(out.rawData(), in.rawData(), es);
+      return;
+    }
+    // Per-axis source maps; the innermost axis is cut into runs of consecutive source indices (or constants).
+    std::vector<std::vector<std::int64_t>> maps(rank);
+    for (std::size_t k = 0; k < rank; ++k) {
+      maps[k].resize(static_cast<std::size_t>(out.shape()[k]));
+      for (std::int64_t o = 0; o < out.shape()[k]; ++o) {
+        maps[k][static_cast<std::size_t>(o)] = padSource(o, begin[k], in.shape()[k], mode);
+      }
+    }
+    struct Run {
+      std::int64_t outStart, length, inStart;
+    };
+    std::vector<Run> runs;
+    for (std::int64_t o = 0; o < out.shape()[rank - 1]; ++o) {
+      const std::int64_t s = maps[rank - 1][static_cast<std::size_t>(o)];
+      if (!runs.empty()) {
+        Run& last = runs.back();
+        const bool extends = last.inStart < 0 ? s < 0 : s == last.inStart + last.length;
+        if (extends) {
+          ++last.length;
+          continue;
+        }
+      }
+      runs.push_back({o, 1, s});
+    }
+    const auto inStrides = contiguousStrides(in.shape());
+    const std::int64_t rowLen = out.shape()[rank - 1];
+    const std::int64_t rows = out.numel() / rowLen;
+    const auto rowBytes = static_cast<std::size_t>(rowLen) * es;
+    const auto* src = static_cast<const char*>(in.rawData());
+    auto* dst = static_cast<char*>(out.rawData());
+    const Shape& outShape = out.shape();
+    const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(rowBytes));
+    parallelFor(0, rows, grain, [&](std::int64_t rowBegin, std::int64_t rowEnd) {
+      for (std::int64_t row = rowBegin; row < rowEnd; ++row) {
+        char* d = dst + static_cast<std::size_t>(row) * rowBytes;
+        std::int64_t rem = row;
+        std::int64_t inRow = 0;
+        bool constantRow = false;
+        for (std::size_t k = rank - 1; k-- > 0;) {
+          const std::int64_t s = maps[k][static_cast<std::size_t>(rem % outShape[k])];
+          rem /= outShape[k];
+          if (s < 0) constantRow = true;
+          inRow += s * inStrides[k];
+        }
+        if (constantRow) {
+          fillElements(d, value.data(), rowLen, es);
+          continue;
+        }
+        for (const Run& r : runs) {
+          char* dr = d + static_cast<std::size_t>(r.outStart) * es;
+          if (r.inStart < 0) {
+            fillElements(dr, value.data(), r.length, es);
+          } else {
+            std::memcpy(dr, src + static_cast<std::size_t>(inRow + r.inStart) * es, static_cast<std::size_t>(r.length) * es);
+          }
+        }
+      }
+    });
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// DepthToSpace and SpaceToDepth: a 6-D transpose each.
+
+struct BlockPlan {
+  Shape view;                      // the input as 6-D
+  std::vector<std::int64_t> perm;  // transpose of the view
+  Shape out;
+};
+
+BlockPlan planDepthToSpace(const Shape& in, const Attributes& attrs) {
+  if (in.size() != 4) fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
+  const std::int64_t b = attrs.getInt("blocksize");
+  if (b <= 0) fail("blocksize {} must be positive", b);
+  const std::string mode = attrs.getString("mode", "DCR");
+  const std::int64_t n = in[0], c = in[1], h = in[2], w = in[3];
+  if (c % (b * b) != 0) fail("channels {} are not divisible by blocksize^2 = {}", c, b * b);
+  const std::int64_t oc = c / (b * b);
+  BlockPlan plan;
+  if (mode == "DCR") {
+    plan.view = {n, b, b, oc, h, w};
+    plan.perm = {0, 3, 4, 1, 5, 2};
+  } else if (mode == "CRD") {
+    plan.view = {n, oc, b, b, h, w};
+    plan.perm = {0, 1, 4, 2, 5, 3};
+  } else {
+    fail("unknown mode '{}' (expected DCR or CRD)", mode);
+  }
+  plan.out = {n, oc, h * b, w * b};
+  return plan;
+}
+
+BlockPlan planSpaceToDepth(const Shape& in, const Attributes& attrs) {
+  if (in.size() != 4) fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
+  const std::int64_t b = attrs.getInt("blocksize");
+  if (b <= 0) fail("blocksize {} must be positive", b);
+  const std::int64_t n = in[0], c = in[1], h = in[2], w = in[3];
+  if (h % b != 0 || w % b != 0) fail("height {} and width {} must be divisible by blocksize {}", h, w, b);
+  return BlockPlan{{n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4}, {n, c * b * b, h / b, w / b}};
+}
+
+using BlockPlanner = BlockPlan (*)(const Shape&, const Attributes&);
+
+void addBlockOp(OpRegistry& registry, const std::string& type, BlockPlanner planner) {
+  addOp(
+      registry, type,
+      [planner](const ShapeContext& ctx) {
+        const TensorMeta& in = ctx.input(0).meta;
+        return std::vector<TensorMeta>{TensorMeta{in.dtype, withNodeErrors(ctx, [&] { return planner(in.shape, ctx.attrs).out; })}};
+      },
+      [planner](const KernelInit& init) -> ComputeFn {
+        const Attributes attrs = init.attrs;
+        return [planner, attrs](KernelContext& ctx) {
+          if (!ctx.hasOutput(0)) return;
+          const Tensor& in = ctx.input(0);
+          const BlockPlan plan = planner(in.shape(), attrs);
+          transposeBytes(ctx.output(0).rawData(), in.rawData(), plan.view, plan.perm, elemSizeOf(in));
+        };
+      });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Trilu
+
+std::vector<TensorMeta> inferTrilu(const ShapeContext& ctx) {
+  const TensorMeta& in = ctx.input(0).meta;
+  if (in.shape.size() < 2) ctx.error(fmt::format("input must have rank >= 2, not {}", shapeToString(in.shape)));
+  return {in};
+}
+
+ComputeFn makeTrilu(const KernelInit& init) {
+  const bool upper = init.attrs.getInt("upper", 1) != 0;
+  return [upper](KernelContext& ctx) {
+    if (!ctx.hasOutput(0)) return;
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    if (out.numel() == 0) return;
+    const std::int64_t k = ctx.hasInput(1) ? toInt64Vector(ctx.input(1)).at(0) : 0;
+    const std::size_t es = elemSizeOf(in);
+    const std::size_t rank = in.shape().size();
+    const std::int64_t rowsPerMatrix = in.shape()[rank - 2];
+    const std::int64_t cols = in.shape()[rank - 1];
+    const std::int64_t rows = in.numel() / cols;
+    const auto rowBytes = static_cast<std::size_t>(cols) * es;
+    const auto* src = static_cast<const char*>(in.rawData());
+    auto* dst = static_cast<char*>(out.rawData());
+    const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(rowBytes));
+    parallelFor(0, rows, grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t row = begin; row < end; ++row) {
+        const std::int64_t i = row % rowsPerMatrix;
+        // Upper keeps columns j >= i + k; lower keeps j <= i + k.
+        const std::int64_t split = std::clamp<std::int64_t>(upper ? i + k : i + k + 1, 0, cols);
+        const auto splitBytes = static_cast<std::size_t>(split) * es;
+        char* d = dst + static_cast<std::size_t>(row) * rowBytes;
+        const char* s = src + static_cast<std::size_t>(row) * rowBytes;
+        if (upper) {
+          std::memset(d, 0, splitBytes);
+          std::memcpy(d + splitBytes, s + splitBytes, rowBytes - splitBytes);
+        } else {
+          std::memcpy(d, s, splitBytes);
+          std::memset(d + splitBytes, 0, rowBytes - splitBytes);
+        }
+      }
+    });
+  };
+}
+
+ComputeFactory statelessFn(void (*fn)(KernelContext&)) {
+  return [fn](const KernelInit&) -> ComputeFn { return fn; };
+}
+
+}  // namespace
+
+void registerDataMovementOps(OpRegistry& registry) {
+  addOp(registry, "Transpose", inferTranspose, makeTranspose);
+  addOp(registry, "Concat", inferConcat, makeConcat);
+  addOp(registry, "Split", inferSplit, makeSplit);
+  addOp(registry, "Slice", inferSlice, makeSlice);
+  addOp(registry, "Expand", inferExpand, statelessFn(computeExpand));
+  addOp(registry, "Tile", inferTile, statelessFn(computeTile));
+  addOp(registry, "Pad", inferPad, makePad);
+  addBlockOp(registry, "DepthToSpace", planDepthToSpace);
+  addBlockOp(registry, "SpaceToDepth", planSpaceToDepth);
+  addOp(registry, "Trilu", inferTrilu, makeTrilu);
+}
+
+}  // namespace strata::cpu::shape_detail

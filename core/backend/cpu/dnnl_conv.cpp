@@ -1,0 +1,418 @@
+// Conv and ConvTranspose on oneDNN convolution / deconvolution primitives.
+
+#include <cstring>
+#include <memory>
+
+#include "dnnl_context.h"
+
+namespace strata::cpu {
+namespace {
+
+using dnnl::memory;
+
+std::vector<std::int64_t> spatialOf(const Shape& shape) { return {shape.begin() + 2, shape.end()}; }
+
+// The kernel's spatial sizes: the kernel_shape attribute when given (it must agree with W), else W's dims 2...
+std::vector<std::int64_t> kernelShapeOf(const Attributes& attrs, const Shape& weight) {
+  std::vector<std::int64_t> fromWeight(weight.begin() + 2, weight.end());
+  if (!attrs.has("kernel_shape")) return fromWeight;
+  std::vector<std::int64_t> kernel = attrs.getInts("kernel_shape");
+  if (kernel != fromWeight) {
+    fail("kernel_shape {} does not match the weight's spatial dims {}", shapeToString(kernel),
+         shapeToString(fromWeight));
+  }
+  return kernel;
+}
+
+struct ConvSetup {
+  std::int64_t group = 1;
+  WindowGeometry geometry;
+  Shape output;
+};
+
+ConvSetup resolveConv(const Attributes& attrs, const TensorMeta& x, const TensorMeta& w, const TensorMeta* bias) {
+  if (x.dtype != DType::Float32) fail("only float32 is supported, X is {}", dtypeName(x.dtype));
+  if (w.dtype != DType::Float32) fail("only float32 is supported, W is {}", dtypeName(w.dtype));
+  if (x.shape.size() < 3 || x.shape.size() > 5) {
+    fail("X must have rank 3 to 5 (N, C, 1 to 3 spatial dims), got {}", shapeToString(x.shape));
+  }
+  if (w.shape.size() != x.shape.size()) {
+    fail("W {} must have the same rank as X {}", shapeToString(w.shape), shapeToString(x.shape));
+  }
+  ConvSetup s;
+  s.group = attrs.getInt("group", 1);
+  if (s.group < 1) fail("group must be positive, got {}", s.group);
+  const std::int64_t channels = x.shape[1];
+  const std::int64_t filters = w.shape[0];
+  if (channels != w.shape[1] * s.group) {
+    fail("X has {} input channels but W expects {} (W.shape[1] {} * group {})", channels, w.shape[1] * s.group,
+         w.shape[1], s.group);
+  }
+  if (filters % s.group != 0) fail("W has {} output channels, not divisible by group {}", filters, s.group);
+  if (bias != nullptr) {
+    if (bias->dtype != DType::Float32) fail("only float32 is supported, B is {}", dtypeName(bias->dtype));
+    if (bias->shape != Shape{filters}) {
+      fail("B has shape {}, expected [{}] (one per output channel)", shapeToString(bias->shape), filters);
+    }
+  }
+  s.geometry = resolveWindow(attrs, spatialOf(x.shape), kernelShapeOf(attrs, w.shape), false);
+  s.output = {x.shape[0], filters};
+  s.output.insert(s.output.end(), s.geometry.output.begin(), s.geometry.output.end());
+  return s;
+}
+
+std::vector<TensorMeta> inferConv(const ShapeContext& ctx) {
+  if (!ctx.hasInput(0) || !ctx.hasInput(1)) ctx.error("Conv needs inputs X and W");
+  try {
+    const TensorMeta* bias = ctx.hasInput(2) ? &ctx.input(2).meta : nullptr;
+    ConvSetup s = resolveConv(ctx.attrs, ctx.input(0).meta, ctx.input(1).meta, bias);
+    return {TensorMeta{DType::Float32, s.output}};
+  } catch (const Error& e) {
+    ctx.error(e.what());
+  }
+}
+
+memory::dims toDims(const std::vector<std::int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+
+memory::dims dnnlDilations(const std::vector<std::int64_t>& dilations) {
+  memory::dims d;
+  for (std::int64_t v : dilations) d.push_back(v - 1);  // oneDNN counts dilation from 0
+  return d;
+}
+
+// Weights as oneDNN wants them, grouped (G, O/G, I/G, k...) when group > 1; same bytes as ONNX's (O, I/G, k...).
+// Kept for deconvolution too, where ONNX's layout is (I, O/G, k...) and oneDNN's is (G, O/G, I/G, k...): those are
+// described with strides instead.
+Shape groupedWeightDims(const Shape& w, std::int64_t group) {
+  if (group == 1) return w;
+  Shape dims{group, w[0] / group};
+  dims.insert(dims.end(), w.begin() + 1, w.end());
+  return dims;
+}
+
+// Caches a weight tensor reordered into the primitive's preferred layout.
+// Note [Weight cache]: the reordered copy is keyed on the weight tensor's data pointer plus a fingerprint of a few
+// sampled values, which catches a different tensor at the same address cheaply but NOT an in-place update that
+// leaves the samples unchanged. That is enough for forward-only runs, where weights are constant. Training (an
+// optimizer updating weights in place) will need explicit invalidation, e.g. a version counter on Tensor bumped by
+// optimizer steps, checked here instead of the fingerprint.
+class WeightCache {
+ public:
+  WeightCache() = default;
+  WeightCache(const memory::desc& user, const memory::desc& preferred, std::int64_t numel)
+      : needsReorder_(user != preferred), numel_(numel) {
+    if (!needsReorder_) return;
+    userMemory_ = memory(user, dnnlEngine(), nullptr);
+    cached_ = Tensor::empty(DType::UInt8, {static_cast<std::int64_t>(preferred.get_size())}, MemoryCategory::Workspace);
+    cachedMemory_ = memory(preferred, dnnlEngine(), cached_.rawData());
+    reorder_ = dnnl::reorder(userMemory_, cachedMemory_);
+  }
+
+  // The memory holding `weights` in the preferred layout, reordering only when the weights changed.
+  void* get(const Tensor& weights) {
+    if (!needsReorder_) return weights.rawData();
+    const void* ptr = weights.rawData();
+    const std::uint64_t print = fingerprint(weights);
+    if (ptr != cachedFrom_ || print != fingerprint_) {
+      userMemory_.set_data_handle(weights.rawData());
+      std::unordered_map<int, memory> args{{DNNL_ARG_FROM, userMemory_}, {DNNL_ARG_TO, cachedMemory_}};
+      executeDnnl(reorder_, args, 0);
+      cachedFrom_ = ptr;
+      fingerprint_ = print;
+    }
+    return cached_.rawData();
+  }
+
+ private:
+  std::uint64_t fingerprint(const Tensor& weights) const {
+    constexpr std::int64_t kSamples = 16;
+    const auto* data = static_cast<const std::uint32_t*>(weights.rawData());
+    std::uint64_t h = 1469598103934665603ULL;
+    const std::int64_t step = std::max<std::int64_t>(1, numel_ / kSamples);
+    for (std::int64_t i = 0; i < numel_; i += step) h = (h ^ data[i]) * 1099511628211ULL;
+    if (numel_ > 0) h = (h ^ data[numel_ - 1]) * 1099511628211ULL;
+    return h;
+  }
+
+  bool needsReorder_ = false;
+  std::int64_t numel_ = 0;
+  memory userMemory_;
+  memory cachedMemory_;
+  dnnl::reorder reorder_;
+  Tensor cached_;
+  const void* cachedFrom_ = nullptr;
+  std::uint64_t fingerprint_ = 0;
+};
+
+class ConvKernel : public OpKernel {
+ public:
+  explicit ConvKernel(const KernelInit& init) {
+    const TensorMeta& x = init.inputs.at(0).meta;
+    const TensorMeta& w = init.inputs.at(1).meta;
+    hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
+    ConvSetup s = resolveConv(init.attrs, x, w, hasBias_ ? &init.inputs[2].meta : nullptr);
+    empty_ = numElements(s.output) == 0 || numElements(x.shape) == 0;
+    if (empty_) return;
+
+    const std::size_t n = s.geometry.kernel.size();
+    memory::dims padEnd(n);
+    for (std::size_t i = 0; i < n; ++i) padEnd[i] = dnnlPadEnd(s.geometry, spatialOf(x.shape), i);
+
+    const Shape weightDims = groupedWeightDims(w.shape, s.group);
+    const memory::desc srcDesc = plainDesc(x.shape);
+    const memory::desc dstDesc = plainDesc(s.output);
+    const memory::desc userWeightDesc = plainDesc(weightDims);
+    // Let the convolution pick its weight layout; the weights are reordered once (WeightCache).
+    const memory::desc anyWeightDesc(toDims(weightDims), memory::data_type::f32, memory::format_tag::any);
+    const memory::desc biasDesc = hasBias_ ? plainDesc({w.shape[0]}) : memory::desc();
+
+    withDnnlErrors(init.nodeName, "create the convolution", [&] {
+      dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                           srcDesc, anyWeightDesc, biasDesc, dstDesc, toDims(s.geometry.strides),
+                                           dnnlDilations(s.geometry.dilations), toDims(s.geometry.padBegin),
+                                           padEnd);
+      dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
+      primitive_ = dnnl::convolution_forward(pd);
+      scratchpadBytes_ = pd.scratchpad_desc().get_size();
+      weights_ = WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape));
+      src_ = memory(srcDesc, dnnlEngine(), nullptr);
+      weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
+      dst_ = memory(dstDesc, dnnlEngine(), nullptr);
+      if (hasBias_) bias_ = memory(biasDesc, dnnlEngine(), nullptr);
+      // Constant weights (the usual case after loading) are reordered now, at plan time, not on the first run.
+      if (init.inputs[1].constant != nullptr) weights_.get(*init.inputs[1].constant);
+    });
+  }
+
+  void compute(KernelContext& ctx) override {
+    if (empty_) return;
+    bindDnnl(src_, ctx.input(0));
+    weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
+    bindDnnl(dst_, ctx.output(0));
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weightMemory_}, {DNNL_ARG_DST, dst_}};
+    if (hasBias_) {
+      bindDnnl(bias_, ctx.input(2));
+      args[DNNL_ARG_BIAS] = bias_;
+    }
+    executeDnnl(primitive_, args, scratchpadBytes_);
+  }
+
+ private:
+  bool hasBias_ = false;
+  bool empty_ = false;
+  dnnl::convolution_forward primitive_;
+  std::size_t scratchpadBytes_ = 0;
+  WeightCache weights_;
+  memory src_;
+  memory weightMemory_;
+  memory bias_;
+  memory dst_;
+};
+
+// ---- ConvTranspose ----
+
+struct DeconvSetup {
+  std::int64_t group = 1;
+  std::vector<std::int64_t> kernel, strides, dilations, padBegin, padEnd, outputPadding;
+  Shape output;
+};
+
+DeconvSetup resolveDeconv(const Attributes& attrs, const TensorMeta& x, const TensorMeta& w, const TensorMeta* bias) {
+  if (x.dtype != DType::Float32) fail("only float32 is supported, X is {}", dtypeName(x.dtype));
+  if (w.dtype != DType::Float32) fail("only float32 is supported, W is {}", dtypeName(w.dtype));
+  if (x.shape.size() < 3 || x.shape.size() > 5) {
+    fail("X must have rank 3 to 5 (N, C, 1 to 3 spatial dims), got {}", shapeToString(x.shape));
+  }
+  if (w.shape.size() != x.shape.size()) {
+    fail("W {} must have the same rank as X {}", shapeToString(w.shape), shapeToString(x.shape));
+  }
+  DeconvSetup s;
+  const std::size_t n = x.shape.size() - 2;
+  s.group = attrs.getInt("group", 1);
+  if (s.group < 1) fail("group must be positive, got {}", s.group);
+  if (x.shape[1] != w.shape[0]) {
+    fail("X has {} input channels but W (C, M/group, k...) has {}", x.shape[1], w.shape[0]);
+  }
+  if (w.shape[0] % s.group != 0) fail("W has {} input channels, not divisible by group {}", w.shape[0], s.group);
+  const std::int64_t filters = w.shape[1] * s.group;
+  if (bias != nullptr) {
+    if (bias->dtype != DType::Float32) fail("only float32 is supported, B is {}", dtypeName(bias->dtype));
+    if (bias->shape != Shape{filters}) {
+      fail("B has shape {}, expected [{}] (one per output channel)", shapeToString(bias->shape), filters);
+    }
+  }
+  s.kernel = kernelShapeOf(attrs, w.shape);
+  s.strides = attrs.getInts("strides", std::vector<std::int64_t>(n, 1));
+  s.dilations = attrs.getInts("dilations", std::vector<std::int64_t>(n, 1));
+  s.outputPadding = attrs.getInts("output_padding", std::vector<std::int64_t>(n, 0));
+  if (s.strides.size() != n || s.dilations.size() != n || s.outputPadding.size() != n) {
+    fail("strides, dilations and output_padding need {} values each", n);
+  }
+  const std::vector<std::int64_t> in = spatialOf(x.shape);
+  std::vector<std::int64_t> outSpatial(n);
+  const std::string autoPad = attrs.getString("auto_pad", "NOTSET");
+  s.padBegin.assign(n, 0);
+  s.padEnd.assign(n, 0);
+  auto extentOf = [&](std::size_t i) { return (s.kernel[i] - 1) * s.dilations[i] + 1; };
+  if (attrs.has("output_shape")) {
+    std::vector<std::int64_t> requested = attrs.getInts("output_shape");
+    if (requested.size() == n + 2) requested.erase(requested.begin(), requested.begin() + 2);
+    if (requested.size() != n) fail("output_shape needs {} spatial values, got {}", n, requested.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t total = s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - requested[i];
+      if (total < 0) {
+        // A larger output_shape than the full result: the extra positions at the end only get the bias (ONNX's
+        // reference pads the end with zeros).
+        s.padBegin[i] = 0;
+        s.padEnd[i] = total;
+      } else {
+        // The ONNX spec's split: SAME_UPPER puts the odd pad at the end, otherwise at the beginning.
+        s.padBegin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+        s.padEnd[i] = total - s.padBegin[i];
+      }
+      outSpatial[i] = requested[i];
+    }
+  } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+    for (std::size_t i = 0; i < n; ++i) {
+      outSpatial[i] = in[i] * s.strides[i];
+      const std::int64_t total =
+          std::max<std::int64_t>(0, s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - outSpatial[i]);
+      s.padBegin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      s.padEnd[i] = total - s.padBegin[i];
+    }
+  } else {
+    if (autoPad != "NOTSET" && autoPad != "VALID" && !autoPad.empty()) {
+      fail("auto_pad '{}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID", autoPad);
+    }
+    if (autoPad != "VALID") {
+      std::vector<std::int64_t> pads = attrs.getInts("pads", std::vector<std::int64_t>(2 * n, 0));
+      if (pads.size() != 2 * n) fail("pads has {} values, expected {}", pads.size(), 2 * n);
+      for (std::size_t i = 0; i < n; ++i) {
+        s.padBegin[i] = pads[i];
+        s.padEnd[i] = pads[n + i];
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      outSpatial[i] =
+          s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - s.padBegin[i] - s.padEnd[i];
+      if (outSpatial[i] < 1) fail("output spatial dim {} would be {}", i, outSpatial[i]);
+    }
+  }
+  s.output = {x.shape[0], filters};
+  s.output.insert(s.output.end(), outSpatial.begin(), outSpatial.end());
+  return s;
+}
+
+std::vector<TensorMeta> inferConvTranspose(const ShapeContext& ctx) {
+  if (!ctx.hasInput(0) || !ctx.hasInput(1)) ctx.error("ConvTranspose needs inputs X and W");
+  try {
+    const TensorMeta* bias = ctx.hasInput(2) ? &ctx.input(2).meta : nullptr;
+    DeconvSetup s = resolveDeconv(ctx.attrs, ctx.input(0).meta, ctx.input(1).meta, bias);
+    return {TensorMeta{DType::Float32, s.output}};
+  } catch (const Error& e) {
+    ctx.error(e.what());
+  }
+}
+
+class ConvTransposeKernel : public OpKernel {
+ public:
+  explicit ConvTransposeKernel(const KernelInit& init) {
+    const TensorMeta& x = init.inputs.at(0).meta;
+    const TensorMeta& w = init.inputs.at(1).meta;
+    hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
+    DeconvSetup s = resolveDeconv(init.attrs, x, w, hasBias_ ? &init.inputs[2].meta : nullptr);
+    empty_ = numElements(s.output) == 0 || numElements(x.shape) == 0;
+    if (empty_) return;
+    const std::size_t n = s.kernel.size();
+    // oneDNN's deconvolution output size is strides*(in-1) + extent - padBegin - padEnd; output_padding (and an
+    // output_shape) shrink the end padding, possibly below zero, which oneDNN accepts.
+    memory::dims padEnd(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t extent = (s.kernel[i] - 1) * s.dilations[i] + 1;
+      padEnd[i] = s.strides[i] * (x.shape[2 + i] - 1) + extent - s.padBegin[i] - s.output[2 + i];
+    }
+    // ONNX W is (C, M/G, k...) = (G, C/G, M/G, k...); oneDNN's grouped weights are (G, M/G, C/G, k...). Describe
+    // ONNX's bytes with strides (swap the two channel dims) and let the weight cache reorder them.
+    const std::int64_t g = s.group;
+    const std::int64_t cPerG = w.shape[0] / g;
+    const std::int64_t mPerG = w.shape[1];
+    const std::int64_t kernelVolume = numElements(s.kernel);
+    memory::dims weightDims;
+    memory::dims weightStrides;
+    if (g > 1) {
+      weightDims = {g, mPerG, cPerG};
+      weightStrides = {cPerG * mPerG * kernelVolume, kernelVolume, mPerG * kernelVolume};
+    } else {
+      weightDims = {mPerG, cPerG};
+      weightStrides = {kernelVolume, mPerG * kernelVolume};
+    }
+    const std::vector<std::int64_t> kernelStrides = contiguousStrides(s.kernel);
+    for (std::size_t i = 0; i < n; ++i) {
+      weightDims.push_back(s.kernel[i]);
+      weightStrides.push_back(kernelStrides[i]);
+    }
+    const memory::desc userWeightDesc(weightDims, memory::data_type::f32, weightStrides);
+    const memory::desc anyWeightDesc(weightDims, memory::data_type::f32, memory::format_tag::any);
+    const memory::desc srcDesc = plainDesc(x.shape);
+    const memory::desc dstDesc = plainDesc(s.output);
+    const memory::desc biasDesc = hasBias_ ? plainDesc({s.output[1]}) : memory::desc();
+    withDnnlErrors(init.nodeName, "create the transposed convolution", [&] {
+      dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                             dnnl::algorithm::deconvolution_direct, srcDesc, anyWeightDesc, biasDesc,
+                                             dstDesc, toDims(s.strides), dnnlDilations(s.dilations),
+                                             toDims(s.padBegin), padEnd);
+      dnnl::deconvolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
+      primitive_ = dnnl::deconvolution_forward(pd);
+      scratchpadBytes_ = pd.scratchpad_desc().get_size();
+      weights_ = WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape));
+      src_ = memory(srcDesc, dnnlEngine(), nullptr);
+      weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
+      dst_ = memory(dstDesc, dnnlEngine(), nullptr);
+      if (hasBias_) bias_ = memory(biasDesc, dnnlEngine(), nullptr);
+      if (init.inputs[1].constant != nullptr) weights_.get(*init.inputs[1].constant);
+    });
+  }
+
+  void compute(KernelContext& ctx) override {
+    if (empty_) return;
+    bindDnnl(src_, ctx.input(0));
+    weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
+    bindDnnl(dst_, ctx.output(0));
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weightMemory_}, {DNNL_ARG_DST, dst_}};
+    if (hasBias_) {
+      bindDnnl(bias_, ctx.input(2));
+      args[DNNL_ARG_BIAS] = bias_;
+    }
+    executeDnnl(primitive_, args, scratchpadBytes_);
+  }
+
+ private:
+  bool hasBias_ = false;
+  bool empty_ = false;
+  dnnl::deconvolution_forward primitive_;
+  std::size_t scratchpadBytes_ = 0;
+  WeightCache weights_;
+  memory src_;
+  memory weightMemory_;
+  memory bias_;
+  memory dst_;
+};
+
+}  // namespace
+
+void registerDnnlConvOps(OpRegistry& registry) {
+  registry.addSchema({"Conv", inferConv, true});
+  registry.addKernel("Conv", DeviceType::CPU,
+                     [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+                       return std::make_unique<ConvKernel>(init);
+                     });
+  registry.addSchema({"ConvTranspose", inferConvTranspose, true});
+  registry.addKernel("ConvTranspose", DeviceType::CPU,
+                     [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+                       return std::make_unique<ConvTransposeKernel>(init);
+                     });
+}
+
+}  // namespace strata::cpu

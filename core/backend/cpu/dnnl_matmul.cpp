@@ -1,0 +1,378 @@
+// Gemm and MatMul: float32 on oneDNN's matmul primitive (batched, broadcasting); float64 and integers on a direct
+// loop (the ONNX conformance suite has a few of those, never on a hot path).
+
+#include <memory>
+#include <numeric>
+
+#include "dnnl_context.h"
+#include "strata/thread_pool.h"
+
+namespace strata::cpu {
+namespace {
+
+using dnnl::memory;
+
+bool isLoopType(DType dtype) {
+  return dtype == DType::Float64 || dtype == DType::Int32 || dtype == DType::Int64;
+}
+
+void checkMatmulTypes(const TensorMeta& a, const TensorMeta& b) {
+  if (a.dtype != b.dtype) fail("A is {} but B is {}; they must match", dtypeName(a.dtype), dtypeName(b.dtype));
+  if (a.dtype != DType::Float32 && !isLoopType(a.dtype)) {
+    fail("supported types are float32, float64, int32 and int64, got {}", dtypeName(a.dtype));
+  }
+}
+
+template <typename T>
+using Accumulator = std::conditional_t<std::is_integral_v<T>, std::int64_t, double>;
+
+// ---- Gemm: Y = alpha * A' B' + beta * C ----
+
+struct GemmSetup {
+  std::int64_t m = 0, n = 0, k = 0;
+  bool transA = false, transB = false;
+  float alpha = 1, beta = 1;
+  bool hasC = false;
+  Shape c2d;  // C as a 2-D [rows, cols] with rows in {1, M}, cols in {1, N}
+};
+
+GemmSetup resolveGemm(const Attributes& attrs, const TensorMeta& a, const TensorMeta& b, const TensorMeta* c) {
+  checkMatmulTypes(a, b);
+  if (a.shape.size() != 2) fail("A must be 2-D, got {}", shapeToString(a.shape));
+  if (b.shape.size() != 2) fail("B must be 2-D, got {}", shapeToString(b.shape));
+  GemmSetup s;
+  s.transA = attrs.getInt("transA", 0) != 0;
+  s.transB = attrs.getInt("transB", 0) != 0;
+  s.alpha = attrs.getFloat("alpha", 1.0f);
+  s.beta = attrs.getFloat("beta", 1.0f);
+  s.m = s.transA ? a.shape[1] : a.shape[0];
+  s.k = s.transA ? a.shape[0] : a.shape[1];
+  const std::int64_t kb = s.transB ? b.shape[1] : b.shape[0];
+  s.n = s.transB ? b.shape[0] : b.shape[1];
+  if (s.k != kb) {
+    fail("inner dimensions differ: A{} gives K = {} but B{} gives K = {} (transA {}, transB {})",
+         shapeToString(a.shape), s.k, shapeToString(b.shape), kb, s.transA, s.transB);
+  }
+  if (c != nullptr) {
+    if (c->dtype != a.dtype) fail("C is {} but A is {}", dtypeName(c->dtype), dtypeName(a.dtype));
+    if (c->shape.size() > 2) fail("C must have rank <= 2, got {}", shapeToString(c->shape));
+    s.hasC = true;
+    s.c2d = c->shape;
+    while (s.c2d.size() < 2) s.c2d.insert(s.c2d.begin(), 1);
+    if ((s.c2d[0] != 1 && s.c2d[0] != s.m) || (s.c2d[1] != 1 && s.c2d[1] != s.n)) {
+      fail("C {} does not broadcast to the output [{}, {}]", shapeToString(c->shape), s.m, s.n);
+    }
+  }
+  return s;
+}
+
+std::vector<TensorMeta> inferGemm(const ShapeContext& ctx) {
+  if (!ctx.hasInput(0) || !ctx.hasInput(1)) ctx.error("Gemm needs inputs A and B");
+  try {
+    const TensorMeta* c = ctx.hasInput(2) ? &ctx.input(2).meta : nullptr;
+    GemmSetup s = resolveGemm(ctx.attrs, ctx.input(0).meta, ctx.input(1).meta, c);
+    return {TensorMeta{ctx.input(0).meta.dtype, {s.m, s.n}}};
+  } catch (const Error& e) {
+    ctx.error(e.what());
+  }
+}
+
+// Writes C broadcast to [M, N] into y, times `scale`.
+template <typename T>
+void broadcastC(const GemmSetup& s, const Tensor& c, Tensor& y, double scale) {
+  const T* src = c.data<T>();
+  T* dst = y.data<T>();
+  const std::int64_t rowStride = s.c2d[0] == 1 ? 0 : s.c2d[1];
+  const std::int64_t colStride = s.c2d[1] == 1 ? 0 : 1;
+  for (std::int64_t i = 0; i < s.m; ++i) {
+    for (std::int64_t j = 0; j < s.n; ++j) {
+      dst[i * s.n + j] = static_cast<T>(scale * static_cast<double>(src[i * rowStride + j * colStride]));
+    }
+  }
+}
+
+template <typename T>
+void naiveGemm(const GemmSetup& s, const Tensor& a, const Tensor& b, const Tensor* c, Tensor& y) {
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* py = y.data<T>();
+  const bool useC = c != nullptr && s.beta != 0.0f;
+  if (useC) broadcastC<T>(s, *c, y, s.beta);
+  parallelFor(0, s.m, 16, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      for (std::int64_t j = 0; j < s.n; ++j) {
+        Accumulator<T> acc = 0;
+        for (std::int64_t kk = 0; kk < s.k; ++kk) {
+          const T av = s.transA ? pa[kk * s.m + i] : pa[i * s.k + kk];
+          const T bv = s.transB ? pb[j * s.k + kk] : pb[kk * s.n + j];
+          acc += static_cast<Accumulator<T>>(av) * static_cast<Accumulator<T>>(bv);
+        }
+        const double value = static_cast<double>(s.alpha) * static_cast<double>(acc) +
+                             (useC ? static_cast<double>(py[i * s.n + j]) : 0.0);
+        py[i * s.n + j] = static_cast<T>(value);
+      }
+    }
+  });
+}
+
+class GemmKernel : public OpKernel {
+ public:
+  explicit GemmKernel(const KernelInit& init) {
+    const bool hasC = init.inputs.size() > 2 && init.inputs[2].present;
+    setup_ = resolveGemm(init.attrs, init.inputs.at(0).meta, init.inputs.at(1).meta,
+                         hasC ? &init.inputs[2].meta : nullptr);
+    dtype_ = init.inputs[0].meta.dtype;
+    if (dtype_ != DType::Float32 || setup_.m * setup_.n * setup_.k == 0) return;  // the loop handles these
+    const GemmSetup& s = setup_;
+    // Transposes are strides, not copies.
+    const memory::desc aDesc({s.m, s.k}, memory::data_type::f32,
+                             s.transA ? memory::dims{1, s.m} : memory::dims{s.k, 1});
+    const memory::desc bDesc({s.k, s.n}, memory::data_type::f32,
+                             s.transB ? memory::dims{1, s.k} : memory::dims{s.n, 1});
+    const memory::desc yDesc = plainDesc({s.m, s.n});
+    dnnl::primitive_attr attr = userScratchpadAttr();
+    memory::desc biasDesc;
+    if (s.hasC && s.alpha == 1.0f && s.beta == 1.0f && s.c2d[0] == 1) {
+      // The nn.Linear case: C is the matmul's bias, broadcast by oneDNN.
+      mode_ = CMode::Bias;
+      biasDesc = plainDesc(s.c2d);
+    } else {
+      if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
+      if (s.hasC && s.beta != 0.0f) {
+        // Y is prefilled with C; the sum post-op adds beta * Y to alpha * A'B'.
+        mode_ = CMode::Sum;
+        dnnl::post_ops ops;
+        ops.append_sum(s.beta);
+        attr.set_post_ops(ops);
+      }
+    }
+    withDnnlErrors(init.nodeName, "create the Gemm matmul", [&] {
+      dnnl::matmul::desc desc = mode_ == CMode::Bias ? dnnl::matmul::desc(aDesc, bDesc, biasDesc, yDesc)
+                                                     : dnnl::matmul::desc(aDesc, bDesc, yDesc);
+      dnnl::matmul::primitive_desc pd(desc, attr, dnnlEngine());
+      primitive_ = dnnl::matmul(pd);
+      scratchpadBytes_ = pd.scratchpad_desc().get_size();
+      a_ = memory(aDesc, dnnlEngine(), nullptr);
+      b_ = memory(bDesc, dnnlEngine(), nullptr);
+      y_ = memory(yDesc, dnnlEngine(), nullptr);
+      if (mode_ == CMode::Bias) bias_ = memory(biasDesc, dnnlEngine(), nullptr);
+    });
+    useDnnl_ = true;
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor* c = ctx.hasInput(2) ? &ctx.input(2) : nullptr;
+    Tensor& y = ctx.output(0);
+    if (!useDnnl_) {
+      switch (dtype_) {
+        case DType::Float32: naiveGemm<float>(setup_, ctx.input(0), ctx.input(1), c, y); break;
+        case DType::Float64: naiveGemm<double>(setup_, ctx.input(0), ctx.input(1), c, y); break;
+        case DType::Int32: naiveGemm<std::int32_t>(setup_, ctx.input(0), ctx.input(1), c, y); break;
+        case DType::Int64: naiveGemm<std::int64_t>(setup_, ctx.input(0), ctx.input(1), c, y); break;
+        default: fail("Gemm: unsupported dtype {}", dtypeName(dtype_));
+      }
+      return;
+    }
+    bindDnnl(a_, ctx.input(0));
+    bindDnnl(b_, ctx.input(1));
+    bindDnnl(y_, y);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, y_}};
+    if (mode_ == CMode::Bias) {
+      bindDnnl(bias_, *c);
+      args[DNNL_ARG_BIAS] = bias_;
+    } else if (mode_ == CMode::Sum) {
+      broadcastC<float>(setup_, *c, y, 1.0);
+    }
+    executeDnnl(primitive_, args, scratchpadBytes_);
+  }
+
+ private:
+  enum class CMode { None, Bias, Sum };
+  GemmSetup setup_;
+  DType dtype_ = DType::Float32;
+  CMode mode_ = CMode::None;
+  bool useDnnl_ = false;
+  dnnl::matmul primitive_;
+  std::size_t scratchpadBytes_ = 0;
+  memory a_, b_, y_, bias_;
+};
+
+// ---- MatMul: numpy matmul semantics ----
+
+struct MatmulSetup {
+  std::int64_t m = 0, n = 0, k = 0;
+  Shape batchA, batchB, batch;  // batch dims, both padded with leading 1s to batch's rank
+  Shape output;
+};
+
+MatmulSetup resolveMatmul(const TensorMeta& a, const TensorMeta& b) {
+  checkMatmulTypes(a, b);
+  if (a.shape.empty() || b.shape.empty()) {
+    fail("operands must have rank >= 1, got A{} and B{}", shapeToString(a.shape), shapeToString(b.shape));
+  }
+  // 1-D operands are promoted: A [K] -> [1, K], B [K] -> [K, 1]; the added dims are dropped from the output.
+  Shape am = a.shape.size() == 1 ? Shape{1, a.shape[0]} : a.shape;
+  Shape bm = b.shape.size() == 1 ? Shape{b.shape[0], 1} : b.shape;
+  MatmulSetup s;
+  s.m = am[am.size() - 2];
+  s.k = am.back();
+  s.n = bm.back();
+  if (bm[bm.size() - 2] != s.k) {
+    fail("inner dimensions differ: A{} has K = {} but B{} has K = {}", shapeToString(a.shape), s.k,
+         shapeToString(b.shape), bm[bm.size() - 2]);
+  }
+  s.batchA.assign(am.begin(), am.end() - 2);
+  s.batchB.assign(bm.begin(), bm.end() - 2);
+  s.batch = broadcastShapes(s.batchA, s.batchB);
+  while (s.batchA.size() < s.batch.size()) s.batchA.insert(s.batchA.begin(), 1);
+  while (s.batchB.size() < s.batch.size()) s.batchB.insert(s.batchB.begin(), 1);
+  s.output = s.batch;
+  if (a.shape.size() > 1) s.output.push_back(s.m);
+  if (b.shape.size() > 1) s.output.push_back(s.n);
+  return s;
+}
+
+std::vector<TensorMeta> inferMatmul(const ShapeContext& ctx) {
+  if (!ctx.hasInput(0) || !ctx.hasInput(1)) ctx.error("MatMul needs inputs A and B");
+  try {
+    MatmulSetup s = resolveMatmul(ctx.input(0).meta, ctx.input(1).meta);
+    return {TensorMeta{ctx.input(0).meta.dtype, s.output}};
+  } catch (const Error& e) {
+    ctx.error(e.what());
+  }
+}
+
+template <typename T>
+void naiveMatmul(const MatmulSetup& s, const Tensor& a, const Tensor& b, Tensor& y) {
+  const std::size_t r = s.batch.size();
+  // Element strides of each batch dim, 0 where the operand broadcasts.
+  std::vector<std::int64_t> strideA(r), strideB(r);
+  std::int64_t sa = s.m * s.k, sb = s.k * s.n;
+  for (std::size_t d = r; d-- > 0;) {
+    strideA[d] = s.batchA[d] == 1 ? 0 : sa;
+    strideB[d] = s.batchB[d] == 1 ? 0 : sb;
+    sa *= s.batchA[d];
+    sb *= s.batchB[d];
+  }
+  const std::int64_t batches = numElements(s.batch);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* py = y.data<T>();
+  parallelFor(0, batches, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t bi = begin; bi < end; ++bi) {
+      std::int64_t offA = 0, offB = 0, rest = bi;
+      for (std::size_t d = r; d-- > 0;) {
+        const std::int64_t idx = rest % s.batch[d];
+        rest /= s.batch[d];
+        offA += idx * strideA[d];
+        offB += idx * strideB[d];
+      }
+      T* out = py + bi * s.m * s.n;
+      for (std::int64_t i = 0; i < s.m; ++i) {
+        for (std::int64_t j = 0; j < s.n; ++j) {
+          Accumulator<T> acc = 0;
+          for (std::int64_t kk = 0; kk < s.k; ++kk) {
+            acc += static_cast<Accumulator<T>>(pa[offA + i * s.k + kk]) *
+                   static_cast<Accumulator<T>>(pb[offB + kk * s.n + j]);
+          }
+          out[i * s.n + j] = static_cast<T>(acc);
+        }
+      }
+    }
+  });
+}
+
+class MatmulKernel : public OpKernel {
+ public:
+  explicit MatmulKernel(const KernelInit& init) {
+    setup_ = resolveMatmul(init.inputs.at(0).meta, init.inputs.at(1).meta);
+    dtype_ = init.inputs[0].meta.dtype;
+    const MatmulSetup& s = setup_;
+    const std::int64_t batches = numElements(s.batch);
+    if (dtype_ != DType::Float32 || batches * s.m * s.n * s.k == 0) return;  // the loop handles these
+    memory::dims aDims, bDims, yDims;
+    const bool sameBatch = s.batchA == s.batchB;
+    const bool bShared = numElements(s.batchB) == 1;
+    if (bShared) {
+      // B has no (real) batch: fold A's batch into its rows, one plain 2-D product.
+      const std::int64_t rows = numElements(s.batchA) * s.m;
+      aDims = {rows, s.k};
+      bDims = {s.k, s.n};
+      yDims = {rows, s.n};
+    } else if (sameBatch) {
+      aDims = {batches, s.m, s.k};
+      bDims = {batches, s.k, s.n};
+      yDims = {batches, s.m, s.n};
+    } else if (numElements(s.batchA) == 1) {
+      aDims = {1, s.m, s.k};
+      bDims = {batches, s.k, s.n};
+      yDims = {batches, s.m, s.n};
+    } else {
+      // Genuine broadcasting between batch dims: oneDNN broadcasts size-1 batch dims of either operand.
+      if (s.batch.size() + 2 > DNNL_MAX_NDIMS) {
+        fail("{}: MatMul with {} batch dims exceeds oneDNN's {} dims", init.nodeName, s.batch.size(), DNNL_MAX_NDIMS);
+      }
+      aDims.assign(s.batchA.begin(), s.batchA.end());
+      bDims.assign(s.batchB.begin(), s.batchB.end());
+      yDims.assign(s.batch.begin(), s.batch.end());
+      aDims.insert(aDims.end(), {s.m, s.k});
+      bDims.insert(bDims.end(), {s.k, s.n});
+      yDims.insert(yDims.end(), {s.m, s.n});
+    }
+    const memory::desc aDesc = plainDesc(std::vector<std::int64_t>(aDims.begin(), aDims.end()));
+    const memory::desc bDesc = plainDesc(std::vector<std::int64_t>(bDims.begin(), bDims.end()));
+    const memory::desc yDesc = plainDesc(std::vector<std::int64_t>(yDims.begin(), yDims.end()));
+    withDnnlErrors(init.nodeName, "create the MatMul matmul", [&] {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(aDesc, bDesc, yDesc), userScratchpadAttr(), dnnlEngine());
+      primitive_ = dnnl::matmul(pd);
+      scratchpadBytes_ = pd.scratchpad_desc().get_size();
+      a_ = memory(aDesc, dnnlEngine(), nullptr);
+      b_ = memory(bDesc, dnnlEngine(), nullptr);
+      y_ = memory(yDesc, dnnlEngine(), nullptr);
+    });
+    useDnnl_ = true;
+  }
+
+  void compute(KernelContext& ctx) override {
+    Tensor& y = ctx.output(0);
+    if (!useDnnl_) {
+      if (y.numel() == 0) return;
+      switch (dtype_) {
+        case DType::Float32: naiveMatmul<float>(setup_, ctx.input(0), ctx.input(1), y); break;
+        case DType::Float64: naiveMatmul<double>(setup_, ctx.input(0), ctx.input(1), y); break;
+        case DType::Int32: naiveMatmul<std::int32_t>(setup_, ctx.input(0), ctx.input(1), y); break;
+        case DType::Int64: naiveMatmul<std::int64_t>(setup_, ctx.input(0), ctx.input(1), y); break;
+        default: fail("MatMul: unsupported dtype {}", dtypeName(dtype_));
+      }
+      return;
+    }
+    bindDnnl(a_, ctx.input(0));
+    bindDnnl(b_, ctx.input(1));
+    bindDnnl(y_, y);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, y_}};
+    executeDnnl(primitive_, args, scratchpadBytes_);
+  }
+
+ private:
+  MatmulSetup setup_;
+  DType dtype_ = DType::Float32;
+  bool useDnnl_ = false;
+  dnnl::matmul primitive_;
+  std::size_t scratchpadBytes_ = 0;
+  memory a_, b_, y_;
+};
+
+}  // namespace
+
+void registerDnnlMatmulOps(OpRegistry& registry) {
+  registry.addSchema({"Gemm", inferGemm, true});
+  registry.addKernel("Gemm", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<GemmKernel>(init);
+  });
+  registry.addSchema({"MatMul", inferMatmul, true});
+  registry.addKernel("MatMul", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<MatmulKernel>(init);
+  });
+}
+
+}  // namespace strata::cpu

@@ -1,0 +1,236 @@
+// MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool on oneDNN pooling primitives, with a direct loop for
+// what oneDNN does not cover (MaxPool's Indices output, non-float types, the divisor of AveragePool with
+// count_include_pad in ceil mode).
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "dnnl_context.h"
+#include "strata/thread_pool.h"
+
+namespace strata::cpu {
+namespace {
+
+using dnnl::memory;
+
+enum class PoolKind { Max, Average };
+
+struct PoolSetup {
+  PoolKind kind = PoolKind::Max;
+  bool countIncludePad = false;
+  std::int64_t storageOrder = 0;
+  WindowGeometry geometry;
+  Shape output;
+};
+
+PoolSetup resolvePool(const std::string& opType, const Attributes& attrs, const TensorMeta& x) {
+  PoolSetup s;
+  const bool global = opType == "GlobalAveragePool" || opType == "GlobalMaxPool";
+  s.kind = (opType == "MaxPool" || opType == "GlobalMaxPool") ? PoolKind::Max : PoolKind::Average;
+  const bool floatOnly = s.kind == PoolKind::Average || global;
+  if (floatOnly && x.dtype != DType::Float32) fail("only float32 is supported, X is {}", dtypeName(x.dtype));
+  if (!floatOnly && x.dtype != DType::Float32 && x.dtype != DType::Float64 && x.dtype != DType::Int8 &&
+      x.dtype != DType::UInt8) {
+    fail("X must be float32, float64, int8 or uint8, got {}", dtypeName(x.dtype));
+  }
+  if (x.shape.size() < 3) fail("X must have rank >= 3 (N, C, spatial...), got {}", shapeToString(x.shape));
+  const std::vector<std::int64_t> spatial(x.shape.begin() + 2, x.shape.end());
+  if (global) {
+    Attributes none;
+    s.geometry = resolveWindow(none, spatial, spatial, false);
+  } else {
+    if (!attrs.has("kernel_shape")) fail("the kernel_shape attribute is required");
+    s.countIncludePad = attrs.getInt("count_include_pad", 0) != 0;
+    s.storageOrder = attrs.getInt("storage_order", 0);
+    s.geometry = resolveWindow(attrs, spatial, attrs.getInts("kernel_shape"), attrs.getInt("ceil_mode", 0) != 0);
+  }
+  s.output = {x.shape[0], x.shape[1]};
+  s.output.insert(s.output.end(), s.geometry.output.begin(), s.geometry.output.end());
+  return s;
+}
+
+std::vector<TensorMeta> inferPool(const ShapeContext& ctx) {
+  if (!ctx.hasInput(0)) ctx.error(ctx.opType + " needs input X");
+  if (ctx.outputCount > 1 && ctx.opType != "MaxPool") ctx.error(ctx.opType + " has one output");
+  if (ctx.outputCount > 2) ctx.error("MaxPool has at most two outputs (Y, Indices)");
+  try {
+    PoolSetup s = resolvePool(ctx.opType, ctx.attrs, ctx.input(0).meta);
+    std::vector<TensorMeta> out{TensorMeta{ctx.input(0).meta.dtype, s.output}};
+    if (ctx.outputCount == 2) out.push_back(TensorMeta{DType::Int64, s.output});
+    return out;
+  } catch (const Error& e) {
+    ctx.error(e.what());
+  }
+}
+
+// Direct N-d pooling over one (n, c) plane per task. The average's divisor counts the window positions inside the
+// input (count_include_pad = 0) or inside input + explicit pads (= 1), never the extra ceil_mode positions: the
+// PyTorch / ONNX-reference rule.
+template <typename T>
+void naivePool(const PoolSetup& s, const Tensor& x, Tensor& y, Tensor* indices) {
+  const WindowGeometry& g = s.geometry;
+  const std::size_t n = g.kernel.size();
+  const Shape& xs = x.shape();
+  const std::vector<std::int64_t> in(xs.begin() + 2, xs.end());
+  const std::int64_t inPlane = numElements(in);
+  const std::int64_t outPlane = numElements(g.output);
+  const std::int64_t windowSize = numElements(g.kernel);
+  const std::vector<std::int64_t> inStrides = contiguousStrides(in);
+  // Column-major spatial strides for storage_order = 1.
+  std::vector<std::int64_t> colStrides(n, 1);
+  for (std::size_t i = 1; i < n; ++i) colStrides[i] = colStrides[i - 1] * in[i - 1];
+  const T* src = x.data<T>();
+  T* dst = y.data<T>();
+  std::int64_t* idx = indices != nullptr ? indices->data<std::int64_t>() : nullptr;
+  const std::int64_t planes = xs[0] * xs[1];
+  parallelFor(0, planes, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::int64_t> o(n), k(n);
+    for (std::int64_t plane = begin; plane < end; ++plane) {
+      const T* p = src + plane * inPlane;
+      std::fill(o.begin(), o.end(), 0);
+      for (std::int64_t oi = 0; oi < outPlane; ++oi) {
+        double sum = 0;
+        double best = -std::numeric_limits<double>::infinity();
+        std::int64_t bestIndex = -1;
+        std::int64_t count = 0;
+        std::int64_t padded = 1;
+        for (std::size_t d = 0; d < n; ++d) {
+          // Window positions inside [-padBegin, in + padEnd), for the count_include_pad divisor.
+          const std::int64_t start = o[d] * g.strides[d] - g.padBegin[d];
+          std::int64_t inside = 0;
+          for (std::int64_t kk = 0; kk < g.kernel[d]; ++kk) {
+            const std::int64_t pos = start + kk * g.dilations[d];
+            if (pos >= -g.padBegin[d] && pos < in[d] + g.padEnd[d]) ++inside;
+          }
+          padded *= inside;
+        }
+        std::fill(k.begin(), k.end(), 0);
+        for (std::int64_t ki = 0; ki < windowSize; ++ki) {
+          std::int64_t offset = 0;
+          std::int64_t colOffset = 0;
+          bool valid = true;
+          for (std::size_t d = 0; d < n && valid; ++d) {
+            const std::int64_t pos = o[d] * g.strides[d] - g.padBegin[d] + k[d] * g.dilations[d];
+            valid = pos >= 0 && pos < in[d];
+            offset += pos * inStrides[d];
+            colOffset += pos * colStrides[d];
+          }
+          if (valid) {
+            const double v = static_cast<double>(p[offset]);
+            sum += v;
+            ++count;
+            if (v > best) {
+              best = v;
+              bestIndex = plane * inPlane + (s.storageOrder == 1 ? colOffset : offset);
+            }
+          }
+          for (std::size_t d = n; d-- > 0;) {  // next window position
+            if (++k[d] < g.kernel[d]) break;
+            k[d] = 0;
+          }
+        }
+        double value = 0;
+        if (s.kind == PoolKind::Max) {
+          value = count > 0 ? best : 0;
+        } else {
+          const std::int64_t divisor = s.countIncludePad ? padded : count;
+          value = divisor > 0 ? sum / static_cast<double>(divisor) : 0;
+        }
+        dst[plane * outPlane + oi] = static_cast<T>(value);
+        if (idx != nullptr) idx[plane * outPlane + oi] = bestIndex;
+        for (std::size_t d = n; d-- > 0;) {  // next output position
+          if (++o[d] < g.output[d]) break;
+          o[d] = 0;
+        }
+      }
+    }
+  });
+}
+
+class PoolKernel : public OpKernel {
+ public:
+  PoolKernel(const std::string& opType, const KernelInit& init) {
+    const TensorMeta& x = init.inputs.at(0).meta;
+    setup_ = resolvePool(opType, init.attrs, x);
+    empty_ = numElements(setup_.output) == 0;
+    if (empty_ || x.dtype != DType::Float32 || x.shape.size() > 5) return;  // the direct loop handles these
+    const WindowGeometry& g = setup_.geometry;
+    const std::size_t n = g.kernel.size();
+    const std::vector<std::int64_t> in(x.shape.begin() + 2, x.shape.end());
+    memory::dims padEnd(n);
+    bool extended = false;  // whether ceil_mode needs positions past the explicit end padding
+    for (std::size_t i = 0; i < n; ++i) {
+      padEnd[i] = dnnlPadEnd(g, in, i);
+      extended = extended || padEnd[i] > g.padEnd[i];
+    }
+    // oneDNN would count the extra ceil_mode positions in the divisor.
+    if (setup_.kind == PoolKind::Average && setup_.countIncludePad && extended) return;
+    memory::dims dilations;
+    for (std::int64_t d : g.dilations) dilations.push_back(d - 1);
+    const dnnl::algorithm algorithm = setup_.kind == PoolKind::Max ? dnnl::algorithm::pooling_max
+                                      : setup_.countIncludePad     ? dnnl::algorithm::pooling_avg_include_padding
+                                                                   : dnnl::algorithm::pooling_avg_exclude_padding;
+    const memory::desc srcDesc = plainDesc(x.shape);
+    const memory::desc dstDesc = plainDesc(setup_.output);
+    try {
+      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, srcDesc, dstDesc,
+                                          memory::dims(g.strides.begin(), g.strides.end()),
+                                          memory::dims(g.kernel.begin(), g.kernel.end()), dilations,
+                                          memory::dims(g.padBegin.begin(), g.padBegin.end()), padEnd);
+      dnnl::pooling_v2_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
+      primitive_ = dnnl::pooling_v2_forward(pd);
+      scratchpadBytes_ = pd.scratchpad_desc().get_size();
+      src_ = memory(srcDesc, dnnlEngine(), nullptr);
+      dst_ = memory(dstDesc, dnnlEngine(), nullptr);
+      useDnnl_ = true;
+    } catch (const dnnl::error&) {
+      // Geometry oneDNN rejects (e.g. padding as large as the kernel) runs on the direct loop.
+      useDnnl_ = false;
+    }
+  }
+
+  void compute(KernelContext& ctx) override {
+    if (empty_) return;
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.output(0);
+    Tensor* indices = ctx.hasOutput(1) ? &ctx.output(1) : nullptr;
+    if (useDnnl_ && indices == nullptr) {
+      bindDnnl(src_, x);
+      bindDnnl(dst_, y);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}};
+      executeDnnl(primitive_, args, scratchpadBytes_);
+      return;
+    }
+    switch (x.dtype()) {
+      case DType::Float32: naivePool<float>(setup_, x, y, indices); break;
+      case DType::Float64: naivePool<double>(setup_, x, y, indices); break;
+      case DType::Int8: naivePool<std::int8_t>(setup_, x, y, indices); break;
+      case DType::UInt8: naivePool<std::uint8_t>(setup_, x, y, indices); break;
+      default: fail("pooling: unsupported dtype {}", dtypeName(x.dtype()));
+    }
+  }
+
+ private:
+  PoolSetup setup_;
+  bool empty_ = false;
+  bool useDnnl_ = false;
+  dnnl::pooling_v2_forward primitive_;
+  std::size_t scratchpadBytes_ = 0;
+  memory src_;
+  memory dst_;
+};
+
+}  // namespace
+
+void registerDnnlPoolOps(OpRegistry& registry) {
+  for (const char* type : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}) {
+    const std::string opType = type;
+    registry.addSchema({opType, inferPool, true});
+    registry.addKernel(opType, DeviceType::CPU, [opType](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+      return std::make_unique<PoolKernel>(opType, init);
+    });
+  }
+}
+
+}  // namespace strata::cpu

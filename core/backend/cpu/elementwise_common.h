@@ -1,0 +1,163 @@
+#pragma once
+
+// Helpers shared by the elementwise and reduction CPU ops (elementwise_*.cpp, reduction_*.cpp). Internal to the
+// CPU backend.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "broadcast.h"
+#include "strata/op_registry.h"
+#include "strata/tensor.h"
+
+namespace strata::cpu::elementwise_detail {
+
+template <typename... Ts>
+struct TypeList {};
+
+using FloatTypes = TypeList<float, double>;
+using SignedTypes = TypeList<float, double, std::int32_t, std::int64_t, std::int8_t>;
+using NumericTypes = TypeList<float, double, std::int32_t, std::int64_t, std::int8_t, std::uint8_t>;
+using AllTypes = TypeList<float, double, std::int32_t, std::int64_t, std::int8_t, std::uint8_t, bool>;
+using IndexTypes = TypeList<std::int32_t, std::int64_t>;
+
+template <typename T, typename... Ts>
+constexpr bool contains(TypeList<Ts...>) {
+  return (std::is_same_v<T, Ts> || ...);
+}
+
+template <typename... Ts>
+bool supports(TypeList<Ts...>, DType dtype) {
+  return ((dtype == dtypeOf<Ts>()) || ...);
+}
+
+// Calls fn(T{}) for the C++ type T of dtype, which must be one of the list (throws Error otherwise). Only the
+// listed types are instantiated, so fn may use arithmetic the others lack.
+template <typename... Ts, typename Fn>
+void dispatch(TypeList<Ts...>, DType dtype, const char* what, Fn&& fn) {
+  const bool done = ((dtype == dtypeOf<Ts>() ? (fn(Ts{}), true) : false) || ...);
+  if (!done) {
+    fail("{}: dtype {} is not supported", what, dtypeName(dtype));
+  }
+}
+
+using ComputeFn = std::function<void(KernelContext&)>;
+// Builds a node's compute function at plan time; lets kernels capture attributes (KernelContext has none).
+using ComputeFactory = std::function<ComputeFn(const KernelInit&)>;
+
+// Registers a schema plus a CPU kernel built by `factory`.
+void addOp(OpRegistry& registry, const std::string& type, ShapeFn infer, ComputeFactory factory,
+           bool foldable = true);
+
+// Throws a node-naming error when input i's dtype is not in the list.
+template <typename... Ts>
+void requireDType(const ShapeContext& ctx, std::size_t i, TypeList<Ts...> list) {
+  const DType dtype = ctx.input(i).meta.dtype;
+  if (!supports(list, dtype)) {
+    ctx.error("input " + std::to_string(i) + " has unsupported dtype " + std::string(dtypeName(dtype)));
+  }
+}
+
+// Broadcasts the shapes of all present inputs, reporting incompatibility as a node error.
+Shape broadcastInputShapes(const ShapeContext& ctx);
+
+// Output metas: `meta` repeated for every declared output.
+std::vector<TensorMeta> repeatMeta(const ShapeContext& ctx, const TensorMeta& meta);
+
+// Element i of a numeric tensor as double / int64 (any dtype but Float16/BFloat16 raw handled too).
+double scalarAsDouble(const Tensor& tensor, std::int64_t index = 0);
+std::int64_t scalarAsInt(const Tensor& tensor, std::int64_t index = 0);
+std::vector<std::int64_t> tensorToInts(const Tensor& tensor);
+
+// out[i] = f(in[i]) over n elements, parallel when large. `cost` is a rough per-element weight (1 = an add).
+template <typename TIn, typename TOut, typename F>
+void unaryLoop(const TIn* in, TOut* out, std::int64_t n, std::int64_t cost, F f) {
+  parallelChunks(n, cost, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      out[i] = f(in[i]);
+    }
+  });
+}
+
+// out = f(a, b) with numpy broadcasting; out must already have the broadcast shape. out may alias a or b when that
+// input has out's shape.
+template <typename A, typename B, typename O, typename F>
+void binaryLoop(const Tensor& a, const Tensor& b, Tensor& out, std::int64_t cost, F f) {
+  const A* pa = static_cast<const A*>(a.rawData());
+  const B* pb = static_cast<const B*>(b.rawData());
+  O* po = static_cast<O*>(out.rawData());
+  const std::int64_t n = out.numel();
+  if (n == 0) {
+    return;
+  }
+  const std::int64_t na = a.numel();
+  const std::int64_t nb = b.numel();
+  if (na == n && nb == n) {  // equal element counts imply equal shapes up to leading/inner 1s
+    parallelChunks(n, cost, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        po[i] = f(pa[i], pb[i]);
+      }
+    });
+    return;
+  }
+  if (nb == 1 && na == n) {
+    const B vb = pb[0];
+    parallelChunks(n, cost, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        po[i] = f(pa[i], vb);
+      }
+    });
+    return;
+  }
+  if (na == 1 && nb == n) {
+    const A va = pa[0];
+    parallelChunks(n, cost, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        po[i] = f(va, pb[i]);
+      }
+    });
+    return;
+  }
+  const Shape shapes[] = {a.shape(), b.shape()};
+  const BroadcastLayout layout = makeBroadcastLayout(out.shape(), shapes);
+  const std::int64_t sa = layout.innerStride(0);
+  const std::int64_t sb = layout.innerStride(1);
+  parallelChunks(layout.rowCount(), layout.rowLength() * cost, [&](std::int64_t begin, std::int64_t end) {
+    forEachBroadcastRow(layout, begin, end, [&](std::int64_t o, const std::int64_t* offsets, std::int64_t len) {
+      const A* ra = pa + offsets[0];
+      const B* rb = pb + offsets[1];
+      O* ro = po + o;
+      if (sa != 0 && sb != 0) {
+        for (std::int64_t i = 0; i < len; ++i) {
+          ro[i] = f(ra[i], rb[i]);
+        }
+      } else if (sa != 0) {
+        const B vb = rb[0];
+        for (std::int64_t i = 0; i < len; ++i) {
+          ro[i] = f(ra[i], vb);
+        }
+      } else if (sb != 0) {
+        const A va = ra[0];
+        for (std::int64_t i = 0; i < len; ++i) {
+          ro[i] = f(va, rb[i]);
+        }
+      } else {
+        const O value = f(ra[0], rb[0]);
+        for (std::int64_t i = 0; i < len; ++i) {
+          ro[i] = value;
+        }
+      }
+    });
+  });
+}
+
+// Registration of each family (each in its own elementwise_*.cpp).
+void registerUnaryOps(OpRegistry& registry);
+void registerBinaryOps(OpRegistry& registry);
+void registerLogicalOps(OpRegistry& registry);
+void registerMiscOps(OpRegistry& registry);
+
+}  // namespace strata::cpu::elementwise_detail

@@ -1,0 +1,53 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/device.h"
+#include "strata/program.h"
+
+namespace strata {
+
+struct NodeEvent {
+  std::size_t stepIndex;
+  const ProgramStep& step;
+};
+
+using NodeHook = std::function<void(const NodeEvent&)>;
+
+// Runs a static Program on one device. Intermediate buffers are released right after their last use, so live
+// activation memory follows the plan's liveness (Program::peakActivationBytes).
+class Executor {
+ public:
+  Executor(Program program, Device device = Device::cpu());
+
+  // Runs the plan once. Inputs are in graph-input order; their dtypes and shapes must match the plan's.
+  // The work is enqueued on the device's stream; with synchronize == false the caller must call synchronize()
+  // before reading the outputs on the host.
+  std::vector<Tensor> run(const std::vector<Tensor>& inputs, bool synchronize = true);
+  void synchronize() { stream_->synchronize(); }
+
+  const Program& program() const { return program_; }
+  Device device() const { return device_; }
+
+  // Hooks around each node; nearly free when none is registered. Returns an id for removeHook.
+  int addBeforeNodeHook(NodeHook hook);
+  int addAfterNodeHook(NodeHook hook);
+  void removeHook(int id);
+
+ private:
+  void validateInputs(const std::vector<Tensor>& inputs) const;
+  void fire(const std::vector<std::pair<int, NodeHook>>& hooks, std::size_t stepIndex) const;
+
+  Program program_;
+  Device device_;
+  Stream* stream_;
+  std::uint64_t runCount_ = 0;
+  std::vector<std::pair<int, NodeHook>> beforeHooks_;
+  std::vector<std::pair<int, NodeHook>> afterHooks_;
+  int nextHookId_ = 0;
+};
+
+}  // namespace strata

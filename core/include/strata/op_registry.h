@@ -1,0 +1,109 @@
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "strata/attributes.h"
+#include "strata/device.h"
+#include "strata/stream.h"
+#include "strata/tensor.h"
+
+namespace strata {
+
+// What shape inference knows about one input of a node. Absent optional inputs have present == false.
+struct InputInfo {
+  bool present = false;
+  TensorMeta meta;
+  const Tensor* constant = nullptr;  // the value when it is known before running (folded shape arithmetic)
+};
+
+struct ShapeContext {
+  const std::vector<InputInfo>& inputs;
+  const Attributes& attrs;
+  std::size_t outputCount;  // how many outputs the node declares (optional trailing ones may be unused)
+  const std::string& nodeName;
+  const std::string& opType;
+
+  const InputInfo& input(std::size_t i) const;
+  bool hasInput(std::size_t i) const { return i < inputs.size() && inputs[i].present; }
+  // The constant value of input i; throws an Error naming the node when it is not known at plan time.
+  const Tensor& constantInput(std::size_t i) const;
+  [[noreturn]] void error(const std::string& why) const;
+};
+
+// Infers output dtypes and static shapes from the inputs' (static) shapes and attributes.
+using ShapeFn = std::function<std::vector<TensorMeta>(const ShapeContext&)>;
+
+// What a kernel sees when it is created, once per node, at plan build time (choose algorithms, build primitives).
+struct KernelInit {
+  std::vector<InputInfo> inputs;
+  std::vector<TensorMeta> outputs;
+  const Attributes& attrs;
+  const std::string& nodeName;
+  bool training = false;
+};
+
+// What a kernel sees at each run. Outputs are allocated by the executor with the inferred shapes.
+struct KernelContext {
+  std::vector<const Tensor*> inputs;  // nullptr for absent optional inputs
+  std::vector<Tensor*> outputs;       // nullptr for outputs nobody reads
+  bool training = false;
+  std::uint64_t step = 0;             // counts runs; seeds per-step randomness such as dropout masks
+  Stream* stream = nullptr;           // where device work is enqueued (the CPU stream runs it at once)
+
+  const Tensor& input(std::size_t i) const;
+  bool hasInput(std::size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
+  Tensor& output(std::size_t i) const;
+  bool hasOutput(std::size_t i) const { return i < outputs.size() && outputs[i] != nullptr; }
+};
+
+class OpKernel {
+ public:
+  virtual ~OpKernel() = default;
+  virtual void compute(KernelContext& ctx) = 0;
+};
+
+using KernelFactory = std::function<std::unique_ptr<OpKernel>(const KernelInit&)>;
+
+// Wraps a stateless function as a kernel.
+std::unique_ptr<OpKernel> makeFunctionKernel(std::function<void(KernelContext&)> fn);
+
+struct OpSchema {
+  std::string type;
+  ShapeFn inferShapes;
+  // Whether the op may be evaluated at load time when all its inputs are constants (false for random ops).
+  bool foldable = true;
+};
+
+// Op types (ONNX default domain) with their shape functions and per-device kernel factories.
+class OpRegistry {
+ public:
+  // The registry with all built-in ops registered.
+  static OpRegistry& instance();
+
+  void addSchema(OpSchema schema);
+  void addKernel(const std::string& type, DeviceType device, KernelFactory factory);
+  // Convenience: a schema plus a stateless CPU kernel.
+  void addCpuOp(const std::string& type, ShapeFn infer, std::function<void(KernelContext&)> compute,
+                bool foldable = true);
+
+  const OpSchema* schema(std::string_view type) const;
+  const KernelFactory* kernel(std::string_view type, DeviceType device) const;
+  bool supports(std::string_view type, DeviceType device) const { return kernel(type, device) != nullptr; }
+  std::vector<std::string> opTypes() const;
+
+ private:
+  std::map<std::string, OpSchema, std::less<>> schemas_;
+  std::map<std::pair<std::string, DeviceType>, KernelFactory> kernels_;
+};
+
+// Runs one op eagerly on the CPU: infers shapes, creates the kernel, allocates outputs and computes them.
+// Used for constant folding and in tests.
+std::vector<Tensor> runOpEagerly(const std::string& type, const std::vector<const Tensor*>& inputs,
+                                 const Attributes& attrs, std::size_t outputCount = 1, bool training = false);
+
+}  // namespace strata

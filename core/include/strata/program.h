@@ -1,0 +1,41 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/op_registry.h"
+#include "strata/tensor.h"
+
+namespace strata {
+
+// One value slot of a static plan.
+struct ProgramValue {
+  std::string name;
+  TensorMeta meta;
+  Tensor constant;       // defined for initializers and folded constants
+  bool isInput = false;  // bound by the caller at each run
+};
+
+// One kernel invocation of a static plan.
+struct ProgramStep {
+  std::string nodeName;
+  std::string opType;
+  std::vector<int> inputs;        // value ids; -1 for absent optional inputs
+  std::vector<int> outputs;       // value ids; -1 for outputs nobody reads
+  std::vector<int> releaseAfter;  // intermediate values whose last use is this step
+  std::unique_ptr<OpKernel> kernel;
+};
+
+// A static execution plan: shapes fixed, kernels created, liveness known. Built by graphs/, run by Executor.
+struct Program {
+  std::vector<ProgramValue> values;
+  std::vector<ProgramStep> steps;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::int64_t peakActivationBytes = 0;  // the most intermediate bytes alive at once under this plan
+  bool training = false;
+};
+
+}  // namespace strata

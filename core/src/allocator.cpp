@@ -1,0 +1,47 @@
+#include "strata/allocator.h"
+
+#include <map>
+#include <mutex>
+
+#include "cpu_allocator.h"
+#include "strata/error.h"
+
+namespace strata {
+namespace {
+
+std::mutex& registryMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::map<std::pair<DeviceType, int>, Allocator*>& registry() {
+  static std::map<std::pair<DeviceType, int>, Allocator*> allocators;
+  return allocators;
+}
+
+}  // namespace
+
+std::string Device::toString() const {
+  return type == DeviceType::CPU ? std::string("cpu") : "cuda:" + std::to_string(index);
+}
+
+Allocator& allocatorFor(Device device) {
+  if (device.type == DeviceType::CPU) {
+    // Leaked on purpose: tensors in static objects may be freed after any static destructor would have run.
+    static auto* cpu = new CpuAllocator();
+    return *cpu;
+  }
+  std::lock_guard lock(registryMutex());
+  auto it = registry().find({device.type, device.index});
+  if (it == registry().end()) {
+    fail("no allocator for device {}: its backend is not initialised", device.toString());
+  }
+  return *it->second;
+}
+
+void registerAllocator(Device device, Allocator* allocator) {
+  std::lock_guard lock(registryMutex());
+  registry()[{device.type, device.index}] = allocator;
+}
+
+}  // namespace strata

@@ -1,0 +1,115 @@
+#include "strata/executor.h"
+
+#include <algorithm>
+
+#include "strata/error.h"
+
+namespace strata {
+
+Executor::Executor(Program program, Device device)
+    : program_(std::move(program)), device_(device), stream_(&defaultStream(device)) {}
+
+void Executor::validateInputs(const std::vector<Tensor>& inputs) const {
+  if (inputs.size() != program_.inputs.size()) {
+    fail("the model takes {} input(s) but {} were given", program_.inputs.size(), inputs.size());
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const ProgramValue& expected = program_.values[static_cast<std::size_t>(program_.inputs[i])];
+    const Tensor& given = inputs[i];
+    if (!given.defined()) {
+      fail("input {} ('{}') is missing", i, expected.name);
+    }
+    if (given.dtype() != expected.meta.dtype) {
+      fail("input {} ('{}') has dtype {} but the model expects {}", i, expected.name, dtypeName(given.dtype()),
+           dtypeName(expected.meta.dtype));
+    }
+    if (given.shape() != expected.meta.shape) {
+      fail("input {} ('{}') has shape {} but the plan was built for {}", i, expected.name,
+           shapeToString(given.shape()), shapeToString(expected.meta.shape));
+    }
+  }
+}
+
+void Executor::fire(const std::vector<std::pair<int, NodeHook>>& hooks, std::size_t stepIndex) const {
+  const NodeEvent event{stepIndex, program_.steps[stepIndex]};
+  for (const auto& [id, hook] : hooks) {
+    hook(event);
+  }
+}
+
+std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchronize) {
+  validateInputs(inputs);
+  std::vector<Tensor> slots(program_.values.size());
+  for (std::size_t i = 0; i < program_.values.size(); ++i) {
+    if (program_.values[i].constant.defined()) {
+      slots[i] = program_.values[i].constant;
+    }
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    slots[static_cast<std::size_t>(program_.inputs[i])] = inputs[i];
+  }
+
+  KernelContext ctx;
+  ctx.training = program_.training;
+  ctx.step = runCount_++;
+  ctx.stream = stream_;
+  for (std::size_t s = 0; s < program_.steps.size(); ++s) {
+    ProgramStep& step = program_.steps[s];
+    if (!beforeHooks_.empty()) {
+      fire(beforeHooks_, s);
+    }
+    ctx.inputs.assign(step.inputs.size(), nullptr);
+    for (std::size_t i = 0; i < step.inputs.size(); ++i) {
+      if (step.inputs[i] >= 0) {
+        ctx.inputs[i] = &slots[static_cast<std::size_t>(step.inputs[i])];
+      }
+    }
+    ctx.outputs.assign(step.outputs.size(), nullptr);
+    for (std::size_t i = 0; i < step.outputs.size(); ++i) {
+      if (step.outputs[i] >= 0) {
+        const auto id = static_cast<std::size_t>(step.outputs[i]);
+        slots[id] = Tensor::empty(program_.values[id].meta, MemoryCategory::Activations, device_);
+        ctx.outputs[i] = &slots[id];
+      }
+    }
+    try {
+      step.kernel->compute(ctx);
+    } catch (const Error& e) {
+      fail("node '{}' ({}): {}", step.nodeName, step.opType, e.what());
+    }
+    for (int id : step.releaseAfter) {
+      slots[static_cast<std::size_t>(id)] = Tensor();
+    }
+    if (!afterHooks_.empty()) {
+      fire(afterHooks_, s);
+    }
+  }
+
+  if (synchronize) {
+    stream_->synchronize();
+  }
+  std::vector<Tensor> outputs;
+  outputs.reserve(program_.outputs.size());
+  for (int id : program_.outputs) {
+    outputs.push_back(slots[static_cast<std::size_t>(id)]);
+  }
+  return outputs;
+}
+
+int Executor::addBeforeNodeHook(NodeHook hook) {
+  beforeHooks_.emplace_back(nextHookId_, std::move(hook));
+  return nextHookId_++;
+}
+
+int Executor::addAfterNodeHook(NodeHook hook) {
+  afterHooks_.emplace_back(nextHookId_, std::move(hook));
+  return nextHookId_++;
+}
+
+void Executor::removeHook(int id) {
+  auto matches = [id](const auto& entry) { return entry.first == id; };
+  std::erase_if(beforeHooks_, matches);
+  std::erase_if(afterHooks_, matches);
+}
+
+}  // namespace strata

@@ -1,0 +1,32 @@
+#include "strata/graphs/graph.h"
+
+namespace strata {
+
+int Graph::addValue(Value value) {
+  values.push_back(std::move(value));
+  return static_cast<int>(values.size()) - 1;
+}
+
+int Graph::findValue(const std::string& name) const {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (values[i].name == name) {
+      return static_cast<int>(i);
+    }
+  }
+  return kNoValue;
+}
+
+std::vector<std::vector<int>> Graph::consumers() const {
+  std::vector<std::vector<int>> result(values.size());
+  for (std::size_t n = 0; n < nodes.size(); ++n) {
+    for (int v : nodes[n].inputs) {
+      if (v != kNoValue && (result[static_cast<std::size_t>(v)].empty() ||
+                            result[static_cast<std::size_t>(v)].back() != static_cast<int>(n))) {
+        result[static_cast<std::size_t>(v)].push_back(static_cast<int>(n));
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace strata

@@ -1,0 +1,135 @@
+#include "strata/graphs/lower.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "strata/error.h"
+#include "strata/op_registry.h"
+
+namespace strata {
+namespace {
+
+// Maps graph value ids to program value ids, adding each value the first time it is used.
+class ValueTable {
+ public:
+  ValueTable(const Graph& graph, Program& program) : graph_(graph), program_(program) {}
+
+  int operator()(int graphId) {
+    if (graphId == kNoValue) {
+      return -1;
+    }
+    auto [it, inserted] = ids_.try_emplace(graphId, static_cast<int>(program_.values.size()));
+    if (inserted) {
+      const Value& value = graph_.values[static_cast<std::size_t>(graphId)];
+      program_.values.push_back(ProgramValue{value.name, value.meta, value.constant, false});
+    }
+    return it->second;
+  }
+
+ private:
+  const Graph& graph_;
+  Program& program_;
+  std::unordered_map<int, int> ids_;
+};
+
+}  // namespace
+
+Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
+  Program program;
+  program.training = options.training;
+  ValueTable table(graph, program);
+  const OpRegistry& registry = OpRegistry::instance();
+  const std::vector<std::vector<int>> consumers = graph.consumers();
+  std::vector<bool> isGraphOutput(graph.values.size(), false);
+  for (int id : graph.outputs) {
+    isGraphOutput[static_cast<std::size_t>(id)] = true;
+  }
+
+  for (int id : graph.inputs) {
+    const int pid = table(id);
+    program.values[static_cast<std::size_t>(pid)].isInput = true;
+    program.inputs.push_back(pid);
+  }
+
+  for (const Node& node : graph.nodes) {
+    const KernelFactory* factory = registry.kernel(node.opType, options.device.type);
+    if (factory == nullptr) {
+      fail("{}: node '{}': operator {} has no kernel for {}", graph.sourcePath, node.name, node.opType,
+           options.device.toString());
+    }
+    ProgramStep step;
+    step.nodeName = node.name;
+    step.opType = node.opType;
+    std::vector<InputInfo> inputInfos;
+    for (int v : node.inputs) {
+      step.inputs.push_back(table(v));
+      if (v == kNoValue) {
+        inputInfos.emplace_back();
+      } else {
+        const Value& value = graph.values[static_cast<std::size_t>(v)];
+        inputInfos.push_back(InputInfo{true, value.meta, value.constant.defined() ? &value.constant : nullptr});
+      }
+    }
+    std::vector<TensorMeta> outputMetas;
+    for (std::size_t o = 0; o < node.outputs.size(); ++o) {
+      const int v = node.outputs[o];
+      // Output 0 is always materialised; optional extra outputs only when something reads them.
+      const bool used = v != kNoValue && (o == 0 || !consumers[static_cast<std::size_t>(v)].empty() ||
+                                          isGraphOutput[static_cast<std::size_t>(v)]);
+      step.outputs.push_back(used ? table(v) : -1);
+      outputMetas.push_back(v == kNoValue ? TensorMeta{} : graph.values[static_cast<std::size_t>(v)].meta);
+    }
+    try {
+      step.kernel = (*factory)(KernelInit{inputInfos, outputMetas, node.attrs, node.name, options.training});
+    } catch (const Error& e) {
+      fail("{}: node '{}' ({}): {}", graph.sourcePath, node.name, node.opType, e.what());
+    }
+    program.steps.push_back(std::move(step));
+  }
+  for (int id : graph.outputs) {
+    program.outputs.push_back(table(id));
+  }
+
+  // Liveness: an intermediate value (produced by a step, not a graph output) is released after its last reader.
+  std::vector<int> lastUse(program.values.size(), -1);
+  std::vector<int> producedAt(program.values.size(), -1);
+  for (std::size_t s = 0; s < program.steps.size(); ++s) {
+    for (int v : program.steps[s].inputs) {
+      if (v >= 0) {
+        lastUse[static_cast<std::size_t>(v)] = static_cast<int>(s);
+      }
+    }
+    for (int v : program.steps[s].outputs) {
+      if (v >= 0) {
+        producedAt[static_cast<std::size_t>(v)] = static_cast<int>(s);
+      }
+    }
+  }
+  std::vector<bool> keep(program.values.size(), false);
+  for (int v : program.outputs) {
+    keep[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::size_t v = 0; v < program.values.size(); ++v) {
+    if (producedAt[v] < 0 || keep[v]) {
+      continue;
+    }
+    const int releaseStep = std::max(lastUse[v], producedAt[v]);
+    program.steps[static_cast<std::size_t>(releaseStep)].releaseAfter.push_back(static_cast<int>(v));
+  }
+
+  std::int64_t live = 0;
+  for (const ProgramStep& step : program.steps) {
+    for (int v : step.outputs) {
+      if (v >= 0) {
+        live += static_cast<std::int64_t>(program.values[static_cast<std::size_t>(v)].meta.bytes());
+      }
+    }
+    program.peakActivationBytes = std::max(program.peakActivationBytes, live);
+    for (int v : step.releaseAfter) {
+      live -= static_cast<std::int64_t>(program.values[static_cast<std::size_t>(v)].meta.bytes());
+    }
+  }
+  return program;
+}
+
+}  // namespace strata

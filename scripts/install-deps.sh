@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package Strata needs to build, test and run. Idempotent: installed packages are skipped.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libonnx-dev libprotobuf-dev protobuf-compiler libdnnl-dev opencl-headers ocl-icd-opencl-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  libzmq3-dev cppzmq-dev libboost-dev libgloo-dev
+  python3 python3-numpy python3-onnx python3-torch python3-torchvision
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  echo "installing: ${missing[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Checks Strata's forward output against PyTorch's for one torchvision model.
+
+Exports the model (train mode, dropout 0) to ONNX, runs PyTorch and `strata run` on the same input, and requires
+the relative error ||strata - torch|| / ||torch|| to be at most --tolerance.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchvision_models  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True, choices=sorted(torchvision_models.MODELS))
+    parser.add_argument("--strata", required=True, help="path to the strata binary")
+    parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    work = os.path.join(args.work_dir, args.model)
+    os.makedirs(work, exist_ok=True)
+    model = torchvision_models.build(args.model)
+    size = torchvision_models.input_size(args.model)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, 3, size, size, generator=generator)
+
+    model_path = os.path.join(work, "model.onnx")
+    torchvision_models.export(model, x, model_path)
+    # Export traces the model, which moves batch-norm running statistics; train-mode outputs do not read them.
+    with torch.no_grad():
+        expected = model(x).numpy()
+
+    input_path = os.path.join(work, "input_0.pb")
+    with open(input_path, "wb") as f:
+        f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
+    out_dir = os.path.join(work, "strata_out")
+    subprocess.run([args.strata, "run", model_path, "--input", input_path, "--output-dir", out_dir,
+                    "--threads", str(args.threads)], check=True)
+    actual = numpy_helper.to_array(onnx.load_tensor(os.path.join(out_dir, "output_0.pb")))
+
+    if actual.shape != expected.shape:
+        print(f"{args.model}: shape {actual.shape} vs PyTorch {expected.shape}")
+        return 1
+    rel = float(np.linalg.norm(actual - expected) / np.linalg.norm(expected))
+    print(f"{args.model}: relative error {rel:.3e} (tolerance {args.tolerance:.0e})")
+    return 0 if rel <= args.tolerance else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
