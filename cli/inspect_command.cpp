@@ -1,4 +1,5 @@
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -25,17 +26,33 @@ void inspect(const ModelOptions& options) {
     fmt::print("input: {} {}\n", v.name, v.meta.toString());
   }
 
-  std::int64_t paramCount = 0;
-  std::int64_t paramBytes = 0;
-  int paramTensors = 0;
-  for (const Value& v : graph.values) {
-    if (v.isInitializer && isFloatingPoint(v.meta.dtype)) {
-      paramCount += v.meta.numel();
-      paramBytes += static_cast<std::int64_t>(v.meta.bytes());
-      ++paramTensors;
+  // Batch-norm running statistics are float initializers too, but buffers, not trainable parameters.
+  std::set<int> buffers;
+  for (const Node& node : graph.nodes) {
+    if (node.opType == "BatchNormalization" && node.inputs.size() >= 5) {
+      buffers.insert(node.inputs[3]);
+      buffers.insert(node.inputs[4]);
     }
   }
-  fmt::print("parameters: {} ({}) in {} tensors\n", paramCount, humanBytes(paramBytes), paramTensors);
+  std::int64_t paramCount = 0;
+  std::int64_t paramBytes = 0;
+  std::int64_t bufferBytes = 0;
+  int paramTensors = 0;
+  for (std::size_t id = 0; id < graph.values.size(); ++id) {
+    const Value& v = graph.values[id];
+    if (!v.isInitializer || !isFloatingPoint(v.meta.dtype)) {
+      continue;
+    }
+    if (buffers.count(static_cast<int>(id)) != 0) {
+      bufferBytes += static_cast<std::int64_t>(v.meta.bytes());
+      continue;
+    }
+    paramCount += v.meta.numel();
+    paramBytes += static_cast<std::int64_t>(v.meta.bytes());
+    ++paramTensors;
+  }
+  fmt::print("parameters: {} ({}) in {} tensors; buffers (batch-norm statistics): {}\n", paramCount,
+             humanBytes(paramBytes), paramTensors, humanBytes(bufferBytes));
 
   std::map<std::string, int> opCounts;
   std::map<std::string, int> unsupported;

@@ -57,12 +57,11 @@ void run(const RunOptions& options) {
     }
     for (const std::string& file : options.inputFiles) {
       inputs.push_back(readTensorProto(file).tensor);
-      specializeOptions.inputMetas.push_back(inputs.back().meta());
     }
   } else {
     specializeOptions.inputMetas = inputMetasFromOptions(graph, options.model);
   }
-  const Graph specialised = specialize(graph, specializeOptions);
+  const Graph specialised = inputs.empty() ? specialize(graph, specializeOptions) : specializeForInputs(graph, inputs);
   if (inputs.empty()) {
     std::mt19937_64 rng(options.seed);
     for (int id : specialised.inputs) {

@@ -78,6 +78,13 @@ Graph specialize(const Graph& graph, const SpecializeOptions& options) {
            metas[i].toString());
     }
     input.meta = metas[i];
+    if (i < options.boundInputs.size() && options.boundInputs[i].defined()) {
+      if (options.boundInputs[i].meta() != metas[i]) {
+        fail("{}: the value bound to input '{}' is {} but its meta is {}", where(graph), input.name,
+             options.boundInputs[i].meta().toString(), metas[i].toString());
+      }
+      input.constant = options.boundInputs[i];
+    }
   }
 
   const OpRegistry& registry = OpRegistry::instance();
@@ -169,6 +176,23 @@ Graph specialize(const Graph& graph, const SpecializeOptions& options) {
     }
   }
   return out;
+}
+
+Graph specializeForInputs(const Graph& graph, const std::vector<Tensor>& inputs, bool training) {
+  SpecializeOptions options;
+  options.training = training;
+  for (const Tensor& input : inputs) {
+    options.inputMetas.push_back(input.meta());
+  }
+  try {
+    return specialize(graph, options);
+  } catch (const Error& e) {
+    if (std::string_view(e.what()).find("must be known when the plan is built") == std::string_view::npos) {
+      throw;
+    }
+  }
+  options.boundInputs = inputs;
+  return specialize(graph, options);
 }
 
 }  // namespace strata

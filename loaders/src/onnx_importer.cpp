@@ -232,7 +232,8 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
       fail("{}: the ONNX checker rejected the model: {}", file.string(), e.what());
     }
   }
-  if (opset < kMinOpset || opset > kMaxOpset) {
+  // A model without the default domain (opset 0) has nothing to convert; its ops are reported as unsupported.
+  if (opset != 0 && (opset < kMinOpset || opset > kMaxOpset)) {
     try {
       model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMaxOpset));
     } catch (const std::exception& e) {

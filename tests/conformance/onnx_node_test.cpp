@@ -90,6 +90,12 @@ std::string compare(const Tensor& actual, const Tensor& expected) {
   return "";
 }
 
+// Errors that say a dtype, type or op variant is outside what Strata supports (not a wrong answer).
+bool isUnsupported(const std::string& what) {
+  return what.find("not supported") != std::string::npos || what.find("unsupported") != std::string::npos ||
+         what.find("is not a tensor") != std::string::npos;
+}
+
 enum class Outcome { Passed, Failed, Unsupported };
 
 struct Result {
@@ -103,7 +109,7 @@ Result runNodeTest(const fs::path& testDir) {
     graph = importOnnx(testDir / "model.onnx", ImportOptions{.runChecker = true, .requireSupportedOps = false});
   } catch (const Error& e) {
     const std::string what = e.what();
-    if (what.find("not supported") != std::string::npos || what.find("is not a tensor") != std::string::npos) {
+    if (isUnsupported(what)) {
       return {Outcome::Unsupported, what};
     }
     return {Outcome::Failed, what};
@@ -124,12 +130,10 @@ Result runNodeTest(const fs::path& testDir) {
   for (const fs::path& dataSet : dataSets) {
     try {
       std::vector<Tensor> inputs;
-      SpecializeOptions options;
       for (const fs::path& file : numbered(dataSet, "input")) {
         inputs.push_back(readTensorProto(file).tensor);
-        options.inputMetas.push_back(inputs.back().meta());
       }
-      const Graph specialised = specialize(graph, options);
+      const Graph specialised = specializeForInputs(graph, inputs);
       Executor executor(lowerToProgram(specialised, LowerOptions{}));
       const std::vector<Tensor> outputs = executor.run(inputs);
       const std::vector<fs::path> expectedFiles = numbered(dataSet, "output");
@@ -143,7 +147,11 @@ Result runNodeTest(const fs::path& testDir) {
         }
       }
     } catch (const Error& e) {
-      return {Outcome::Failed, fmt::format("{}: {}", dataSet.filename().string(), e.what())};
+      const std::string what = e.what();
+      if (isUnsupported(what)) {
+        return {Outcome::Unsupported, "dtype/type"};
+      }
+      return {Outcome::Failed, fmt::format("{}: {}", dataSet.filename().string(), what)};
     }
   }
   return {Outcome::Passed, ""};

@@ -113,11 +113,20 @@ void broadcastCopy(const Tensor& src, Tensor& dst) {
     return;
   }
   switch (dtypeSize(src.dtype())) {
-    case 1: broadcastCopyTyped<std::uint8_t>(src, dst); break;
-    case 2: broadcastCopyTyped<std::uint16_t>(src, dst); break;
-    case 4: broadcastCopyTyped<std::uint32_t>(src, dst); break;
-    case 8: broadcastCopyTyped<std::uint64_t>(src, dst); break;
-    default: fail("broadcastCopy: unsupported element size {}", dtypeSize(src.dtype()));
+    case 1:
+      broadcastCopyTyped<std::uint8_t>(src, dst);
+      break;
+    case 2:
+      broadcastCopyTyped<std::uint16_t>(src, dst);
+      break;
+    case 4:
+      broadcastCopyTyped<std::uint32_t>(src, dst);
+      break;
+    case 8:
+      broadcastCopyTyped<std::uint64_t>(src, dst);
+      break;
+    default:
+      fail("broadcastCopy: unsupported element size {}", dtypeSize(src.dtype()));
   }
 }
 

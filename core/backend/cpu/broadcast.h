@@ -91,4 +91,3 @@ void parallelChunks(std::int64_t count, std::int64_t costPerItem, Fn&& fn) {
 void broadcastCopy(const Tensor& src, Tensor& dst);
 
 }  // namespace strata::cpu
-

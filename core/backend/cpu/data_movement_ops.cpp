@@ -180,10 +180,13 @@ std::vector<TensorMeta> inferSplit(const ShapeContext& ctx) {
 
 ComputeFn makeSplit(const KernelInit& init) {
   const Attributes attrs = init.attrs;
-  return [attrs](KernelContext& ctx) {
+  // The declared output count, even if the executor leaves trailing unused outputs out of ctx.outputs.
+  const std::size_t declaredOutputs = init.outputs.size();
+  return [attrs, declaredOutputs](KernelContext& ctx) {
     const Tensor& in = ctx.input(0);
     const auto axis = static_cast<std::size_t>(normalizeAxis(attrs.getInt("axis", 0), in.rank()));
-    const auto sizes = splitSizes(in.shape()[axis], ctx.hasInput(1) ? &ctx.input(1) : nullptr, attrs, ctx.outputs.size());
+    const std::size_t outputCount = declaredOutputs > 0 ? declaredOutputs : ctx.outputs.size();
+    const auto sizes = splitSizes(in.shape()[axis], ctx.hasInput(1) ? &ctx.input(1) : nullptr, attrs, outputCount);
     const std::size_t es = elemSizeOf(in);
     const std::int64_t outer = productOf(in.shape(), 0, axis);
     const auto inner = static_cast<std::size_t>(productOf(in.shape(), axis + 1, in.shape().size())) * es;

@@ -1,7 +1,10 @@
 // BatchNormalization on oneDNN's batch_normalization primitive, and InstanceNormalization as a direct loop.
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "dnnl_context.h"
 #include "strata/thread_pool.h"
@@ -11,14 +14,19 @@ namespace {
 
 using dnnl::memory;
 
-// Inputs X, scale, B, input_mean, input_var: float32, X of rank 2 to 5, the others [C].
+// Inputs X, scale, B, input_mean, input_var: all float32 (oneDNN) or all float64 (plain loops), X of rank 2 to 5,
+// the others [C].
 void checkBatchNormInputs(const std::vector<TensorMeta>& metas) {
   const TensorMeta& x = metas[0];
-  if (x.dtype != DType::Float32) fail("only float32 is supported, X is {}", dtypeName(x.dtype));
+  if (x.dtype != DType::Float32 && x.dtype != DType::Float64) {
+    fail("only float32 and float64 are supported, X is {}", dtypeName(x.dtype));
+  }
   if (x.shape.size() < 2 || x.shape.size() > 5) fail("X must have rank 2 to 5, got {}", shapeToString(x.shape));
   static constexpr const char* kNames[] = {"X", "scale", "B", "input_mean", "input_var"};
   for (std::size_t i = 1; i < 5; ++i) {
-    if (metas[i].dtype != DType::Float32) fail("only float32 is supported, {} is {}", kNames[i], dtypeName(metas[i].dtype));
+    if (metas[i].dtype != x.dtype) {
+      fail("{} is {} but X is {}; they must match", kNames[i], dtypeName(metas[i].dtype), dtypeName(x.dtype));
+    }
     if (metas[i].shape != Shape{x.shape[1]}) {
       fail("{} has shape {}, expected [{}] (X's channel count)", kNames[i], shapeToString(metas[i].shape), x.shape[1]);
     }
@@ -43,6 +51,88 @@ std::vector<TensorMeta> inferBatchNorm(const ShapeContext& ctx) {
   return out;
 }
 
+// The double a float attribute most likely stands for: its shortest decimal form (1e-5f -> 1e-5, 0.9f -> 0.9).
+// ONNX stores epsilon and momentum as float32; PyTorch's float64 run uses the decimal values.
+double decimalOf(float value) { return std::strtod(fmt::format("{}", value).c_str(), nullptr); }
+
+// BatchNormalization in float64 (oneDNN has none): the same semantics as the oneDNN path. Training mode normalises
+// with the batch statistics, the variance computed in two passes (mean first), biased as in ONNX's reference.
+class BatchNormF64 {
+ public:
+  BatchNormF64(const Shape& shape, double epsilon, double momentum, bool training)
+      : epsilon_(epsilon), momentum_(momentum), training_(training) {
+    batch_ = shape[0];
+    channels_ = shape[1];
+    inner_ = numElements(Shape(shape.begin() + 2, shape.end()));
+  }
+
+  void compute(KernelContext& ctx) const {
+    const double* x = ctx.input(0).data<double>();
+    const double* scale = ctx.input(1).data<double>();
+    const double* bias = ctx.input(2).data<double>();
+    double* y = ctx.output(0).data<double>();
+    std::vector<double> mean(static_cast<std::size_t>(channels_)), var(static_cast<std::size_t>(channels_));
+    if (training_) {
+      const double count = static_cast<double>(batch_ * inner_);
+      parallelFor(0, channels_, 1, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t c = begin; c < end; ++c) {
+          double sum = 0;
+          for (std::int64_t n = 0; n < batch_; ++n) {
+            const double* p = x + (n * channels_ + c) * inner_;
+            for (std::int64_t i = 0; i < inner_; ++i) sum += p[i];
+          }
+          const double m = sum / count;
+          double squares = 0;
+          for (std::int64_t n = 0; n < batch_; ++n) {
+            const double* p = x + (n * channels_ + c) * inner_;
+            for (std::int64_t i = 0; i < inner_; ++i) squares += (p[i] - m) * (p[i] - m);
+          }
+          mean[static_cast<std::size_t>(c)] = m;
+          var[static_cast<std::size_t>(c)] = squares / count;
+        }
+      });
+    } else {
+      std::copy(ctx.input(3).data<double>(), ctx.input(3).data<double>() + channels_, mean.begin());
+      std::copy(ctx.input(4).data<double>(), ctx.input(4).data<double>() + channels_, var.begin());
+    }
+    parallelFor(0, batch_ * channels_, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(inner_, 1)),
+                [&](std::int64_t begin, std::int64_t end) {
+                  for (std::int64_t plane = begin; plane < end; ++plane) {
+                    const auto c = static_cast<std::size_t>(plane % channels_);
+                    const double a = scale[c] / std::sqrt(var[c] + epsilon_);
+                    const double m = mean[c];
+                    const double b = bias[c];
+                    const double* in = x + plane * inner_;
+                    double* out = y + plane * inner_;
+                    for (std::int64_t i = 0; i < inner_; ++i) out[i] = (in[i] - m) * a + b;
+                  }
+                });
+    if (!training_) {
+      for (std::size_t i = 1; i <= 2; ++i) {
+        if (ctx.hasOutput(i)) ctx.output(i).copyFrom(ctx.input(i + 2));
+      }
+      return;
+    }
+    const double* inputStats[2] = {ctx.input(3).data<double>(), ctx.input(4).data<double>()};
+    const std::vector<double>* batchStats[2] = {&mean, &var};
+    for (std::size_t s = 0; s < 2; ++s) {
+      if (ctx.hasOutput(1 + s)) {
+        double* out = ctx.output(1 + s).data<double>();
+        for (std::int64_t c = 0; c < channels_; ++c) {
+          out[c] = inputStats[s][c] * momentum_ + (*batchStats[s])[static_cast<std::size_t>(c)] * (1.0 - momentum_);
+        }
+      }
+      if (ctx.hasOutput(3 + s)) std::copy(batchStats[s]->begin(), batchStats[s]->end(), ctx.output(3 + s).data<double>());
+    }
+  }
+
+ private:
+  double epsilon_;
+  double momentum_;
+  bool training_;
+  std::int64_t batch_ = 0, channels_ = 0, inner_ = 0;
+};
+
 class BatchNormKernel : public OpKernel {
  public:
   explicit BatchNormKernel(const KernelInit& init) {
@@ -56,6 +146,10 @@ class BatchNormKernel : public OpKernel {
     channels_ = metas[0].shape[1];
     empty_ = metas[0].numel() == 0;
     if (empty_) return;
+    if (metas[0].dtype == DType::Float64) {
+      f64_ = std::make_unique<BatchNormF64>(metas[0].shape, decimalOf(epsilon_), decimalOf(momentum_), training_);
+      return;
+    }
     const memory::desc dataDesc = plainDesc(metas[0].shape);
     withDnnlErrors(init.nodeName, "create the batch normalization", [&] {
       const dnnl::normalization_flags flags =
@@ -83,6 +177,10 @@ class BatchNormKernel : public OpKernel {
       for (std::size_t i = 1; i <= 2; ++i) {
         if (ctx.hasOutput(i)) ctx.output(i).copyFrom(ctx.input(i + 2));
       }
+      return;
+    }
+    if (f64_ != nullptr) {
+      f64_->compute(ctx);
       return;
     }
     bindDnnl(src_, ctx.input(0));
@@ -133,6 +231,7 @@ class BatchNormKernel : public OpKernel {
   bool training_ = false;
   bool empty_ = false;
   std::int64_t channels_ = 0;
+  std::unique_ptr<BatchNormF64> f64_;  // set for float64, which runs plain loops instead of oneDNN
   dnnl::batch_normalization_forward primitive_;
   std::size_t scratchpadBytes_ = 0;
   memory src_, dst_, scale_, shift_, mean_, variance_;

@@ -43,23 +43,31 @@ Scratchpad& threadScratchpad() {
 
 }  // namespace
 
-void executeDnnl(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory>& args,
-                 std::size_t scratchpadBytes) {
+void* dnnlScratchpad(std::size_t bytes) {
+  Scratchpad& scratchpad = threadScratchpad();
+  if (scratchpad.bytes < bytes) {
+    scratchpad.tensor = Tensor();  // free the old one first so that peak memory does not hold both
+    scratchpad.tensor = Tensor::empty(DType::UInt8, {static_cast<std::int64_t>(bytes)}, MemoryCategory::Workspace);
+    scratchpad.bytes = bytes;
+  }
+  return scratchpad.bytes > 0 ? scratchpad.tensor.rawData() : nullptr;
+}
+
+void executeDnnlAt(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory>& args, void* scratchpad,
+                   std::size_t scratchpadBytes) {
   if (scratchpadBytes > 0) {
-    Scratchpad& scratchpad = threadScratchpad();
-    if (scratchpad.bytes < scratchpadBytes) {
-      scratchpad.tensor = Tensor();  // free the old one first so that peak memory does not hold both
-      scratchpad.tensor = Tensor::empty(DType::UInt8, {static_cast<std::int64_t>(scratchpadBytes)},
-                                        MemoryCategory::Workspace);
-      scratchpad.bytes = scratchpadBytes;
-    }
     dnnl::memory::desc desc({static_cast<dnnl::memory::dim>(scratchpadBytes)}, dnnl::memory::data_type::u8,
                             dnnl::memory::format_tag::a);
-    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(desc, dnnlEngine(), scratchpad.tensor.rawData());
+    args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(desc, dnnlEngine(), scratchpad);
   }
   dnnl::stream& stream = dnnlStream();
   primitive.execute(stream, args);
   stream.wait();
+}
+
+void executeDnnl(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory>& args,
+                 std::size_t scratchpadBytes) {
+  executeDnnlAt(primitive, args, scratchpadBytes > 0 ? dnnlScratchpad(scratchpadBytes) : nullptr, scratchpadBytes);
 }
 
 void releaseDnnlScratchpad() {

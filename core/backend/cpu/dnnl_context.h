@@ -40,6 +40,11 @@ dnnl::primitive_attr userScratchpadAttr();
 // single scratchpad, and it is accounted as Workspace like any other tensor.
 void executeDnnl(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory>& args,
                  std::size_t scratchpadBytes);
+// Like executeDnnl, with the scratchpad (when bytes > 0) at `scratchpad`, a pointer from dnnlScratchpad.
+void executeDnnlAt(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory>& args, void* scratchpad,
+                   std::size_t scratchpadBytes);
+// The calling thread's scratchpad, grown to at least `bytes`; valid until the next call that grows it.
+void* dnnlScratchpad(std::size_t bytes);
 // Releases the calling thread's scratchpad (for tests of memory accounting).
 void releaseDnnlScratchpad();
 
@@ -74,5 +79,12 @@ WindowGeometry resolveWindow(const Attributes& attrs, const std::vector<std::int
 // The right padding that makes oneDNN's output-size formula (floor) yield geometry.output along dim i.
 std::int64_t dnnlPadEnd(const WindowGeometry& geometry, const std::vector<std::int64_t>& inputSpatial,
                         std::size_t i);
+
+// ---- Float64 kernels: oneDNN has no f64, so these are plain loops (see Note [Float64 kernels]) ----
+
+// Conv in float64 (dnnl_conv_f64.cpp): x [N, C, in...], w [M, C/group, k...] in ONNX layout, bias [M] or null,
+// y [N, M, geometry.output...]; 1 to 3 spatial dims. Uses the calling thread's dnnlScratchpad for im2col.
+void convForwardF64(const WindowGeometry& geometry, const Shape& xShape, const Shape& wShape, std::int64_t group,
+                    const double* x, const double* w, const double* bias, double* y);
 
 }  // namespace strata::cpu

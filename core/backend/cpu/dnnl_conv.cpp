@@ -30,9 +30,12 @@ struct ConvSetup {
   Shape output;
 };
 
+// Conv runs float32 on oneDNN and float64 on plain loops (dnnl_conv_f64.cpp); X, W and B share the type.
 ConvSetup resolveConv(const Attributes& attrs, const TensorMeta& x, const TensorMeta& w, const TensorMeta* bias) {
-  if (x.dtype != DType::Float32) fail("only float32 is supported, X is {}", dtypeName(x.dtype));
-  if (w.dtype != DType::Float32) fail("only float32 is supported, W is {}", dtypeName(w.dtype));
+  if (x.dtype != DType::Float32 && x.dtype != DType::Float64) {
+    fail("only float32 and float64 are supported, X is {}", dtypeName(x.dtype));
+  }
+  if (w.dtype != x.dtype) fail("W is {} but X is {}; they must match", dtypeName(w.dtype), dtypeName(x.dtype));
   if (x.shape.size() < 3 || x.shape.size() > 5) {
     fail("X must have rank 3 to 5 (N, C, 1 to 3 spatial dims), got {}", shapeToString(x.shape));
   }
@@ -50,7 +53,7 @@ ConvSetup resolveConv(const Attributes& attrs, const TensorMeta& x, const Tensor
   }
   if (filters % s.group != 0) fail("W has {} output channels, not divisible by group {}", filters, s.group);
   if (bias != nullptr) {
-    if (bias->dtype != DType::Float32) fail("only float32 is supported, B is {}", dtypeName(bias->dtype));
+    if (bias->dtype != x.dtype) fail("B is {} but X is {}; they must match", dtypeName(bias->dtype), dtypeName(x.dtype));
     if (bias->shape != Shape{filters}) {
       fail("B has shape {}, expected [{}] (one per output channel)", shapeToString(bias->shape), filters);
     }
@@ -66,7 +69,7 @@ std::vector<TensorMeta> inferConv(const ShapeContext& ctx) {
   try {
     const TensorMeta* bias = ctx.hasInput(2) ? &ctx.input(2).meta : nullptr;
     ConvSetup s = resolveConv(ctx.attrs, ctx.input(0).meta, ctx.input(1).meta, bias);
-    return {TensorMeta{DType::Float32, s.output}};
+    return {TensorMeta{ctx.input(0).meta.dtype, s.output}};
   } catch (const Error& e) {
     ctx.error(e.what());
   }
@@ -144,6 +147,21 @@ class WeightCache {
   std::uint64_t fingerprint_ = 0;
 };
 
+std::size_t alignUp(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// Note [Conv layouts]: Strata's tensors are plain NCHW. With NCHW src/dst oneDNN runs im2col + sgemm, which is as
+// fast as its blocked (nChw16c) kernels for 1x1 stride-1 convolutions, but measured 1.3-1.6x slower for 3x3 and 7x7
+// and ~4x slower for depthwise (AVX-512, ResNet50 / MobileNet layer shapes, even counting the two reorders). So
+// those convolutions let oneDNN pick src/dst layouts and reorder around the primitive, with the blocked copies in
+// the shared scratchpad.
+bool prefersBlockedLayout(const ConvSetup& s) {
+  bool pointwise = true;
+  for (std::size_t i = 0; i < s.geometry.kernel.size(); ++i) {
+    pointwise = pointwise && s.geometry.kernel[i] == 1 && s.geometry.strides[i] == 1;
+  }
+  return !pointwise || s.group > 1;
+}
+
 class ConvKernel : public OpKernel {
  public:
   explicit ConvKernel(const KernelInit& init) {
@@ -153,6 +171,12 @@ class ConvKernel : public OpKernel {
     ConvSetup s = resolveConv(init.attrs, x, w, hasBias_ ? &init.inputs[2].meta : nullptr);
     empty_ = numElements(s.output) == 0 || numElements(x.shape) == 0;
     if (empty_) return;
+    if (x.dtype == DType::Float64) {  // plain loops, no primitive
+      f64_ = std::make_unique<ConvSetup>(s);
+      xShape_ = x.shape;
+      wShape_ = w.shape;
+      return;
+    }
 
     const std::size_t n = s.geometry.kernel.size();
     memory::dims padEnd(n);
@@ -165,12 +189,17 @@ class ConvKernel : public OpKernel {
     // Let the convolution pick its weight layout; the weights are reordered once (WeightCache).
     const memory::desc anyWeightDesc(toDims(weightDims), memory::data_type::f32, memory::format_tag::any);
     const memory::desc biasDesc = hasBias_ ? plainDesc({w.shape[0]}) : memory::desc();
+    const bool blocked = prefersBlockedLayout(s);
+    const memory::desc convSrcDesc =
+        blocked ? memory::desc(toDims(x.shape), memory::data_type::f32, memory::format_tag::any) : srcDesc;
+    const memory::desc convDstDesc =
+        blocked ? memory::desc(toDims(s.output), memory::data_type::f32, memory::format_tag::any) : dstDesc;
 
     withDnnlErrors(init.nodeName, "create the convolution", [&] {
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                           srcDesc, anyWeightDesc, biasDesc, dstDesc, toDims(s.geometry.strides),
-                                           dnnlDilations(s.geometry.dilations), toDims(s.geometry.padBegin),
-                                           padEnd);
+                                           convSrcDesc, anyWeightDesc, biasDesc, convDstDesc,
+                                           toDims(s.geometry.strides), dnnlDilations(s.geometry.dilations),
+                                           toDims(s.geometry.padBegin), padEnd);
       dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
       primitive_ = dnnl::convolution_forward(pd);
       scratchpadBytes_ = pd.scratchpad_desc().get_size();
@@ -179,6 +208,32 @@ class ConvKernel : public OpKernel {
       weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
       dst_ = memory(dstDesc, dnnlEngine(), nullptr);
       if (hasBias_) bias_ = memory(biasDesc, dnnlEngine(), nullptr);
+      // Scratchpad layout: [primitive scratchpads | blocked src | blocked dst].
+      std::size_t offset = 0;
+      if (pd.src_desc() != srcDesc) {
+        dnnl::reorder::primitive_desc rpd(dnnlEngine(), srcDesc, dnnlEngine(), pd.src_desc(), userScratchpadAttr());
+        srcReorder_ = dnnl::reorder(rpd);
+        scratchpadBytes_ = std::max(scratchpadBytes_, rpd.scratchpad_desc().get_size());
+        srcBlocked_ = memory(pd.src_desc(), dnnlEngine(), nullptr);
+        reorderSrc_ = true;
+      }
+      if (pd.dst_desc() != dstDesc) {
+        dnnl::reorder::primitive_desc rpd(dnnlEngine(), pd.dst_desc(), dnnlEngine(), dstDesc, userScratchpadAttr());
+        dstReorder_ = dnnl::reorder(rpd);
+        scratchpadBytes_ = std::max(scratchpadBytes_, rpd.scratchpad_desc().get_size());
+        dstBlocked_ = memory(pd.dst_desc(), dnnlEngine(), nullptr);
+        reorderDst_ = true;
+      }
+      offset = alignUp(scratchpadBytes_);
+      if (reorderSrc_) {
+        srcOffset_ = offset;
+        offset += alignUp(pd.src_desc().get_size());
+      }
+      if (reorderDst_) {
+        dstOffset_ = offset;
+        offset += alignUp(pd.dst_desc().get_size());
+      }
+      totalScratchBytes_ = offset;
       // Constant weights (the usual case after loading) are reordered now, at plan time, not on the first run.
       if (init.inputs[1].constant != nullptr) weights_.get(*init.inputs[1].constant);
     });
@@ -186,28 +241,57 @@ class ConvKernel : public OpKernel {
 
   void compute(KernelContext& ctx) override {
     if (empty_) return;
-    bindDnnl(src_, ctx.input(0));
+    if (f64_ != nullptr) {
+      convForwardF64(f64_->geometry, xShape_, wShape_, f64_->group, ctx.input(0).data<double>(),
+                     ctx.input(1).data<double>(), hasBias_ ? ctx.input(2).data<double>() : nullptr,
+                     ctx.output(0).data<double>());
+      return;
+    }
     weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
+    bindDnnl(src_, ctx.input(0));
     bindDnnl(dst_, ctx.output(0));
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weightMemory_}, {DNNL_ARG_DST, dst_}};
+    char* scratch = static_cast<char*>(dnnlScratchpad(totalScratchBytes_));
+    if (reorderSrc_) {
+      srcBlocked_.set_data_handle(scratch + srcOffset_);
+      std::unordered_map<int, memory> args{{DNNL_ARG_FROM, src_}, {DNNL_ARG_TO, srcBlocked_}};
+      executeDnnlAt(srcReorder_, args, scratch, scratchpadBytes_);
+    }
+    if (reorderDst_) dstBlocked_.set_data_handle(scratch + dstOffset_);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, reorderSrc_ ? srcBlocked_ : src_},
+                                         {DNNL_ARG_WEIGHTS, weightMemory_},
+                                         {DNNL_ARG_DST, reorderDst_ ? dstBlocked_ : dst_}};
     if (hasBias_) {
       bindDnnl(bias_, ctx.input(2));
       args[DNNL_ARG_BIAS] = bias_;
     }
-    executeDnnl(primitive_, args, scratchpadBytes_);
+    executeDnnlAt(primitive_, args, scratch, scratchpadBytes_);
+    if (reorderDst_) {
+      std::unordered_map<int, memory> reorderArgs{{DNNL_ARG_FROM, dstBlocked_}, {DNNL_ARG_TO, dst_}};
+      executeDnnlAt(dstReorder_, reorderArgs, scratch, scratchpadBytes_);
+    }
   }
 
  private:
   bool hasBias_ = false;
   bool empty_ = false;
+  std::unique_ptr<ConvSetup> f64_;  // set for float64, which runs convForwardF64 instead of oneDNN
+  Shape xShape_, wShape_;
   dnnl::convolution_forward primitive_;
-  std::size_t scratchpadBytes_ = 0;
+  std::size_t scratchpadBytes_ = 0;     // the largest of the conv's and the reorders' own scratchpads
+  std::size_t totalScratchBytes_ = 0;   // plus the blocked src/dst copies
+  std::size_t srcOffset_ = 0;
+  std::size_t dstOffset_ = 0;
+  bool reorderSrc_ = false;
+  bool reorderDst_ = false;
+  dnnl::reorder srcReorder_;
+  dnnl::reorder dstReorder_;
   WeightCache weights_;
   memory src_;
+  memory srcBlocked_;
   memory weightMemory_;
   memory bias_;
   memory dst_;
+  memory dstBlocked_;
 };
 
 // ---- ConvTranspose ----

@@ -1,6 +1,7 @@
 // Gemm and MatMul: float32 on oneDNN's matmul primitive (batched, broadcasting); float64 and integers on a direct
 // loop (the ONNX conformance suite has a few of those, never on a hot path).
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 
@@ -91,6 +92,36 @@ void broadcastC(const GemmSetup& s, const Tensor& c, Tensor& y, double scale) {
   }
 }
 
+constexpr std::int64_t kLoopColumns = 64;  // output columns per task of the direct loops
+
+// Tasks per chunk so that small products stay on the calling thread (about 16k multiply-adds at least).
+std::int64_t loopGrain(std::int64_t depth, std::int64_t n) {
+  return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, depth * std::min(n, kLoopColumns)));
+}
+
+// One output row chunk out[j] (j < cols) += sum_k a(k) * b(k, j0 + j), where b(k, j) = pb[k * bk + j * bj]. The loop
+// order keeps the inner loop on contiguous memory: over j when B's rows are contiguous (bj == 1), else over k.
+template <typename T>
+void accumulateRow(const T* pa, std::int64_t ak, const T* pb, std::int64_t bk, std::int64_t bj, std::int64_t depth,
+                   std::int64_t j0, std::int64_t cols, Accumulator<T>* out) {
+  if (bj == 1) {
+    for (std::int64_t kk = 0; kk < depth; ++kk) {
+      const auto av = static_cast<Accumulator<T>>(pa[kk * ak]);
+      const T* row = pb + kk * bk + j0;
+      for (std::int64_t j = 0; j < cols; ++j) out[j] += av * static_cast<Accumulator<T>>(row[j]);
+    }
+  } else {
+    for (std::int64_t j = 0; j < cols; ++j) {
+      const T* column = pb + (j0 + j) * bj;
+      Accumulator<T> acc = 0;
+      for (std::int64_t kk = 0; kk < depth; ++kk) {
+        acc += static_cast<Accumulator<T>>(pa[kk * ak]) * static_cast<Accumulator<T>>(column[kk * bk]);
+      }
+      out[j] += acc;
+    }
+  }
+}
+
 template <typename T>
 void naiveGemm(const GemmSetup& s, const Tensor& a, const Tensor& b, const Tensor* c, Tensor& y) {
   const T* pa = a.data<T>();
@@ -98,18 +129,23 @@ void naiveGemm(const GemmSetup& s, const Tensor& a, const Tensor& b, const Tenso
   T* py = y.data<T>();
   const bool useC = c != nullptr && s.beta != 0.0f;
   if (useC) broadcastC<T>(s, *c, y, s.beta);
-  parallelFor(0, s.m, 16, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      for (std::int64_t j = 0; j < s.n; ++j) {
-        Accumulator<T> acc = 0;
-        for (std::int64_t kk = 0; kk < s.k; ++kk) {
-          const T av = s.transA ? pa[kk * s.m + i] : pa[i * s.k + kk];
-          const T bv = s.transB ? pb[j * s.k + kk] : pb[kk * s.n + j];
-          acc += static_cast<Accumulator<T>>(av) * static_cast<Accumulator<T>>(bv);
-        }
-        const double value = static_cast<double>(s.alpha) * static_cast<double>(acc) +
-                             (useC ? static_cast<double>(py[i * s.n + j]) : 0.0);
-        py[i * s.n + j] = static_cast<T>(value);
+  const std::int64_t colBlocks = (s.n + kLoopColumns - 1) / kLoopColumns;
+  // A(i, k) = pa[i * ai + k * ak], B(k, j) = pb[k * bk + j * bj].
+  const std::int64_t ai = s.transA ? 1 : s.k, ak = s.transA ? s.m : 1;
+  const std::int64_t bk = s.transB ? 1 : s.n, bj = s.transB ? s.k : 1;
+  parallelFor(0, s.m * colBlocks, loopGrain(s.k, s.n), [&](std::int64_t begin, std::int64_t end) {
+    Accumulator<T> acc[kLoopColumns];
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t i = t / colBlocks;
+      const std::int64_t j0 = (t % colBlocks) * kLoopColumns;
+      const std::int64_t cols = std::min(kLoopColumns, s.n - j0);
+      std::fill(acc, acc + cols, Accumulator<T>{0});
+      accumulateRow<T>(pa + i * ai, ak, pb, bk, bj, s.k, j0, cols, acc);
+      for (std::int64_t j = 0; j < cols; ++j) {
+        T& out = py[i * s.n + j0 + j];
+        const double value =
+            static_cast<double>(s.alpha) * static_cast<double>(acc[j]) + (useC ? static_cast<double>(out) : 0.0);
+        out = static_cast<T>(value);
       }
     }
   });
@@ -258,8 +294,15 @@ void naiveMatmul(const MatmulSetup& s, const Tensor& a, const Tensor& b, Tensor&
   const T* pa = a.data<T>();
   const T* pb = b.data<T>();
   T* py = y.data<T>();
-  parallelFor(0, batches, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t bi = begin; bi < end; ++bi) {
+  const std::int64_t colBlocks = (s.n + kLoopColumns - 1) / kLoopColumns;
+  // One task per (batch, row, block of columns).
+  parallelFor(0, batches * s.m * colBlocks, loopGrain(s.k, s.n), [&](std::int64_t begin, std::int64_t end) {
+    Accumulator<T> acc[kLoopColumns];
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t bi = t / (s.m * colBlocks);
+      const std::int64_t i = (t / colBlocks) % s.m;
+      const std::int64_t j0 = (t % colBlocks) * kLoopColumns;
+      const std::int64_t cols = std::min(kLoopColumns, s.n - j0);
       std::int64_t offA = 0, offB = 0, rest = bi;
       for (std::size_t d = r; d-- > 0;) {
         const std::int64_t idx = rest % s.batch[d];
@@ -267,17 +310,10 @@ void naiveMatmul(const MatmulSetup& s, const Tensor& a, const Tensor& b, Tensor&
         offA += idx * strideA[d];
         offB += idx * strideB[d];
       }
-      T* out = py + bi * s.m * s.n;
-      for (std::int64_t i = 0; i < s.m; ++i) {
-        for (std::int64_t j = 0; j < s.n; ++j) {
-          Accumulator<T> acc = 0;
-          for (std::int64_t kk = 0; kk < s.k; ++kk) {
-            acc += static_cast<Accumulator<T>>(pa[offA + i * s.k + kk]) *
-                   static_cast<Accumulator<T>>(pb[offB + kk * s.n + j]);
-          }
-          out[i * s.n + j] = static_cast<T>(acc);
-        }
-      }
+      std::fill(acc, acc + cols, Accumulator<T>{0});
+      accumulateRow<T>(pa + offA + i * s.k, 1, pb + offB, s.n, 1, s.k, j0, cols, acc);
+      T* out = py + (bi * s.m + i) * s.n + j0;
+      for (std::int64_t j = 0; j < cols; ++j) out[j] = static_cast<T>(acc[j]);
     }
   });
 }

@@ -1,5 +1,5 @@
 // MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool on oneDNN pooling primitives, with a direct loop for
-// what oneDNN does not cover (MaxPool's Indices output, non-float types, the divisor of AveragePool with
+// what oneDNN does not cover (MaxPool's Indices output, float64 and integer types, the divisor of AveragePool with
 // count_include_pad in ceil mode).
 
 #include <cmath>
@@ -29,7 +29,9 @@ PoolSetup resolvePool(const std::string& opType, const Attributes& attrs, const 
   const bool global = opType == "GlobalAveragePool" || opType == "GlobalMaxPool";
   s.kind = (opType == "MaxPool" || opType == "GlobalMaxPool") ? PoolKind::Max : PoolKind::Average;
   const bool floatOnly = s.kind == PoolKind::Average || global;
-  if (floatOnly && x.dtype != DType::Float32) fail("only float32 is supported, X is {}", dtypeName(x.dtype));
+  if (floatOnly && x.dtype != DType::Float32 && x.dtype != DType::Float64) {
+    fail("only float32 and float64 are supported, X is {}", dtypeName(x.dtype));
+  }
   if (!floatOnly && x.dtype != DType::Float32 && x.dtype != DType::Float64 && x.dtype != DType::Int8 &&
       x.dtype != DType::UInt8) {
     fail("X must be float32, float64, int8 or uint8, got {}", dtypeName(x.dtype));

@@ -97,16 +97,17 @@ ShapeFn sameTypeBroadcastShape(Types types, std::optional<DType> outDType = std:
 // Registers a binary op whose output has the inputs' dtype. makeFn(attrs) returns a generic functor f(x, y).
 template <typename Types, typename MakeFn>
 void addBinary(OpRegistry& registry, const std::string& type, Types types, std::int64_t cost, MakeFn makeFn) {
-  addOp(registry, type, sameTypeBroadcastShape(types), [type, types, cost, makeFn](const KernelInit& init) -> ComputeFn {
-    auto fn = makeFn(init.attrs);
-    return [type, types, cost, fn](KernelContext& ctx) {
-      dispatch(types, ctx.input(0).dtype(), type.c_str(), [&](auto tag) {
-        using T = decltype(tag);
-        binaryLoop<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), cost,
-                            [&fn](T x, T y) { return static_cast<T>(fn(x, y)); });
-      });
-    };
-  });
+  addOp(registry, type, sameTypeBroadcastShape(types),
+        [type, types, cost, makeFn](const KernelInit& init) -> ComputeFn {
+          auto fn = makeFn(init.attrs);
+          return [type, types, cost, fn](KernelContext& ctx) {
+            dispatch(types, ctx.input(0).dtype(), type.c_str(), [&](auto tag) {
+              using T = decltype(tag);
+              binaryLoop<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), cost,
+                                  [&fn](T x, T y) { return static_cast<T>(fn(x, y)); });
+            });
+          };
+        });
 }
 
 // Registers a comparison with a bool output.
@@ -251,7 +252,8 @@ void registerBinaryOps(OpRegistry& registry) {
   addVariadic(registry, "Max", NumericTypes{}, [](auto x, auto y) { return maxPropagatingNaN(x, y); });
   addVariadic(registry, "Min", NumericTypes{}, [](auto x, auto y) { return minPropagatingNaN(x, y); });
   addVariadic(registry, "Sum", NumericTypes{}, [](auto x, auto y) { return x + y; });
-  addVariadic(registry, "Mean", FloatTypes{}, [](auto x, auto y) { return x + y; }, /*mean=*/true);
+  addVariadic(
+      registry, "Mean", FloatTypes{}, [](auto x, auto y) { return x + y; }, /*mean=*/true);
 
   addCompare(registry, "Equal", AllTypes{}, [](auto x, auto y) { return x == y; });
   addCompare(registry, "Less", NumericTypes{}, [](auto x, auto y) { return x < y; });

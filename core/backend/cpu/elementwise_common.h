@@ -49,8 +49,7 @@ using ComputeFn = std::function<void(KernelContext&)>;
 using ComputeFactory = std::function<ComputeFn(const KernelInit&)>;
 
 // Registers a schema plus a CPU kernel built by `factory`.
-void addOp(OpRegistry& registry, const std::string& type, ShapeFn infer, ComputeFactory factory,
-           bool foldable = true);
+void addOp(OpRegistry& registry, const std::string& type, ShapeFn infer, ComputeFactory factory, bool foldable = true);
 
 // Throws a node-naming error when input i's dtype is not in the list.
 template <typename... Ts>

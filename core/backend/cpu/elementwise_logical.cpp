@@ -86,11 +86,20 @@ void registerWhere(OpRegistry& registry) {
         return [](KernelContext& ctx) {
           const Tensor& x = ctx.input(1);
           switch (dtypeSize(x.dtype())) {
-            case 1: whereTyped<std::uint8_t>(ctx.input(0), x, ctx.input(2), ctx.output(0)); break;
-            case 2: whereTyped<std::uint16_t>(ctx.input(0), x, ctx.input(2), ctx.output(0)); break;
-            case 4: whereTyped<std::uint32_t>(ctx.input(0), x, ctx.input(2), ctx.output(0)); break;
-            case 8: whereTyped<std::uint64_t>(ctx.input(0), x, ctx.input(2), ctx.output(0)); break;
-            default: fail("Where: unsupported dtype {}", dtypeName(x.dtype()));
+            case 1:
+              whereTyped<std::uint8_t>(ctx.input(0), x, ctx.input(2), ctx.output(0));
+              break;
+            case 2:
+              whereTyped<std::uint16_t>(ctx.input(0), x, ctx.input(2), ctx.output(0));
+              break;
+            case 4:
+              whereTyped<std::uint32_t>(ctx.input(0), x, ctx.input(2), ctx.output(0));
+              break;
+            case 8:
+              whereTyped<std::uint64_t>(ctx.input(0), x, ctx.input(2), ctx.output(0));
+              break;
+            default:
+              fail("Where: unsupported dtype {}", dtypeName(x.dtype()));
           }
         };
       });

@@ -85,7 +85,7 @@ void registerCasts(OpRegistry& registry) {
         const auto onnxType = static_cast<int>(ctx.attrs.getInt("to"));
         const std::optional<DType> to = dtypeFromOnnx(onnxType);
         if (!to) {
-          ctx.error(fmt::format("cannot cast to {} (ONNX type {})", onnxTypeName(onnxType), onnxType));
+          ctx.error(fmt::format("casting to {} (ONNX type {}) is not supported", onnxTypeName(onnxType), onnxType));
         }
         return repeatMeta(ctx, TensorMeta{*to, ctx.input(0).meta.shape});
       },

@@ -53,8 +53,7 @@ double scalarAsDouble(const Tensor& tensor, std::int64_t index) {
 
 std::int64_t scalarAsInt(const Tensor& tensor, std::int64_t index) {
   if (tensor.dtype() == DType::Int64) {
-    STRATA_CHECK(index < tensor.numel(), "element {} of a tensor of shape {}", index,
-                 shapeToString(tensor.shape()));
+    STRATA_CHECK(index < tensor.numel(), "element {} of a tensor of shape {}", index, shapeToString(tensor.shape()));
     return tensor.data<std::int64_t>()[index];
   }
   return static_cast<std::int64_t>(scalarAsDouble(tensor, index));
@@ -87,8 +86,7 @@ void addUnary(OpRegistry& registry, const std::string& type, Types types, std::i
           Tensor& out = ctx.output(0);
           dispatch(types, in.dtype(), type.c_str(), [&](auto tag) {
             using T = decltype(tag);
-            unaryLoop(in.data<T>(), out.data<T>(), in.numel(), cost,
-                      [&fn](T x) { return static_cast<T>(fn(x)); });
+            unaryLoop(in.data<T>(), out.data<T>(), in.numel(), cost, [&fn](T x) { return static_cast<T>(fn(x)); });
           });
         };
       });

@@ -56,14 +56,14 @@ std::vector<TensorMeta> lossShapes(const ShapeContext& ctx) {
   Shape expected{scores.shape[0]};
   expected.insert(expected.end(), scores.shape.begin() + 2, scores.shape.end());
   if (labels.shape != expected) {
-    ctx.error(fmt::format("labels have shape {} but {} was expected for input shape {}",
-                          shapeToString(labels.shape), shapeToString(expected), shapeToString(scores.shape)));
+    ctx.error(fmt::format("labels have shape {} but {} was expected for input shape {}", shapeToString(labels.shape),
+                          shapeToString(expected), shapeToString(scores.shape)));
   }
   if (ctx.hasInput(2)) {
     const TensorMeta& weights = ctx.inputs[2].meta;
     if (weights.dtype != scores.dtype || weights.shape != Shape{scores.shape[1]}) {
-      ctx.error(fmt::format("weights must be {}[{}], got {}", dtypeName(scores.dtype), scores.shape[1],
-                            weights.toString()));
+      ctx.error(
+          fmt::format("weights must be {}[{}], got {}", dtypeName(scores.dtype), scores.shape[1], weights.toString()));
     }
   }
   LossConfig config;
@@ -72,8 +72,7 @@ std::vector<TensorMeta> lossShapes(const ShapeContext& ctx) {
   } catch (const Error& e) {
     ctx.error(e.what());
   }
-  std::vector<TensorMeta> metas{
-      TensorMeta{scores.dtype, config.reduction == Reduction::None ? labels.shape : Shape{}}};
+  std::vector<TensorMeta> metas{TensorMeta{scores.dtype, config.reduction == Reduction::None ? labels.shape : Shape{}}};
   if (ctx.outputCount > 1) {
     metas.push_back(scores);
   }

@@ -353,16 +353,36 @@ enum class ReduceKind { Sum, Mean, Prod, Max, Min, L1, L2, SumSquare, LogSum, Lo
 template <typename T>
 void runReduce(ReduceKind kind, const Tensor& in, Tensor& out, const std::vector<bool>& reducedAxis) {
   switch (kind) {
-    case ReduceKind::Sum: reduceTyped<T, SumOp<T>>(in, out, reducedAxis); break;
-    case ReduceKind::Mean: reduceTyped<T, MeanOp<T>>(in, out, reducedAxis); break;
-    case ReduceKind::Prod: reduceTyped<T, ProdOp<T>>(in, out, reducedAxis); break;
-    case ReduceKind::Max: reduceTyped<T, MaxOp<T>>(in, out, reducedAxis); break;
-    case ReduceKind::Min: reduceTyped<T, MinOp<T>>(in, out, reducedAxis); break;
-    case ReduceKind::L1: reduceTyped<T, L1Op<T>>(in, out, reducedAxis); break;
-    case ReduceKind::L2: reduceTyped<T, L2Op<T>>(in, out, reducedAxis); break;
-    case ReduceKind::SumSquare: reduceTyped<T, SumSquareOp<T>>(in, out, reducedAxis); break;
-    case ReduceKind::LogSum: reduceTyped<T, LogSumOp<T>>(in, out, reducedAxis); break;
-    case ReduceKind::LogSumExp: reduceLogSumExp<T>(in, out, reducedAxis); break;
+    case ReduceKind::Sum:
+      reduceTyped<T, SumOp<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::Mean:
+      reduceTyped<T, MeanOp<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::Prod:
+      reduceTyped<T, ProdOp<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::Max:
+      reduceTyped<T, MaxOp<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::Min:
+      reduceTyped<T, MinOp<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::L1:
+      reduceTyped<T, L1Op<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::L2:
+      reduceTyped<T, L2Op<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::SumSquare:
+      reduceTyped<T, SumSquareOp<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::LogSum:
+      reduceTyped<T, LogSumOp<T>>(in, out, reducedAxis);
+      break;
+    case ReduceKind::LogSumExp:
+      reduceLogSumExp<T>(in, out, reducedAxis);
+      break;
   }
 }
 
@@ -466,9 +486,8 @@ void addArgReduce(OpRegistry& registry, const std::string& type, bool isMax) {
         return [type, isMax, axisAttr, selectLast](KernelContext& ctx) {
           const Tensor& in = ctx.input(0);
           const std::int64_t axis = in.rank() == 0 ? 0 : normalizeAxis(axisAttr, in.rank());
-          dispatch(ReduceTypes{}, in.dtype(), type.c_str(), [&](auto tag) {
-            argReduce<decltype(tag)>(in, ctx.output(0), axis, isMax, selectLast);
-          });
+          dispatch(ReduceTypes{}, in.dtype(), type.c_str(),
+                   [&](auto tag) { argReduce<decltype(tag)>(in, ctx.output(0), axis, isMax, selectLast); });
         };
       });
 }

@@ -9,6 +9,10 @@
 #include <numeric>
 #include <type_traits>
 
+#ifdef __AVX__
+#include <immintrin.h>
+#endif
+
 #include "cpu_ops.h"
 #include "shape_ops_common.h"
 #include "strata/thread_pool.h"
@@ -71,12 +75,56 @@ void copyTileT(char* dst, const char* src, std::int64_t a0, std::int64_t a1, std
   }
 }
 
+#ifdef __AVX__
+// 8x8 transpose of 4-byte elements in registers: dst row r = src column r.
+void transpose8x8(const float* src, std::int64_t srcStride, float* dst, std::int64_t dstStride) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * srcStride);
+  __m256 t[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  __m256 u[8];
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * dstStride, _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * dstStride, _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+}
+
+// 4-byte tiles: full 8x8 blocks in AVX registers, ragged edges element by element.
+void copyTile4(char* dst, const char* src, std::int64_t a0, std::int64_t a1, std::int64_t b0, std::int64_t b1,
+               std::int64_t dstStrideA, std::int64_t srcStrideB) {
+  const std::int64_t aFull = a0 + (a1 - a0) / 8 * 8;
+  const std::int64_t bFull = b0 + (b1 - b0) / 8 * 8;
+  const auto* s = reinterpret_cast<const float*>(src);
+  auto* d = reinterpret_cast<float*>(dst);
+  for (std::int64_t ia = a0; ia < aFull; ia += 8) {
+    for (std::int64_t ib = b0; ib < bFull; ib += 8) {
+      transpose8x8(s + ib * srcStrideB + ia, srcStrideB, d + ia * dstStrideA + ib, dstStrideA);
+    }
+  }
+  copyTileT<4>(dst, src, aFull, a1, b0, b1, dstStrideA, srcStrideB, 4);
+  copyTileT<4>(dst, src, a0, aFull, bFull, b1, dstStrideA, srcStrideB, 4);
+}
+#endif
+
 void copyTile(char* dst, const char* src, std::int64_t a0, std::int64_t a1, std::int64_t b0, std::int64_t b1,
               std::int64_t dstStrideA, std::int64_t srcStrideB, std::size_t elemSize) {
   switch (elemSize) {
     case 1: copyTileT<1>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
     case 2: copyTileT<2>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
+#ifdef __AVX__
+    case 4: copyTile4(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB); break;
+#else
     case 4: copyTileT<4>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
+#endif
     case 8: copyTileT<8>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
     default: copyTileT<0>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
   }

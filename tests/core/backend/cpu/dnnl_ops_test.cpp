@@ -90,22 +90,24 @@ Ints outputSize(const Ints& in, const Window& w, bool ceilMode = false) {
   return out;
 }
 
-// Direct N-d convolution: x [N, C, in...], w [M, C/group, k...], optional bias [M].
-std::vector<float> referenceConv(const Tensor& x, const Tensor& w, const Tensor* bias, std::int64_t group,
-                                 const Window& win, const Ints& out) {
+// Direct N-d convolution: x [N, C, in...], w [M, C/group, k...], optional bias [M], of element type T, computed in
+// double.
+template <typename T>
+std::vector<double> referenceConvT(const Tensor& x, const Tensor& w, const Tensor* bias, std::int64_t group,
+                                   const Window& win, const Ints& out) {
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
   const Ints in(xs.begin() + 2, xs.end());
   const Ints kernel(ws.begin() + 2, ws.end());
   const std::int64_t batch = xs[0], channels = xs[1], filters = ws[0], cPerG = ws[1], mPerG = filters / group;
-  std::vector<float> y(static_cast<std::size_t>(batch * filters * numElements(out)), 0.0f);
+  std::vector<double> y(static_cast<std::size_t>(batch * filters * numElements(out)), 0.0);
   Ints o(out.size(), 0);
   std::size_t yi = 0;
   for (std::int64_t n = 0; n < batch; ++n) {
     for (std::int64_t m = 0; m < filters; ++m) {
       std::fill(o.begin(), o.end(), 0);
       do {
-        double acc = bias != nullptr ? bias->data<float>()[m] : 0.0;
+        double acc = bias != nullptr ? static_cast<double>(bias->data<T>()[m]) : 0.0;
         const std::int64_t g = m / mPerG;
         for (std::int64_t c = 0; c < cPerG; ++c) {
           Ints k(kernel.size(), 0);
@@ -118,16 +120,22 @@ std::vector<float> referenceConv(const Tensor& x, const Tensor& w, const Tensor*
             }
             if (!valid) continue;
             const std::int64_t xc = g * cPerG + c;
-            const float xv = x.data<float>()[(n * channels + xc) * numElements(in) + flatIndex(pos, in)];
-            const float wv = w.data<float>()[(m * cPerG + c) * numElements(kernel) + flatIndex(k, kernel)];
-            acc += static_cast<double>(xv) * wv;
+            const T xv = x.data<T>()[(n * channels + xc) * numElements(in) + flatIndex(pos, in)];
+            const T wv = w.data<T>()[(m * cPerG + c) * numElements(kernel) + flatIndex(k, kernel)];
+            acc += static_cast<double>(xv) * static_cast<double>(wv);
           } while (nextIndex(k, kernel));
         }
-        y[yi++] = static_cast<float>(acc);
+        y[yi++] = acc;
       } while (nextIndex(o, out));
     }
   }
   return y;
+}
+
+std::vector<float> referenceConv(const Tensor& x, const Tensor& w, const Tensor* bias, std::int64_t group,
+                                 const Window& win, const Ints& out) {
+  const std::vector<double> y = referenceConvT<float>(x, w, bias, group, win, out);
+  return std::vector<float>(y.begin(), y.end());
 }
 
 Attributes convAttrs(const Window& w, std::int64_t group) {
@@ -174,6 +182,11 @@ TEST(DnnlConvTest, Depthwise) {
 
 TEST(DnnlConvTest, OneByOneStrided) {
   checkConv({2, 16, 8, 8}, {32, 16, 1, 1}, 1, {{1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, true, 5);
+}
+
+TEST(DnnlConvTest, PointwiseStaysInPlainLayout) {
+  checkConv({2, 16, 6, 5}, {8, 16, 1, 1}, 1, {{1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}}, true, 15);
+  checkConv({1, 4, 5, 5}, {6, 4, 1, 1}, 1, {{1, 1}, {1, 1}, {1, 1}, {1, 0}, {0, 1}}, false, 16);
 }
 
 TEST(DnnlConvTest, Conv1D) { checkConv({2, 3, 10}, {4, 3, 3}, 1, {{3}, {2}, {2}, {1}, {2}}, true, 6); }
@@ -363,16 +376,17 @@ TEST(DnnlConvTransposeTest, OnnxOutputShapeAndAutoPadExamples) {
 
 // Direct N-d pooling. The average's divisor counts positions inside the input (count_include_pad 0) or inside the
 // explicitly padded input (1).
-std::vector<float> referencePool(const Tensor& x, bool isMax, bool countIncludePad, const Window& win,
-                                 const Ints& out, std::vector<std::int64_t>* indices = nullptr) {
+template <typename T>
+std::vector<double> referencePoolT(const Tensor& x, bool isMax, bool countIncludePad, const Window& win,
+                                   const Ints& out, std::vector<std::int64_t>* indices = nullptr) {
   const Shape& xs = x.shape();
   const Ints in(xs.begin() + 2, xs.end());
-  std::vector<float> y;
+  std::vector<double> y;
   for (std::int64_t plane = 0; plane < xs[0] * xs[1]; ++plane) {
     Ints o(out.size(), 0);
     do {
       double sum = 0;
-      float best = -std::numeric_limits<float>::infinity();
+      double best = -std::numeric_limits<double>::infinity();
       std::int64_t bestIndex = -1, count = 0, padded = 0;
       Ints k(win.kernel.size(), 0);
       do {
@@ -386,7 +400,7 @@ std::vector<float> referencePool(const Tensor& x, bool isMax, bool countIncludeP
         if (inPadded) ++padded;
         if (!valid) continue;
         const std::int64_t flat = plane * numElements(in) + flatIndex(pos, in);
-        const float v = x.data<float>()[flat];
+        const double v = static_cast<double>(x.data<T>()[flat]);
         sum += v;
         ++count;
         if (v > best) {
@@ -398,11 +412,17 @@ std::vector<float> referencePool(const Tensor& x, bool isMax, bool countIncludeP
         y.push_back(best);
         if (indices != nullptr) indices->push_back(bestIndex);
       } else {
-        y.push_back(static_cast<float>(sum / static_cast<double>(countIncludePad ? padded : count)));
+        y.push_back(sum / static_cast<double>(countIncludePad ? padded : count));
       }
     } while (nextIndex(o, out));
   }
   return y;
+}
+
+std::vector<float> referencePool(const Tensor& x, bool isMax, bool countIncludePad, const Window& win,
+                                 const Ints& out, std::vector<std::int64_t>* indices = nullptr) {
+  const std::vector<double> y = referencePoolT<float>(x, isMax, countIncludePad, win, out, indices);
+  return std::vector<float>(y.begin(), y.end());
 }
 
 struct PoolCase {

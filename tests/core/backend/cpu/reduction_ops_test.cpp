@@ -109,8 +109,8 @@ std::vector<std::pair<std::string, NaiveReduce>> allReductions() {
 
 TEST(ReductionOpsTest, AllReductionsMatchNaiveReferenceOverAxisSets) {
   const Shape shape{3, 4, 5, 6};
-  const std::vector<std::vector<std::int64_t>> axisSets = {{0}, {1}, {3}, {-1}, {1, 2}, {0, 2}, {1, 3}, {0, 1, 2, 3},
-                                                           {0, 3}, {2}};
+  const std::vector<std::vector<std::int64_t>> axisSets = {{0},    {1},    {3},          {-1},   {1, 2},
+                                                           {0, 2}, {1, 3}, {0, 1, 2, 3}, {0, 3}, {2}};
   for (const DType dtype : {DType::Float32, DType::Float64}) {
     const Tensor in = dtype == DType::Float32 ? noise<float>(shape) : noise<double>(shape);
     for (const auto& [type, op] : allReductions()) {
@@ -239,14 +239,17 @@ TEST(ReductionOpsTest, ArgMaxArgMin) {
 std::vector<double> naiveSoftmax(const Tensor& x, std::int64_t axis, bool log) {
   const Shape& s = x.shape();
   std::int64_t outer = 1, inner = 1;
-  for (std::int64_t d = 0; d < axis; ++d) outer *= s[d];
-  for (std::size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
+  for (std::int64_t d = 0; d < axis; ++d)
+    outer *= s[d];
+  for (std::size_t d = axis + 1; d < s.size(); ++d)
+    inner *= s[d];
   const std::int64_t n = s[axis];
   std::vector<double> out(static_cast<std::size_t>(x.numel()));
   for (std::int64_t o = 0; o < outer; ++o) {
     for (std::int64_t i = 0; i < inner; ++i) {
       double total = 0.0;
-      for (std::int64_t a = 0; a < n; ++a) total += std::exp(x.data<float>()[(o * n + a) * inner + i]);
+      for (std::int64_t a = 0; a < n; ++a)
+        total += std::exp(x.data<float>()[(o * n + a) * inner + i]);
       for (std::int64_t a = 0; a < n; ++a) {
         const std::int64_t k = (o * n + a) * inner + i;
         const double v = x.data<float>()[k];
@@ -290,10 +293,12 @@ TEST(ReductionOpsTest, LayerNormalizationWithStatistics) {
   EXPECT_EQ(outs[2].dtype(), DType::Float32);
   for (std::int64_t r = 0; r < 2; ++r) {
     double mean = 0.0;
-    for (std::int64_t i = 0; i < 12; ++i) mean += x.data<float>()[r * 12 + i];
+    for (std::int64_t i = 0; i < 12; ++i)
+      mean += x.data<float>()[r * 12 + i];
     mean /= 12.0;
     double var = 0.0;
-    for (std::int64_t i = 0; i < 12; ++i) var += std::pow(x.data<float>()[r * 12 + i] - mean, 2);
+    for (std::int64_t i = 0; i < 12; ++i)
+      var += std::pow(x.data<float>()[r * 12 + i] - mean, 2);
     const double invStd = 1.0 / std::sqrt(var / 12.0 + 1e-3);
     EXPECT_NEAR(outs[1].data<float>()[r], mean, 1e-6);
     EXPECT_NEAR(outs[2].data<float>()[r], invStd, 1e-5);
@@ -327,7 +332,8 @@ TEST(ReductionOpsTest, SoftmaxCrossEntropyLoss) {
   for (std::int64_t n = 0; n < 3; ++n) {
     for (std::int64_t d = 0; d < 2; ++d) {
       const std::int64_t label = labels.data<std::int64_t>()[n * 2 + d];
-      if (label == -1) continue;
+      if (label == -1)
+        continue;
       const double w = weights.data<float>()[label];
       total -= logProb[static_cast<std::size_t>((n * 4 + label) * 2 + d)] * w;
       weightSum += w;
@@ -355,8 +361,8 @@ TEST(ReductionOpsTest, NegativeLogLikelihoodLoss) {
   EXPECT_FLOAT_EQ(runOpEagerly("NegativeLogLikelihoodLoss", {&input, &target}, {}).at(0).data<float>()[0], 1.75f);
   const Tensor weights = makeTensor<float>({3}, {2.0f, 1.0f, 0.5f});
   // mean with weights: (3 * 0.5 + 0.5 * 2) / (0.5 + 2)
-  EXPECT_FLOAT_EQ(
-      runOpEagerly("NegativeLogLikelihoodLoss", {&input, &target, &weights}, {}).at(0).data<float>()[0], 1.0f);
+  EXPECT_FLOAT_EQ(runOpEagerly("NegativeLogLikelihoodLoss", {&input, &target, &weights}, {}).at(0).data<float>()[0],
+                  1.0f);
   const Tensor outOfRange = makeTensor<std::int32_t>({2}, {3, 0});
   EXPECT_THROW(runOpEagerly("NegativeLogLikelihoodLoss", {&input, &outOfRange}, {}), Error);
 }

@@ -161,6 +161,8 @@ TEST(ShapeOpsTest, TransposeFourDLargeAllPaths) {
   checkTranspose<std::int8_t>({4, 3, 50, 7}, {3, 1, 0, 2});  // 1-byte elements
   checkTranspose<std::int64_t>({1, 5, 1, 9}, {3, 2, 1, 0});  // unit axes dropped
   checkTranspose<double>({300, 400}, {1, 0});                // parallel tiles
+  checkTranspose<std::int32_t>({2, 64, 8, 16}, {0, 2, 3, 1});  // whole 8x8 register blocks only
+  checkTranspose<std::int32_t>({5, 7, 3}, {2, 1, 0});
 }
 
 TEST(ShapeOpsTest, TransposeRejectsBadPerm) {
@@ -511,6 +513,51 @@ TEST(ShapeOpsTest, OneHotAxisAndNegativeIndices) {
   EXPECT_EQ(valuesOf<float>(z), (F32{5, 0, 0, 0, 0, 5}));
 }
 
+TEST(ShapeOpsTest, LargeSlicePadGatherMatchIndexFormulas) {
+  // Big enough to split over threads; values checked against index arithmetic.
+  const Tensor x = iota<std::int32_t>({64, 50, 40});
+  Tensor s = run1("Slice", {x, ints({1, 39}), ints({kMax, 0}), ints({0, -1}), ints({2, -3})});
+  ASSERT_EQ(s.shape(), (Shape{32, 50, 13}));
+  const auto sv = valuesOf<std::int32_t>(s);
+  for (std::int64_t i = 0; i < 32; ++i) {
+    for (std::int64_t j = 0; j < 50; ++j) {
+      for (std::int64_t k = 0; k < 13; ++k) {
+        ASSERT_EQ(sv[static_cast<std::size_t>((i * 50 + j) * 13 + k)], ((1 + 2 * i) * 50 + j) * 40 + (39 - 3 * k));
+      }
+    }
+  }
+  Tensor p = run1("Pad", {x, ints({0, 1, 2, 0, 1, 3}), Tensor::scalar(std::int32_t{-7})});
+  ASSERT_EQ(p.shape(), (Shape{64, 52, 45}));
+  const auto pv = valuesOf<std::int32_t>(p);
+  for (std::int64_t i = 0; i < 64; ++i) {
+    for (std::int64_t j = 0; j < 52; ++j) {
+      for (std::int64_t k = 0; k < 45; ++k) {
+        const bool inside = j >= 1 && j < 51 && k >= 2 && k < 42;
+        ASSERT_EQ(pv[static_cast<std::size_t>((i * 52 + j) * 45 + k)], inside ? (i * 50 + j - 1) * 40 + k - 2 : -7);
+      }
+    }
+  }
+  Tensor g = run1("Gather", {x, makeTensor<std::int64_t>({3}, {49, 0, -2})}, attr("axis", std::int64_t{1}));
+  ASSERT_EQ(g.shape(), (Shape{64, 3, 40}));
+  const auto gv = valuesOf<std::int32_t>(g);
+  EXPECT_EQ(gv[static_cast<std::size_t>((5 * 3 + 0) * 40 + 7)], (5 * 50 + 49) * 40 + 7);
+  EXPECT_EQ(gv[static_cast<std::size_t>((63 * 3 + 2) * 40 + 39)], (63 * 50 + 48) * 40 + 39);
+}
+
+TEST(ShapeOpsTest, OlderOpsetAttributeForms) {
+  // Squeeze/Unsqueeze before opset 13 and Slice before opset 10 take attributes instead of inputs.
+  const Tensor x = iota<float>({1, 3, 4});
+  EXPECT_EQ(run1("Squeeze", {x}, attr("axes", I64{0})).shape(), (Shape{3, 4}));
+  EXPECT_EQ(run1("Unsqueeze", {x}, attr("axes", I64{-1})).shape(), (Shape{1, 3, 4, 1}));
+  Attributes slice = attr("starts", I64{1});
+  slice.set("ends", I64{3});
+  slice.set("axes", I64{2});
+  Tensor y = run1("Slice", {x}, slice);
+  EXPECT_EQ(valuesOf<float>(y), (F32{1, 2, 5, 6, 9, 10}));
+  auto parts = run("Split", {iota<float>({5})}, attr("split", I64{1, 4}), 2);
+  EXPECT_EQ(valuesOf<float>(parts[1]), (F32{1, 2, 3, 4}));
+}
+
 TEST(ShapeOpsTest, DataMovementKeepsEveryDtype) {
   const Tensor h = makeTensor<Half>({2, 2}, {Half{1}, Half{2}, Half{3}, Half{4}});
   Tensor t = run1("Transpose", {h});
@@ -522,6 +569,12 @@ TEST(ShapeOpsTest, DataMovementKeepsEveryDtype) {
   EXPECT_EQ(valuesOf<std::uint8_t>(c), (std::vector<std::uint8_t>{1, 0, 1, 1, 0, 1}));
   Tensor p = run1("Pad", {makeTensor<double>({1}, {2.5}), ints({1, 1}), Tensor::scalar(-1.0)});
   EXPECT_EQ(valuesOf<double>(p), (std::vector<double>{-1.0, 2.5, -1.0}));
+  Tensor flags = Tensor::empty(DType::Bool, {2, 1});
+  flags.data<bool>()[0] = true;
+  flags.data<bool>()[1] = false;
+  Tensor e = run1("Expand", {flags, ints({2, 3})});
+  EXPECT_EQ(e.dtype(), DType::Bool);
+  EXPECT_EQ(valuesOf<std::uint8_t>(e), (std::vector<std::uint8_t>{1, 1, 1, 0, 0, 0}));
 }
 
 }  // namespace

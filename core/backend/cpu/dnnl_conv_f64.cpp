@@ -1,0 +1,184 @@
+// Conv in float64, which oneDNN does not have: im2col + a cache-blocked GEMM in plain C++ loops.
+// Note [Float64 kernels]: float64 exists for reference checks (whole models compared with PyTorch in float64, where
+// float32 runs are too chaotic to compare), so these loops aim at "fast enough for a ResNet50 at small resolution",
+// not at oneDNN speed. Summation happens in double throughout.
+
+#include <algorithm>
+#include <cstring>
+
+#include "dnnl_context.h"
+#include "strata/thread_pool.h"
+
+namespace strata::cpu {
+namespace {
+
+// The window geometry with 1 to 3 spatial dims promoted to exactly 3 (leading dims of size 1).
+struct Geometry3 {
+  std::int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad[3];
+};
+
+Geometry3 promote(const WindowGeometry& g, const Shape& xShape) {
+  const std::size_t n = g.kernel.size();
+  if (n < 1 || n > 3) fail("float64 Conv supports 1 to 3 spatial dims, got {}", n);
+  Geometry3 r{};
+  const std::size_t lead = 3 - n;
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (i < lead) {
+      r.in[i] = r.out[i] = r.kernel[i] = r.stride[i] = r.dilation[i] = 1;
+      r.pad[i] = 0;
+      continue;
+    }
+    const std::size_t j = i - lead;
+    r.in[i] = xShape[2 + j];
+    r.out[i] = g.output[j];
+    r.kernel[i] = g.kernel[j];
+    r.stride[i] = g.strides[j];
+    r.dilation[i] = g.dilations[j];
+    r.pad[i] = g.padBegin[j];
+  }
+  return r;
+}
+
+// ceil(a / b) for b > 0 and any a.
+std::int64_t ceilDiv(std::int64_t a, std::int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+// The output range [begin, end) along one dim whose input position o * stride - pad + offset lies in [0, in).
+void validRange(std::int64_t in, std::int64_t out, std::int64_t stride, std::int64_t pad, std::int64_t offset,
+                std::int64_t& begin, std::int64_t& end) {
+  begin = std::clamp<std::int64_t>(ceilDiv(pad - offset, stride), 0, out);
+  end = std::clamp<std::int64_t>(ceilDiv(in + pad - offset, stride), begin, out);
+}
+
+// One im2col row: the input plane `plane` sampled at kernel position (kd, kh, kw) for every output position.
+void im2colRow(const Geometry3& g, const double* plane, std::int64_t kd, std::int64_t kh, std::int64_t kw,
+               double* row) {
+  const std::int64_t outHW = g.out[1] * g.out[2];
+  const std::int64_t offD = kd * g.dilation[0], offH = kh * g.dilation[1], offW = kw * g.dilation[2];
+  std::int64_t d0, d1, h0, h1, w0, w1;
+  validRange(g.in[0], g.out[0], g.stride[0], g.pad[0], offD, d0, d1);
+  validRange(g.in[1], g.out[1], g.stride[1], g.pad[1], offH, h0, h1);
+  validRange(g.in[2], g.out[2], g.stride[2], g.pad[2], offW, w0, w1);
+  const std::int64_t sw = g.stride[2];
+  for (std::int64_t od = 0; od < g.out[0]; ++od) {
+    double* dRow = row + od * outHW;
+    if (od < d0 || od >= d1) {
+      std::fill(dRow, dRow + outHW, 0.0);
+      continue;
+    }
+    const std::int64_t id = od * g.stride[0] - g.pad[0] + offD;
+    for (std::int64_t oh = 0; oh < g.out[1]; ++oh) {
+      double* out = dRow + oh * g.out[2];
+      if (oh < h0 || oh >= h1) {
+        std::fill(out, out + g.out[2], 0.0);
+        continue;
+      }
+      const std::int64_t ih = oh * g.stride[1] - g.pad[1] + offH;
+      const double* src = plane + (id * g.in[1] + ih) * g.in[2] - g.pad[2] + offW;
+      std::fill(out, out + w0, 0.0);
+      if (sw == 1) {
+        std::memcpy(out + w0, src + w0, static_cast<std::size_t>(w1 - w0) * sizeof(double));
+      } else {
+        for (std::int64_t ow = w0; ow < w1; ++ow) out[ow] = src[ow * sw];
+      }
+      std::fill(out + w1, out + g.out[2], 0.0);
+    }
+  }
+}
+
+constexpr std::int64_t kRowBlock = 32;   // output channels per GEMM task
+constexpr std::int64_t kColBlock = 256;  // output positions per GEMM task (one C row chunk: 2 KiB, stays in L1)
+constexpr std::int64_t kDepthBlock = 128;  // reduction block: a 128 x 256 panel of B (256 KiB) stays in L2
+
+// C[rows, cols] = bias (per row, or 0) + A[rows, depth] * B[depth, cols]; leading dimensions lda, ldb, ldc.
+void gemmTile(std::int64_t rows, std::int64_t cols, std::int64_t depth, const double* a, std::int64_t lda,
+              const double* b, std::int64_t ldb, double* c, std::int64_t ldc, const double* bias) {
+  for (std::int64_t i = 0; i < rows; ++i) std::fill(c + i * ldc, c + i * ldc + cols, bias != nullptr ? bias[i] : 0.0);
+  for (std::int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
+    const std::int64_t k1 = std::min(depth, k0 + kDepthBlock);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      double* __restrict cRow = c + i * ldc;
+      const double* aRow = a + i * lda;
+      std::int64_t k = k0;
+      // Four reduction steps per pass over the C row: one load and store of C per four multiply-adds.
+      for (; k + 4 <= k1; k += 4) {
+        const double a0 = aRow[k], a1 = aRow[k + 1], a2 = aRow[k + 2], a3 = aRow[k + 3];
+        const double* __restrict b0 = b + k * ldb;
+        const double* __restrict b1 = b0 + ldb;
+        const double* __restrict b2 = b1 + ldb;
+        const double* __restrict b3 = b2 + ldb;
+        for (std::int64_t j = 0; j < cols; ++j) cRow[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+      }
+      for (; k < k1; ++k) {
+        const double a0 = aRow[k];
+        const double* __restrict b0 = b + k * ldb;
+        for (std::int64_t j = 0; j < cols; ++j) cRow[j] += a0 * b0[j];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void convForwardF64(const WindowGeometry& geometry, const Shape& xShape, const Shape& wShape, std::int64_t group,
+                    const double* x, const double* w, const double* bias, double* y) {
+  const Geometry3 g = promote(geometry, xShape);
+  const std::int64_t batch = xShape[0];
+  const std::int64_t channels = xShape[1];
+  const std::int64_t filters = wShape[0];
+  const std::int64_t cPerG = channels / group;
+  const std::int64_t mPerG = filters / group;
+  const std::int64_t kernelVolume = g.kernel[0] * g.kernel[1] * g.kernel[2];
+  const std::int64_t inVolume = g.in[0] * g.in[1] * g.in[2];
+  const std::int64_t outVolume = g.out[0] * g.out[1] * g.out[2];
+  const std::int64_t depth = cPerG * kernelVolume;  // GEMM reduction length: W's row length
+  if (batch == 0 || filters == 0 || outVolume == 0) return;
+  bool pointwise = true;  // then X itself is the im2col matrix
+  for (int i = 0; i < 3; ++i) pointwise = pointwise && g.kernel[i] == 1 && g.stride[i] == 1 && g.pad[i] == 0 && g.out[i] == g.in[i];
+
+  // im2col for a chunk of images at a time, in the shared scratchpad, at most ~32 MiB unless one image needs more.
+  const std::int64_t colPerImage = pointwise ? 0 : channels * kernelVolume * outVolume;
+  const std::int64_t chunk =
+      pointwise ? batch : std::clamp<std::int64_t>((std::int64_t{4} << 20) / std::max<std::int64_t>(colPerImage, 1),
+                                                   1, batch);
+  double* col = pointwise ? nullptr
+                          : static_cast<double*>(dnnlScratchpad(static_cast<std::size_t>(chunk * colPerImage) *
+                                                                sizeof(double)));
+  const std::int64_t rowBlocks = (mPerG + kRowBlock - 1) / kRowBlock;
+  const std::int64_t colBlocks = (outVolume + kColBlock - 1) / kColBlock;
+  for (std::int64_t n0 = 0; n0 < batch; n0 += chunk) {
+    const std::int64_t images = std::min(chunk, batch - n0);
+    if (!pointwise) {
+      const std::int64_t rows = images * channels * kernelVolume;
+      parallelFor(0, rows, std::max<std::int64_t>(1, 1024 / outVolume), [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t r = begin; r < end; ++r) {
+          const std::int64_t kernelIndex = r % kernelVolume;
+          const std::int64_t plane = r / kernelVolume;  // (image in chunk, channel)
+          const std::int64_t kw = kernelIndex % g.kernel[2];
+          const std::int64_t kh = (kernelIndex / g.kernel[2]) % g.kernel[1];
+          const std::int64_t kd = kernelIndex / (g.kernel[2] * g.kernel[1]);
+          im2colRow(g, x + (n0 * channels + plane) * inVolume, kd, kh, kw, col + r * outVolume);
+        }
+      });
+    }
+    const std::int64_t tasks = images * group * rowBlocks * colBlocks;
+    parallelFor(0, tasks, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t t = begin; t < end; ++t) {
+        const std::int64_t cb = t % colBlocks;
+        const std::int64_t rb = (t / colBlocks) % rowBlocks;
+        const std::int64_t gi = (t / (colBlocks * rowBlocks)) % group;
+        const std::int64_t ni = t / (colBlocks * rowBlocks * group);
+        const std::int64_t m0 = gi * mPerG + rb * kRowBlock;
+        const std::int64_t rows = std::min(kRowBlock, mPerG - rb * kRowBlock);
+        const std::int64_t j0 = cb * kColBlock;
+        const std::int64_t cols = std::min(kColBlock, outVolume - j0);
+        // B: this image's and group's im2col rows [cPerG * kernelVolume, outVolume] (or X's channels).
+        const double* b = pointwise ? x + ((n0 + ni) * channels + gi * cPerG) * inVolume
+                                    : col + (ni * channels + gi * cPerG) * kernelVolume * outVolume;
+        gemmTile(rows, cols, depth, w + m0 * depth, depth, b + j0, outVolume,
+                 y + ((n0 + ni) * filters + m0) * outVolume + j0, outVolume, bias != nullptr ? bias + m0 : nullptr);
+      }
+    });
+  }
+}
+
+}  // namespace strata::cpu
