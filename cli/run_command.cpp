@@ -1,5 +1,8 @@
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <random>
 
 #include <fmt/format.h>
@@ -21,6 +24,39 @@ struct RunOptions {
   std::string outputDir;
   std::uint64_t seed = 0;
   int repeat = 1;
+  bool profile = false;
+};
+
+// Wall time per op type across all runs, from the executor's node hooks.
+class OpProfiler {
+ public:
+  explicit OpProfiler(Executor& executor) {
+    executor.addBeforeNodeHook([this](const NodeEvent&) { start_ = std::chrono::steady_clock::now(); });
+    executor.addAfterNodeHook([this](const NodeEvent& e) {
+      auto& entry = totals_[e.step.opType];
+      entry.first += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+      ++entry.second;
+    });
+  }
+
+  void print(int runs) const {
+    std::vector<std::pair<double, std::string>> rows;
+    double total = 0;
+    for (const auto& [type, entry] : totals_) {
+      rows.emplace_back(entry.first / runs, type);
+      total += entry.first / runs;
+    }
+    std::sort(rows.rbegin(), rows.rend());
+    fmt::print("profile (ms per run, by op type):\n");
+    for (const auto& [ms, type] : rows) {
+      fmt::print("  {:<24} {:>9.3f}  {:>5.1f}%  ({} nodes)\n", type, ms, 100.0 * ms / total,
+                 totals_.at(type).second / runs);
+    }
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  std::map<std::string, std::pair<double, int>> totals_;
 };
 
 Tensor randomTensor(const TensorMeta& meta, std::mt19937_64& rng) {
@@ -72,6 +108,11 @@ void run(const RunOptions& options) {
 
   Executor executor(lowerToProgram(specialised, LowerOptions{}));
   std::vector<Tensor> outputs;
+  std::unique_ptr<OpProfiler> profiler;
+  if (options.profile) {
+    outputs = executor.run(inputs);  // warm-up: kernels finish lazy setup on their first run
+    profiler = std::make_unique<OpProfiler>(executor);
+  }
   std::vector<double> millis;
   for (int r = 0; r < std::max(options.repeat, 1); ++r) {
     const auto start = std::chrono::steady_clock::now();
@@ -80,6 +121,9 @@ void run(const RunOptions& options) {
   }
   std::sort(millis.begin(), millis.end());
   fmt::print("forward: {:.3f} ms (median of {})\n", millis[millis.size() / 2], millis.size());
+  if (profiler) {
+    profiler->print(static_cast<int>(millis.size()));
+  }
 
   if (!options.outputDir.empty()) {
     std::filesystem::create_directories(options.outputDir);
@@ -106,6 +150,7 @@ void addRunCommand(CLI::App& app) {
   command->add_option("--output-dir", options->outputDir, "where to write output_0.pb, output_1.pb, ...");
   command->add_option("--seed", options->seed, "seed of the random inputs");
   command->add_option("--repeat", options->repeat, "run the forward pass this many times and report the median");
+  command->add_flag("--profile", options->profile, "print the time spent per op type");
   addModelOptions(*command, options->model);
   command->callback([options] { run(*options); });
 }

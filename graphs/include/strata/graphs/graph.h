@@ -20,6 +20,9 @@ struct Value {
   int producer = kNoValue;  // index of the node that produces it
 };
 
+// Which part of a training step a node belongs to (hooks fire per phase).
+enum class NodePhase : std::uint8_t { Forward, Loss, Backward };
+
 struct Node {
   std::string name;
   std::string opType;
@@ -27,6 +30,8 @@ struct Node {
   std::vector<int> inputs;   // value ids; kNoValue for absent optional inputs
   std::vector<int> outputs;  // value ids; kNoValue for absent optional outputs
   Attributes attrs;
+  NodePhase phase = NodePhase::Forward;
+  int gradientOf = -1;  // for backward nodes: index of the forward node whose gradient rule emitted it
 };
 
 // Strata's graph IR: values and nodes in topological order, with the graph's inputs (non-initializer) and outputs.

@@ -901,5 +901,321 @@ TEST(DnnlMatMulTest, RejectsBadShapes) {
   EXPECT_THROW(runOpEagerly("MatMul", {&ai, &bf}, Attributes{}), Error);  // mixed types
 }
 
+// ---- Float64: plain loops (oneDNN has no f64), checked against the reference loops computed in double ----
+
+Tensor toDouble(const Tensor& t) {
+  Tensor d = Tensor::empty(DType::Float64, t.shape());
+  for (std::int64_t i = 0; i < t.numel(); ++i) d.data<double>()[i] = t.data<float>()[i];
+  return d;
+}
+
+Tensor randomDouble(const Shape& shape, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(-1.0, 1.0);
+  Tensor t = Tensor::empty(DType::Float64, shape);
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = dist(rng);
+  return t;
+}
+
+void expectCloseF64(const Tensor& actual, const Shape& shape, const std::vector<double>& expected,
+                    double tol = 1e-12) {
+  ASSERT_EQ(actual.shape(), shape);
+  ASSERT_EQ(actual.dtype(), DType::Float64);
+  ASSERT_EQ(static_cast<std::int64_t>(expected.size()), actual.numel());
+  for (std::int64_t i = 0; i < actual.numel(); ++i) {
+    const double e = expected[static_cast<std::size_t>(i)];
+    ASSERT_NEAR(actual.data<double>()[i], e, tol * std::max(1.0, std::fabs(e))) << "at flat index " << i;
+  }
+}
+
+// The float64 Conv against the reference loop, and against the float32 (oneDNN) path on the same values.
+void checkConvF64(const Shape& xShape, const Shape& wShape, std::int64_t group, const Window& win, bool withBias,
+                  unsigned seed) {
+  Tensor x = randomDouble(xShape, seed);
+  Tensor w = randomDouble(wShape, seed + 1);
+  Tensor b = randomDouble({wShape[0]}, seed + 2);
+  Attributes attrs = convAttrs(win, group);
+  std::vector<const Tensor*> inputs{&x, &w};
+  if (withBias) inputs.push_back(&b);
+  Tensor y = run1("Conv", inputs, attrs);
+  const Ints out = outputSize(Ints(xShape.begin() + 2, xShape.end()), win);
+  Shape yShape{xShape[0], wShape[0]};
+  yShape.insert(yShape.end(), out.begin(), out.end());
+  expectCloseF64(y, yShape, referenceConvT<double>(x, w, withBias ? &b : nullptr, group, win, out));
+
+  // float32 on the values rounded to float: agrees to float32 accuracy.
+  Tensor xf = Tensor::empty(DType::Float32, xShape), wf = Tensor::empty(DType::Float32, wShape),
+         bf = Tensor::empty(DType::Float32, {wShape[0]});
+  for (std::int64_t i = 0; i < x.numel(); ++i) xf.data<float>()[i] = static_cast<float>(x.data<double>()[i]);
+  for (std::int64_t i = 0; i < w.numel(); ++i) wf.data<float>()[i] = static_cast<float>(w.data<double>()[i]);
+  for (std::int64_t i = 0; i < b.numel(); ++i) bf.data<float>()[i] = static_cast<float>(b.data<double>()[i]);
+  std::vector<const Tensor*> inputsF{&xf, &wf};
+  if (withBias) inputsF.push_back(&bf);
+  Tensor yf = run1("Conv", inputsF, attrs);
+  ASSERT_EQ(yf.shape(), y.shape());
+  for (std::int64_t i = 0; i < y.numel(); ++i) {
+    ASSERT_NEAR(yf.data<float>()[i], y.data<double>()[i], 1e-5 * std::max(1.0, std::fabs(y.data<double>()[i])))
+        << "float32 vs float64 at " << i;
+  }
+}
+
+TEST(DnnlFloat64ConvTest, PlainPaddedStridedDilated) {
+  checkConvF64({2, 3, 7, 6}, {4, 3, 3, 3}, 1, {{3, 3}, {1, 1}, {1, 1}, {1, 0}, {2, 1}}, true, 1001);
+  checkConvF64({1, 4, 11, 9}, {5, 4, 3, 2}, 1, {{3, 2}, {2, 3}, {2, 1}, {1, 2}, {0, 1}}, false, 1002);
+  checkConvF64({2, 3, 16, 16}, {8, 3, 7, 7}, 1, {{7, 7}, {2, 2}, {1, 1}, {3, 3}, {3, 3}}, false, 1003);  // stem
+  // Large enough for several row, column and reduction blocks (M 40 > 32, P 400 > 256, K 144 > 128).
+  checkConvF64({2, 16, 20, 20}, {40, 16, 3, 3}, 1, {{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, true, 1004);
+}
+
+TEST(DnnlFloat64ConvTest, GroupedAndDepthwise) {
+  checkConvF64({2, 6, 8, 8}, {9, 2, 3, 3}, 3, {{3, 3}, {1, 2}, {1, 1}, {1, 1}, {1, 1}}, true, 1011);
+  checkConvF64({1, 8, 9, 9}, {8, 1, 3, 3}, 8, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}, true, 1012);
+  checkConvF64({2, 12, 7, 7}, {12, 1, 5, 5}, 12, {{5, 5}, {1, 1}, {2, 2}, {4, 4}, {4, 4}}, false, 1013);  // dilated
+  checkConvF64({2, 8, 6, 6}, {16, 1, 3, 3}, 8, {{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, true, 1014);  // multiplier 2
+}
+
+TEST(DnnlFloat64ConvTest, PointwiseAndOneByOneStrided) {
+  checkConvF64({2, 16, 6, 5}, {8, 16, 1, 1}, 1, {{1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}}, true, 1021);
+  checkConvF64({1, 4, 5, 5}, {6, 4, 1, 1}, 1, {{1, 1}, {1, 1}, {1, 1}, {1, 0}, {0, 1}}, false, 1022);  // padded
+  checkConvF64({2, 16, 8, 8}, {32, 16, 1, 1}, 1, {{1, 1}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, true, 1023);
+  checkConvF64({2, 8, 4, 4}, {6, 4, 1, 1}, 2, {{1, 1}, {1, 1}, {1, 1}, {0, 0}, {0, 0}}, true, 1024);  // grouped
+}
+
+TEST(DnnlFloat64ConvTest, OneAndThreeSpatialDims) {
+  checkConvF64({2, 3, 10}, {4, 3, 3}, 1, {{3}, {2}, {2}, {1}, {2}}, true, 1031);
+  checkConvF64({1, 2, 5, 6, 4}, {3, 2, 3, 2, 2}, 1, {{3, 2, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1}, {1, 1, 0}}, true,
+               1032);
+}
+
+TEST(DnnlFloat64ConvTest, AutoPad) {
+  Tensor x = randomDouble({1, 2, 7, 8}, 1041);
+  Tensor w = randomDouble({3, 2, 4, 3}, 1042);
+  struct Case {
+    const char* autoPad;
+    Window window;
+    Ints out;
+  };
+  const std::vector<Case> cases{
+      {"SAME_UPPER", {{4, 3}, {2, 2}, {1, 1}, {1, 0}, {2, 1}}, {4, 4}},
+      {"SAME_LOWER", {{4, 3}, {2, 2}, {1, 1}, {2, 1}, {1, 0}}, {4, 4}},
+      {"VALID", {{4, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, {2, 3}},
+  };
+  for (const Case& c : cases) {
+    Attributes attrs;
+    attrs.set("auto_pad", std::string(c.autoPad));
+    attrs.set("strides", Ints{2, 2});
+    Tensor y = run1("Conv", {&x, &w}, attrs);
+    SCOPED_TRACE(c.autoPad);
+    expectCloseF64(y, {1, 3, c.out[0], c.out[1]}, referenceConvT<double>(x, w, nullptr, 1, c.window, c.out));
+  }
+}
+
+TEST(DnnlFloat64ConvTest, RejectsMixedTypes) {
+  Tensor x = randomDouble({1, 2, 4, 4}, 1);
+  Tensor w = randomDouble({3, 2, 3, 3}, 2);
+  Tensor wf = randomTensor({3, 2, 3, 3}, 3);
+  Tensor bf = randomTensor({3}, 4);
+  EXPECT_THROW(runOpEagerly("Conv", {&x, &wf}, Attributes{}), Error);
+  EXPECT_THROW(runOpEagerly("Conv", {&x, &w, &bf}, Attributes{}), Error);
+  Tensor xi = Tensor::zeros(DType::Int64, {1, 2, 4, 4});
+  Tensor wi = Tensor::zeros(DType::Int64, {3, 2, 3, 3});
+  EXPECT_THROW(runOpEagerly("Conv", {&xi, &wi}, Attributes{}), Error);
+}
+
+// y = scale * (x - mean) / sqrt(var + epsilon) + B, per channel, in double.
+std::vector<double> batchNormFormula(const Tensor& x, const std::vector<double>& scale, const std::vector<double>& bias,
+                                     const std::vector<double>& mean, const std::vector<double>& var, double epsilon) {
+  const std::int64_t channels = x.dim(1);
+  const std::int64_t inner = x.rank() > 2 ? numElements(Shape(x.shape().begin() + 2, x.shape().end())) : 1;
+  std::vector<double> y(static_cast<std::size_t>(x.numel()));
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    const auto c = static_cast<std::size_t>((i / inner) % channels);
+    y[static_cast<std::size_t>(i)] = scale[c] * (x.data<double>()[i] - mean[c]) / std::sqrt(var[c] + epsilon) + bias[c];
+  }
+  return y;
+}
+
+std::vector<double> valuesOf(const Tensor& t) { return {t.data<double>(), t.data<double>() + t.numel()}; }
+
+TEST(DnnlFloat64BatchNormTest, InferenceMatchesFormula) {
+  for (const Shape& shape : {Shape{2, 3, 4, 5}, Shape{4, 3}, Shape{2, 3, 7}, Shape{1, 3, 2, 3, 4}}) {
+    Tensor x = randomDouble(shape, 1081);
+    Tensor scale = randomDouble({3}, 1082);
+    Tensor bias = randomDouble({3}, 1083);
+    Tensor mean = randomDouble({3}, 1084);
+    Tensor var = randomDouble({3}, 1085);
+    for (std::int64_t c = 0; c < 3; ++c) var.data<double>()[c] = std::fabs(var.data<double>()[c]) + 0.1;
+    Attributes attrs;
+    attrs.set("epsilon", 1e-3f);
+    Tensor y = run1("BatchNormalization", {&x, &scale, &bias, &mean, &var}, attrs);
+    SCOPED_TRACE(shapeToString(shape));
+    // The float epsilon attribute stands for the decimal 1e-3.
+    expectCloseF64(y, shape, batchNormFormula(x, valuesOf(scale), valuesOf(bias), valuesOf(mean), valuesOf(var), 1e-3));
+  }
+}
+
+TEST(DnnlFloat64BatchNormTest, TrainingModeUsesTwoPassBatchStatistics) {
+  // Batch 2 at 1x1 (two values per channel, as in the last stages of a ResNet at 32x32), and a larger case whose
+  // values sit on a large offset, where a one-pass E[x^2] - E[x]^2 variance would lose digits.
+  for (const Shape& shape : {Shape{2, 4, 1, 1}, Shape{3, 4, 5, 6}, Shape{6, 4}}) {
+    Tensor x = randomDouble(shape, 1091);
+    for (std::int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = 1000.0 + 1e-3 * x.data<double>()[i];
+    Tensor scale = randomDouble({4}, 1092);
+    Tensor bias = randomDouble({4}, 1093);
+    Tensor mean = randomDouble({4}, 1094);
+    Tensor var = randomDouble({4}, 1095);
+    for (std::int64_t c = 0; c < 4; ++c) var.data<double>()[c] = std::fabs(var.data<double>()[c]) + 0.1;
+    Attributes attrs;
+    attrs.set("training_mode", std::int64_t{1});
+    attrs.set("momentum", 0.9f);
+    attrs.set("epsilon", 1e-5f);
+    std::vector<Tensor> out =
+        runOpEagerly("BatchNormalization", {&x, &scale, &bias, &mean, &var}, attrs, 3, true);
+    ASSERT_EQ(out.size(), 3u);
+    const std::int64_t inner = shape.size() > 2 ? shape[2] * shape[3] : 1;
+    const double count = static_cast<double>(shape[0] * inner);
+    std::vector<double> bmean(4, 0.0), bvar(4, 0.0);
+    for (std::int64_t i = 0; i < x.numel(); ++i) bmean[static_cast<std::size_t>((i / inner) % 4)] += x.data<double>()[i];
+    for (double& m : bmean) m /= count;
+    for (std::int64_t i = 0; i < x.numel(); ++i) {
+      const auto c = static_cast<std::size_t>((i / inner) % 4);
+      bvar[c] += (x.data<double>()[i] - bmean[c]) * (x.data<double>()[i] - bmean[c]);
+    }
+    for (double& v : bvar) v /= count;  // biased, as ONNX's reference (numpy var)
+    SCOPED_TRACE(shapeToString(shape));
+    expectCloseF64(out[0], shape, batchNormFormula(x, valuesOf(scale), valuesOf(bias), bmean, bvar, 1e-5), 1e-9);
+    std::vector<double> runningMean(4), runningVar(4);
+    for (std::size_t c = 0; c < 4; ++c) {
+      runningMean[c] = mean.data<double>()[c] * 0.9 + bmean[c] * 0.1;
+      runningVar[c] = var.data<double>()[c] * 0.9 + bvar[c] * 0.1;
+    }
+    expectCloseF64(out[1], {4}, runningMean);
+    expectCloseF64(out[2], {4}, runningVar, 1e-9);
+  }
+}
+
+TEST(DnnlFloat64BatchNormTest, AgreesWithFloat32Path) {
+  const Shape shape{2, 5, 6, 7};
+  Tensor x = randomTensor(shape, 1101);
+  Tensor scale = randomTensor({5}, 1102);
+  Tensor bias = randomTensor({5}, 1103);
+  Tensor mean = randomTensor({5}, 1104);
+  Tensor var = randomTensor({5}, 1105);
+  for (std::int64_t c = 0; c < 5; ++c) var.data<float>()[c] = std::fabs(var.data<float>()[c]) + 0.1f;
+  for (int training = 0; training < 2; ++training) {
+    Attributes attrs;
+    attrs.set("training_mode", std::int64_t{training});
+    std::vector<Tensor> f32 = runOpEagerly("BatchNormalization", {&x, &scale, &bias, &mean, &var}, attrs, 3, true);
+    Tensor xd = toDouble(x), sd = toDouble(scale), bd = toDouble(bias), md = toDouble(mean), vd = toDouble(var);
+    std::vector<Tensor> f64 = runOpEagerly("BatchNormalization", {&xd, &sd, &bd, &md, &vd}, attrs, 3, true);
+    for (std::size_t o = 0; o < 3; ++o) {
+      ASSERT_EQ(f64[o].dtype(), DType::Float64);
+      SCOPED_TRACE(::testing::Message() << "training " << training << " output " << o);
+      const std::vector<double> d = valuesOf(f64[o]);
+      expectClose(f32[o], f64[o].shape(), std::vector<float>(d.begin(), d.end()), 1e-5f);
+    }
+  }
+}
+
+TEST(DnnlFloat64BatchNormTest, RejectsMixedTypes) {
+  Tensor x = randomDouble({2, 3, 4, 4}, 1);
+  Tensor good = randomDouble({3}, 2);
+  Tensor f32 = randomTensor({3}, 3);
+  EXPECT_THROW(runOpEagerly("BatchNormalization", {&x, &good, &good, &good, &f32}, Attributes{}), Error);
+}
+
+void checkPoolF64(const PoolCase& c, unsigned seed) {
+  Tensor x = randomDouble(c.xShape, seed);
+  Attributes attrs;
+  attrs.set("kernel_shape", c.window.kernel);
+  attrs.set("strides", c.window.strides);
+  Ints pads = c.window.padBegin;
+  pads.insert(pads.end(), c.window.padEnd.begin(), c.window.padEnd.end());
+  attrs.set("pads", pads);
+  if (c.type == "MaxPool") attrs.set("dilations", c.window.dilations);
+  attrs.set("ceil_mode", std::int64_t{c.ceilMode});
+  if (c.type == "AveragePool") attrs.set("count_include_pad", std::int64_t{c.countIncludePad});
+  Tensor y = run1(c.type, {&x}, attrs);
+  const Ints out = outputSize(Ints(c.xShape.begin() + 2, c.xShape.end()), c.window, c.ceilMode);
+  Shape yShape{c.xShape[0], c.xShape[1]};
+  yShape.insert(yShape.end(), out.begin(), out.end());
+  expectCloseF64(y, yShape, referencePoolT<double>(x, c.type == "MaxPool", c.countIncludePad, c.window, out));
+}
+
+TEST(DnnlFloat64PoolTest, AveragePoolCeilModeAndCountIncludePad) {
+  checkPoolF64({"AveragePool", {2, 3, 8, 8}, {{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, false, false}, 1141);
+  checkPoolF64({"AveragePool", {2, 3, 8, 8}, {{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, false, true}, 1142);
+  checkPoolF64({"AveragePool", {1, 2, 9, 8}, {{3, 2}, {2, 3}, {1, 1}, {0, 1}, {2, 0}}, false, true}, 1143);
+  checkPoolF64({"AveragePool", {1, 2, 8, 7}, {{3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, true, false}, 1144);
+  checkPoolF64({"AveragePool", {1, 2, 8, 7}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}, true, true}, 1145);
+  checkPoolF64({"AveragePool", {2, 4, 8, 8}, {{2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, false, false}, 1146);  // DenseNet
+  checkPoolF64({"AveragePool", {2, 3, 10}, {{4}, {3}, {1}, {2}, {1}}, false, true}, 1147);
+  checkPoolF64({"AveragePool", {1, 2, 4, 5, 6}, {{2, 3, 2}, {1, 2, 2}, {1, 1, 1}, {1, 0, 1}, {0, 1, 1}}, true, true},
+               1148);
+}
+
+TEST(DnnlFloat64PoolTest, MaxPool) {
+  checkPoolF64({"MaxPool", {2, 4, 16, 16}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}}, 1151);  // ResNet stem
+  checkPoolF64({"MaxPool", {1, 2, 8, 7}, {{3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, true}, 1152);
+  checkPoolF64({"MaxPool", {1, 2, 9, 9}, {{2, 3}, {1, 2}, {2, 2}, {1, 0}, {0, 1}}}, 1153);
+}
+
+TEST(DnnlFloat64PoolTest, GlobalPools) {
+  for (const Shape& shape : {Shape{2, 3, 5, 7}, Shape{2, 4, 9}, Shape{2, 3, 1, 1}, Shape{1, 2, 3, 4, 2}}) {
+    Tensor x = randomDouble(shape, 1161);
+    const Ints in(shape.begin() + 2, shape.end());
+    const Window win{in, Ints(in.size(), 1), Ints(in.size(), 1), Ints(in.size(), 0), Ints(in.size(), 0)};
+    const Ints ones(in.size(), 1);
+    Shape yShape{shape[0], shape[1]};
+    yShape.insert(yShape.end(), ones.begin(), ones.end());
+    SCOPED_TRACE(shapeToString(shape));
+    expectCloseF64(run1("GlobalAveragePool", {&x}, Attributes{}), yShape,
+                   referencePoolT<double>(x, false, false, win, ones));
+    expectCloseF64(run1("GlobalMaxPool", {&x}, Attributes{}), yShape, referencePoolT<double>(x, true, false, win, ones));
+  }
+}
+
+TEST(DnnlFloat64GemmTest, LinearLayerAndTransposes) {
+  // The classifier of a ResNet: [2, 300] x [1000, 300]^T + [1000], and the other transposes with more columns than
+  // one task's block.
+  for (int transA = 0; transA < 2; ++transA) {
+    for (int transB = 0; transB < 2; ++transB) {
+      const std::int64_t m = 3, n = 150, k = 70;
+      Tensor a = randomDouble(transA ? Shape{k, m} : Shape{m, k}, 1171);
+      Tensor b = randomDouble(transB ? Shape{n, k} : Shape{k, n}, 1172);
+      Tensor c = randomDouble({n}, 1173);
+      Attributes attrs;
+      attrs.set("transA", std::int64_t{transA});
+      attrs.set("transB", std::int64_t{transB});
+      attrs.set("alpha", 0.5f);
+      Tensor y = run1("Gemm", {&a, &b, &c}, attrs);
+      SCOPED_TRACE(::testing::Message() << "transA " << transA << " transB " << transB);
+      expectCloseF64(y, {m, n}, referenceGemm<double>(a, b, &c, transA, transB, 0.5, 1.0, m, n, k));
+    }
+  }
+  Tensor a = randomDouble({2, 300}, 1174);
+  Tensor b = randomDouble({1000, 300}, 1175);
+  Tensor c = randomDouble({1000}, 1176);
+  Attributes linear;
+  linear.set("transB", std::int64_t{1});
+  expectCloseF64(run1("Gemm", {&a, &b, &c}, linear), {2, 1000},
+                 referenceGemm<double>(a, b, &c, false, true, 1.0, 1.0, 2, 1000, 300));
+}
+
+TEST(DnnlFloat64MatMulTest, BatchedAndBroadcast) {
+  const std::vector<std::pair<Shape, Shape>> cases{
+      {{3, 70}, {70, 150}}, {{2, 3, 4}, {4, 130}}, {{1, 3, 4}, {2, 4, 65}}, {{70}, {70, 5}}, {{2, 5, 7}, {7}}};
+  unsigned seed = 1180;
+  for (const auto& [as, bs] : cases) {
+    Tensor a = randomDouble(as, ++seed);
+    Tensor b = randomDouble(bs, ++seed);
+    Tensor y = run1("MatMul", {&a, &b}, Attributes{});
+    Shape shape;
+    const std::vector<double> ref = referenceMatmul<double>(a, b, shape);
+    SCOPED_TRACE(shapeToString(as) + " x " + shapeToString(bs));
+    expectCloseF64(y, shape, ref);
+  }
+}
+
 }  // namespace
 }  // namespace strata
