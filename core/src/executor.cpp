@@ -68,7 +68,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
     for (std::size_t i = 0; i < step.outputs.size(); ++i) {
       if (step.outputs[i] >= 0) {
         const auto id = static_cast<std::size_t>(step.outputs[i]);
-        slots[id] = Tensor::empty(program_.values[id].meta, MemoryCategory::Activations, device_);
+        const ProgramValue& value = program_.values[id];
+        slots[id] = value.bound.defined() ? value.bound : Tensor::empty(value.meta, MemoryCategory::Activations, device_);
         ctx.outputs[i] = &slots[id];
       }
     }
@@ -82,6 +83,13 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
     }
     if (!afterHooks_.empty()) {
       fire(afterHooks_, s);
+    }
+    if (!gradientHooks_.empty()) {
+      for (int parameter : step.gradientsReady) {
+        for (const auto& [id, hook] : gradientHooks_) {
+          hook(parameter);
+        }
+      }
     }
   }
 
@@ -106,10 +114,16 @@ int Executor::addAfterNodeHook(NodeHook hook) {
   return nextHookId_++;
 }
 
+int Executor::addGradientReadyHook(GradientReadyHook hook) {
+  gradientHooks_.emplace_back(nextHookId_, std::move(hook));
+  return nextHookId_++;
+}
+
 void Executor::removeHook(int id) {
   auto matches = [id](const auto& entry) { return entry.first == id; };
   std::erase_if(beforeHooks_, matches);
   std::erase_if(afterHooks_, matches);
+  std::erase_if(gradientHooks_, matches);
 }
 
 }  // namespace strata

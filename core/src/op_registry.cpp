@@ -60,6 +60,10 @@ OpRegistry& OpRegistry::instance() {
     cpu::registerReductionOps(registry);
     cpu::registerShapeOps(registry);
     cpu::registerDnnlOps(registry);
+    cpu::registerElementwiseGradOps(registry);
+    cpu::registerReductionGradOps(registry);
+    cpu::registerShapeGradOps(registry);
+    cpu::registerNnGradOps(registry);
   });
   return registry;
 }

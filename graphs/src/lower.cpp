@@ -21,7 +21,7 @@ class ValueTable {
     auto [it, inserted] = ids_.try_emplace(graphId, static_cast<int>(program_.values.size()));
     if (inserted) {
       const Value& value = graph_.values[static_cast<std::size_t>(graphId)];
-      program_.values.push_back(ProgramValue{value.name, value.meta, value.constant, false});
+      program_.values.push_back(ProgramValue{value.name, value.meta, value.constant, Tensor(), false});
     }
     return it->second;
   }
@@ -60,6 +60,9 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
     ProgramStep step;
     step.nodeName = node.name;
     step.opType = node.opType;
+    step.phase = node.phase;
+    step.sourceNode = node.phase == NodePhase::Backward ? node.gradientOf
+                                                        : static_cast<int>(program.steps.size());
     std::vector<InputInfo> inputInfos;
     for (int v : node.inputs) {
       step.inputs.push_back(table(v));
@@ -89,6 +92,20 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
   for (int id : graph.outputs) {
     program.outputs.push_back(table(id));
   }
+  for (const auto& [valueId, tensor] : options.bindings) {
+    ProgramValue& value = program.values[static_cast<std::size_t>(table(valueId))];
+    if (tensor.meta() != value.meta) {
+      fail("{}: value '{}' is {} but was bound to a tensor of {}", graph.sourcePath, value.name,
+           value.meta.toString(), tensor.meta().toString());
+    }
+    value.bound = tensor;
+  }
+  for (std::size_t p = 0; p < options.gradientReadyAfterNode.size(); ++p) {
+    const int node = options.gradientReadyAfterNode[p];
+    if (node >= 0) {
+      program.steps[static_cast<std::size_t>(node)].gradientsReady.push_back(static_cast<int>(p));
+    }
+  }
 
   // Liveness: an intermediate value (produced by a step, not a graph output) is released after its last reader.
   std::vector<int> lastUse(program.values.size(), -1);
@@ -110,7 +127,7 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
     keep[static_cast<std::size_t>(v)] = true;
   }
   for (std::size_t v = 0; v < program.values.size(); ++v) {
-    if (producedAt[v] < 0 || keep[v]) {
+    if (producedAt[v] < 0 || keep[v] || program.values[v].bound.defined()) {
       continue;
     }
     const int releaseStep = std::max(lastUse[v], producedAt[v]);
@@ -120,7 +137,7 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
   std::int64_t live = 0;
   for (const ProgramStep& step : program.steps) {
     for (int v : step.outputs) {
-      if (v >= 0) {
+      if (v >= 0 && !program.values[static_cast<std::size_t>(v)].bound.defined()) {
         live += static_cast<std::int64_t>(program.values[static_cast<std::size_t>(v)].meta.bytes());
       }
     }

@@ -11,3 +11,13 @@ void registerShapeOps(OpRegistry& registry);        // Reshape, Transpose, Conca
 void registerDnnlOps(OpRegistry& registry);         // Conv, pooling, BatchNormalization, Gemm, MatMul (oneDNN)
 
 }  // namespace strata::cpu
+
+namespace strata::cpu {
+
+// Gradient kernels used by the backward graphs that graphs/autodiff builds.
+void registerElementwiseGradOps(OpRegistry& registry);  // ReluGrad, SigmoidGrad, DropoutGrad, ...
+void registerReductionGradOps(OpRegistry& registry);    // SoftmaxGrad, LayerNormalizationGrad, loss grads, ...
+void registerShapeGradOps(OpRegistry& registry);        // SliceGrad, GatherGrad, PadGrad, ...
+void registerNnGradOps(OpRegistry& registry);           // ConvGradInput/Weight, pooling grads, BatchNormalizationGrad
+
+}  // namespace strata::cpu

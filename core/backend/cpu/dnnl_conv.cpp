@@ -94,11 +94,10 @@ Shape groupedWeightDims(const Shape& w, std::int64_t group) {
 }
 
 // Caches a weight tensor reordered into the primitive's preferred layout.
-// Note [Weight cache]: the reordered copy is keyed on the weight tensor's data pointer plus a fingerprint of a few
-// sampled values, which catches a different tensor at the same address cheaply but NOT an in-place update that
-// leaves the samples unchanged. That is enough for forward-only runs, where weights are constant. Training (an
-// optimizer updating weights in place) will need explicit invalidation, e.g. a version counter on Tensor bumped by
-// optimizer steps, checked here instead of the fingerprint.
+// Note [Weight cache]: the reordered copy is keyed on the weight storage and its version. Weights change only
+// through an optimizer step, which bumps the version of the flat parameter buffer (ParameterStore::bumpVersion),
+// so forward-only runs reorder once and training reorders once per step. Code that edits weights in place by other
+// means must bump the storage version too.
 class WeightCache {
  public:
   WeightCache() = default;
@@ -115,28 +114,19 @@ class WeightCache {
   void* get(const Tensor& weights) {
     if (!needsReorder_) return weights.rawData();
     const void* ptr = weights.rawData();
-    const std::uint64_t print = fingerprint(weights);
-    if (ptr != cachedFrom_ || print != fingerprint_) {
+    const std::uint64_t version = weights.storage()->version();
+    if (ptr != cachedFrom_ || version != version_ || !everFilled_) {
       userMemory_.set_data_handle(weights.rawData());
       std::unordered_map<int, memory> args{{DNNL_ARG_FROM, userMemory_}, {DNNL_ARG_TO, cachedMemory_}};
       executeDnnl(reorder_, args, 0);
       cachedFrom_ = ptr;
-      fingerprint_ = print;
+      version_ = version;
+      everFilled_ = true;
     }
     return cached_.rawData();
   }
 
  private:
-  std::uint64_t fingerprint(const Tensor& weights) const {
-    constexpr std::int64_t kSamples = 16;
-    const auto* data = static_cast<const std::uint32_t*>(weights.rawData());
-    std::uint64_t h = 1469598103934665603ULL;
-    const std::int64_t step = std::max<std::int64_t>(1, numel_ / kSamples);
-    for (std::int64_t i = 0; i < numel_; i += step) h = (h ^ data[i]) * 1099511628211ULL;
-    if (numel_ > 0) h = (h ^ data[numel_ - 1]) * 1099511628211ULL;
-    return h;
-  }
-
   bool needsReorder_ = false;
   std::int64_t numel_ = 0;
   memory userMemory_;
@@ -144,7 +134,8 @@ class WeightCache {
   dnnl::reorder reorder_;
   Tensor cached_;
   const void* cachedFrom_ = nullptr;
-  std::uint64_t fingerprint_ = 0;
+  std::uint64_t version_ = 0;
+  bool everFilled_ = false;
 };
 
 std::size_t alignUp(std::size_t bytes) { return (bytes + 63) / 64 * 64; }

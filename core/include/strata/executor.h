@@ -16,6 +16,8 @@ struct NodeEvent {
 };
 
 using NodeHook = std::function<void(const NodeEvent&)>;
+// Called with a parameter index when that parameter's gradient is final (in the order gradients finalise).
+using GradientReadyHook = std::function<void(int parameter)>;
 
 // Runs a static Program on one device. Intermediate buffers are released right after their last use, so live
 // activation memory follows the plan's liveness (Program::peakActivationBytes).
@@ -35,6 +37,7 @@ class Executor {
   // Hooks around each node; nearly free when none is registered. Returns an id for removeHook.
   int addBeforeNodeHook(NodeHook hook);
   int addAfterNodeHook(NodeHook hook);
+  int addGradientReadyHook(GradientReadyHook hook);
   void removeHook(int id);
 
  private:
@@ -47,6 +50,7 @@ class Executor {
   std::uint64_t runCount_ = 0;
   std::vector<std::pair<int, NodeHook>> beforeHooks_;
   std::vector<std::pair<int, NodeHook>> afterHooks_;
+  std::vector<std::pair<int, GradientReadyHook>> gradientHooks_;
   int nextHookId_ = 0;
 };
 

@@ -10,11 +10,15 @@
 
 namespace strata {
 
+// Which part of a training step a node belongs to (hooks fire per phase).
+enum class NodePhase : std::uint8_t { Forward, Loss, Backward };
+
 // One value slot of a static plan.
 struct ProgramValue {
   std::string name;
   TensorMeta meta;
   Tensor constant;       // defined for initializers and folded constants
+  Tensor bound;          // defined when a step writes this value into external storage (a flat gradient view)
   bool isInput = false;  // bound by the caller at each run
 };
 
@@ -25,6 +29,9 @@ struct ProgramStep {
   std::vector<int> inputs;        // value ids; -1 for absent optional inputs
   std::vector<int> outputs;       // value ids; -1 for outputs nobody reads
   std::vector<int> releaseAfter;  // intermediate values whose last use is this step
+  std::vector<int> gradientsReady;  // parameter indices whose gradient is final after this step
+  NodePhase phase = NodePhase::Forward;
+  int sourceNode = -1;  // forward nodes: their own index; backward nodes: the forward node they differentiate
   std::unique_ptr<OpKernel> kernel;
 };
 

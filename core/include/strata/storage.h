@@ -1,6 +1,8 @@
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "strata/allocator.h"
@@ -21,6 +23,10 @@ class Storage {
   std::size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   MemoryCategory category() const { return category_; }
+  // Counts in-place changes made through bumpVersion() (optimizer steps), so caches derived from the contents
+  // (a convolution's reordered weights) know when to refresh.
+  std::uint64_t version() const { return version_.load(std::memory_order_acquire); }
+  void bumpVersion() { version_.fetch_add(1, std::memory_order_acq_rel); }
 
  private:
   Allocator* allocator_ = nullptr;
@@ -28,6 +34,7 @@ class Storage {
   std::size_t bytes_ = 0;
   Device device_;
   MemoryCategory category_ = MemoryCategory::Other;
+  std::atomic<std::uint64_t> version_{0};
 };
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "strata/attributes.h"
+#include "strata/program.h"
 #include "strata/tensor.h"
 
 namespace strata {
@@ -19,9 +20,6 @@ struct Value {
   bool isInitializer = false;  // came from the model's initializers (float ones are trainable parameters)
   int producer = kNoValue;  // index of the node that produces it
 };
-
-// Which part of a training step a node belongs to (hooks fire per phase).
-enum class NodePhase : std::uint8_t { Forward, Loss, Backward };
 
 struct Node {
   std::string name;

@@ -1,0 +1,459 @@
+// Conv gradients: ConvGradInput (dY, W -> dX), ConvGradWeight (dY, X -> dW [, dB]) and the fused ConvGrad
+// (dY, X, W -> dX, dW [, dB]). Float32 runs oneDNN's convolution_backward_data / convolution_backward_weights,
+// float64 plain loops (for finite-difference tests).
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "grad_nn_common.h"
+#include "strata/thread_pool.h"
+
+namespace strata::cpu::grad_nn {
+namespace {
+
+using dnnl::memory;
+
+enum class ConvGradMode { Input, Weight, Both };
+
+memory::dims toDims(const std::vector<std::int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+
+struct ConvGradSetup {
+  DType dtype = DType::Float32;
+  std::int64_t group = 1;
+  WindowGeometry geometry;
+  Shape x, w, y;
+};
+
+// Checks the forward Conv's geometry (as dnnl_conv.cpp resolves it) against dY's shape.
+ConvGradSetup resolveConvGrad(const Attributes& attrs, DType dtype, const Shape& x, const Shape& w, const Shape& dy) {
+  if (dtype != DType::Float32 && dtype != DType::Float64) {
+    fail("only float32 and float64 are supported, got {}", dtypeName(dtype));
+  }
+  if (x.size() < 3 || x.size() > 5) fail("X must have rank 3 to 5, got {}", shapeToString(x));
+  if (w.size() != x.size()) fail("W {} must have the same rank as X {}", shapeToString(w), shapeToString(x));
+  ConvGradSetup s;
+  s.dtype = dtype;
+  s.x = x;
+  s.w = w;
+  s.group = attrs.getInt("group", 1);
+  if (s.group < 1) fail("group must be positive, got {}", s.group);
+  if (x[1] != w[1] * s.group) {
+    fail("X has {} input channels but W {} with group {} expects {}", x[1], shapeToString(w), s.group, w[1] * s.group);
+  }
+  if (w[0] % s.group != 0) fail("W has {} output channels, not divisible by group {}", w[0], s.group);
+  std::vector<std::int64_t> kernel(w.begin() + 2, w.end());
+  if (attrs.has("kernel_shape") && attrs.getInts("kernel_shape") != kernel) {
+    fail("kernel_shape {} does not match the weight's spatial dims {}", shapeToString(attrs.getInts("kernel_shape")),
+         shapeToString(kernel));
+  }
+  s.geometry = resolveWindow(attrs, std::vector<std::int64_t>(x.begin() + 2, x.end()), kernel, false);
+  s.y = {x[0], w[0]};
+  s.y.insert(s.y.end(), s.geometry.output.begin(), s.geometry.output.end());
+  if (dy != s.y) fail("dY has shape {} but the Conv output is {}", shapeToString(dy), shapeToString(s.y));
+  return s;
+}
+
+Shape shapeAttr(const ShapeContext& ctx, const char* name) {
+  if (!ctx.attrs.has(name)) ctx.error(fmt::format("the {} attribute is required", name));
+  return ctx.attrs.getInts(name);
+}
+
+std::vector<TensorMeta> inferConvGrad(ConvGradMode mode, const ShapeContext& ctx) {
+  const std::size_t needed = mode == ConvGradMode::Both ? 3 : 2;
+  for (std::size_t i = 0; i < needed; ++i) {
+    if (!ctx.hasInput(i)) ctx.error(fmt::format("{} needs {} inputs", ctx.opType, needed));
+  }
+  const TensorMeta& dy = ctx.input(0).meta;
+  for (std::size_t i = 1; i < needed; ++i) {
+    if (ctx.input(i).meta.dtype != dy.dtype) {
+      ctx.error(fmt::format("input {} is {} but dY is {}", i, dtypeName(ctx.input(i).meta.dtype), dtypeName(dy.dtype)));
+    }
+  }
+  Shape x, w;
+  switch (mode) {
+    case ConvGradMode::Input: x = shapeAttr(ctx, "input_shape"); w = ctx.input(1).meta.shape; break;
+    case ConvGradMode::Weight: x = ctx.input(1).meta.shape; w = shapeAttr(ctx, "weight_shape"); break;
+    case ConvGradMode::Both: x = ctx.input(1).meta.shape; w = ctx.input(2).meta.shape; break;
+  }
+  try {
+    resolveConvGrad(ctx.attrs, dy.dtype, x, w, dy.shape);
+  } catch (const Error& e) {
+    ctx.error(e.what());
+  }
+  std::vector<TensorMeta> out;
+  if (mode != ConvGradMode::Weight) out.push_back({dy.dtype, x});
+  if (mode != ConvGradMode::Input) {
+    out.push_back({dy.dtype, w});
+    if (ctx.outputCount > out.size()) out.push_back({dy.dtype, {w[0]}});  // dB
+  }
+  if (ctx.outputCount > out.size()) ctx.error(fmt::format("{} has at most {} outputs", ctx.opType, out.size()));
+  return out;
+}
+
+// ---- float64: plain loops ----
+
+// dX[n, c] = sum over the group's filters m and kernel positions of W[m, c', k] * dY[n, m] scattered back.
+void convGradInputF64(const ConvGradSetup& s, const double* dy, const double* w, double* dx) {
+  const Window3 g = promoteWindow(s.geometry, s.x);
+  const std::int64_t channels = s.x[1], filters = s.w[0];
+  const std::int64_t cPerG = channels / s.group, mPerG = filters / s.group;
+  const std::int64_t inVolume = g.inVolume(), outVolume = g.outVolume(), kVolume = g.kernelVolume();
+  parallelFor(0, s.x[0] * channels, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t plane = begin; plane < end; ++plane) {
+      const std::int64_t n = plane / channels, c = plane % channels;
+      const std::int64_t gi = c / cPerG, ci = c % cPerG;
+      double* out = dx + plane * inVolume;
+      std::fill(out, out + inVolume, 0.0);
+      for (std::int64_t m = gi * mPerG; m < (gi + 1) * mPerG; ++m) {
+        const double* grad = dy + (n * filters + m) * outVolume;
+        const double* kernel = w + (m * cPerG + ci) * kVolume;
+        for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+          std::int64_t d0, d1;
+          validOutputRange(g.in[0], g.out[0], g.stride[0], g.pad[0], kd * g.dilation[0], d0, d1);
+          for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+            std::int64_t h0, h1;
+            validOutputRange(g.in[1], g.out[1], g.stride[1], g.pad[1], kh * g.dilation[1], h0, h1);
+            for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+              std::int64_t w0, w1;
+              validOutputRange(g.in[2], g.out[2], g.stride[2], g.pad[2], kw * g.dilation[2], w0, w1);
+              const double weight = kernel[(kd * g.kernel[1] + kh) * g.kernel[2] + kw];
+              for (std::int64_t od = d0; od < d1; ++od) {
+                const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
+                for (std::int64_t oh = h0; oh < h1; ++oh) {
+                  const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
+                  const double* gRow = grad + (od * g.out[1] + oh) * g.out[2];
+                  double* xRow = out + (id * g.in[1] + ih) * g.in[2] - g.pad[2] + kw * g.dilation[2];
+                  for (std::int64_t ow = w0; ow < w1; ++ow) xRow[ow * g.stride[2]] += weight * gRow[ow];
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// dW[m, c', k] = sum over n and output positions of dY[n, m, o] * X[n, c, o * stride - pad + k * dilation];
+// dB[m] = sum of dY[n, m, o].
+void convGradWeightF64(const ConvGradSetup& s, const double* dy, const double* x, double* dw, double* db) {
+  const Window3 g = promoteWindow(s.geometry, s.x);
+  const std::int64_t channels = s.x[1], filters = s.w[0];
+  const std::int64_t cPerG = channels / s.group, mPerG = filters / s.group;
+  const std::int64_t inVolume = g.inVolume(), outVolume = g.outVolume(), kVolume = g.kernelVolume();
+  const std::int64_t batch = s.x[0];
+  parallelFor(0, filters * cPerG, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t task = begin; task < end; ++task) {
+      const std::int64_t m = task / cPerG, ci = task % cPerG;
+      const std::int64_t c = (m / mPerG) * cPerG + ci;
+      double* out = dw + task * kVolume;
+      for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd) {
+        std::int64_t d0, d1;
+        validOutputRange(g.in[0], g.out[0], g.stride[0], g.pad[0], kd * g.dilation[0], d0, d1);
+        for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh) {
+          std::int64_t h0, h1;
+          validOutputRange(g.in[1], g.out[1], g.stride[1], g.pad[1], kh * g.dilation[1], h0, h1);
+          for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
+            std::int64_t w0, w1;
+            validOutputRange(g.in[2], g.out[2], g.stride[2], g.pad[2], kw * g.dilation[2], w0, w1);
+            double sum = 0;
+            for (std::int64_t n = 0; n < batch; ++n) {
+              const double* grad = dy + (n * filters + m) * outVolume;
+              const double* plane = x + (n * channels + c) * inVolume;
+              for (std::int64_t od = d0; od < d1; ++od) {
+                const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
+                for (std::int64_t oh = h0; oh < h1; ++oh) {
+                  const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
+                  const double* gRow = grad + (od * g.out[1] + oh) * g.out[2];
+                  const double* xRow = plane + (id * g.in[1] + ih) * g.in[2] - g.pad[2] + kw * g.dilation[2];
+                  for (std::int64_t ow = w0; ow < w1; ++ow) sum += gRow[ow] * xRow[ow * g.stride[2]];
+                }
+              }
+            }
+            out[(kd * g.kernel[1] + kh) * g.kernel[2] + kw] = sum;
+          }
+        }
+      }
+    }
+  });
+  if (db == nullptr) return;
+  for (std::int64_t m = 0; m < filters; ++m) {
+    double sum = 0;
+    for (std::int64_t n = 0; n < batch; ++n) {
+      const double* grad = dy + (n * filters + m) * outVolume;
+      for (std::int64_t i = 0; i < outVolume; ++i) sum += grad[i];
+    }
+    db[m] = sum;
+  }
+}
+
+// ---- float32: oneDNN ----
+
+// Same rule as the forward kernel (Note [Conv layouts] in dnnl_conv.cpp): pointwise stride-1 ungrouped convolutions
+// run on plain NCHW, the others on oneDNN's blocked layouts with reorders around the primitives.
+bool prefersBlockedLayout(const ConvGradSetup& s) {
+  if (const char* e = std::getenv("STRATA_BENCH_LAYOUT")) return e[0] == 'b';  // TEMP
+  bool pointwise = true;
+  for (std::size_t i = 0; i < s.geometry.kernel.size(); ++i) {
+    pointwise = pointwise && s.geometry.kernel[i] == 1 && s.geometry.strides[i] == 1;
+  }
+  return !pointwise || s.group > 1;
+}
+
+// ONNX's (O, I/G, k...) weights as oneDNN's grouped (G, O/G, I/G, k...) when group > 1: the same bytes.
+Shape groupedWeightDims(const Shape& w, std::int64_t group) {
+  if (group == 1) return w;
+  Shape dims{group, w[0] / group};
+  dims.insert(dims.end(), w.begin() + 1, w.end());
+  return dims;
+}
+
+std::size_t alignUp(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// A tensor in Strata's plain layout and, when the primitive wants another one, its copy in the scratchpad.
+struct LayoutCopy {
+  memory plain;      // bound to the tensor at run time
+  memory converted;  // bound into the scratchpad at run time; only when needed
+  dnnl::reorder reorder;
+  bool needed = false;
+  std::size_t offset = 0;  // of `converted` in the scratchpad
+  std::size_t bytes = 0;
+
+  // Set up a copy plain -> target (toTarget) or target -> plain; returns the reorder's own scratchpad size.
+  std::size_t init(const memory::desc& plainDesc, const memory::desc& target, bool toTarget) {
+    plain = memory(plainDesc, dnnlEngine(), nullptr);
+    needed = plainDesc != target;
+    if (!needed) return 0;
+    converted = memory(target, dnnlEngine(), nullptr);
+    bytes = target.get_size();
+    dnnl::reorder::primitive_desc pd = toTarget ? dnnl::reorder::primitive_desc(dnnlEngine(), plainDesc, dnnlEngine(),
+                                                                                target, userScratchpadAttr())
+                                                : dnnl::reorder::primitive_desc(dnnlEngine(), target, dnnlEngine(),
+                                                                                plainDesc, userScratchpadAttr());
+    reorder = dnnl::reorder(pd);
+    return pd.scratchpad_desc().get_size();
+  }
+
+  // The memory the primitive uses, bound to `tensor` (and converted into the scratchpad when `copyIn`).
+  memory& bind(const Tensor& tensor, char* scratch, std::size_t scratchBytes, bool copyIn) {
+    bindDnnl(plain, tensor);
+    if (!needed) return plain;
+    converted.set_data_handle(scratch + offset);
+    if (copyIn) {
+      std::unordered_map<int, memory> args{{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, converted}};
+      executeDnnlAt(reorder, args, scratch, scratchBytes);
+    }
+    return converted;
+  }
+
+  // Copies the primitive's result back into the plain tensor (for outputs).
+  void copyOut(char* scratch, std::size_t scratchBytes) {
+    if (!needed) return;
+    std::unordered_map<int, memory> args{{DNNL_ARG_FROM, converted}, {DNNL_ARG_TO, plain}};
+    executeDnnlAt(reorder, args, scratch, scratchBytes);
+  }
+};
+
+class ConvGradKernel : public OpKernel {
+ public:
+  ConvGradKernel(ConvGradMode mode, const KernelInit& init) {
+    const TensorMeta& dy = init.inputs.at(0).meta;
+    Shape x, w;
+    switch (mode) {
+      case ConvGradMode::Input:
+        x = init.attrs.getInts("input_shape");
+        w = init.inputs.at(1).meta.shape;
+        wIndex_ = 1;
+        dxOut_ = 0;
+        break;
+      case ConvGradMode::Weight:
+        x = init.inputs.at(1).meta.shape;
+        w = init.attrs.getInts("weight_shape");
+        xIndex_ = 1;
+        dwOut_ = 0;
+        dbOut_ = init.outputs.size() > 1 ? 1 : -1;
+        break;
+      case ConvGradMode::Both:
+        x = init.inputs.at(1).meta.shape;
+        w = init.inputs.at(2).meta.shape;
+        xIndex_ = 1;
+        wIndex_ = 2;
+        dxOut_ = 0;
+        dwOut_ = 1;
+        dbOut_ = init.outputs.size() > 2 ? 2 : -1;
+        break;
+    }
+    setup_ = resolveConvGrad(init.attrs, dy.dtype, x, w, dy.shape);
+    empty_ = numElements(setup_.x) == 0 || numElements(setup_.w) == 0 || numElements(setup_.y) == 0;
+    if (empty_ || setup_.dtype == DType::Float64) return;
+    withDnnlErrors(init.nodeName, "create the convolution backward primitives", [&] { createPrimitives(); });
+  }
+
+  void compute(KernelContext& ctx) override {
+    const bool wantData = dxOut_ >= 0 && ctx.hasOutput(static_cast<std::size_t>(dxOut_));
+    const bool wantWeights = dwOut_ >= 0 && ctx.hasOutput(static_cast<std::size_t>(dwOut_));
+    const bool wantBias = dbOut_ >= 0 && ctx.hasOutput(static_cast<std::size_t>(dbOut_));
+    Tensor* dx = wantData ? &ctx.output(static_cast<std::size_t>(dxOut_)) : nullptr;
+    Tensor* dw = wantWeights ? &ctx.output(static_cast<std::size_t>(dwOut_)) : nullptr;
+    Tensor* db = wantBias ? &ctx.output(static_cast<std::size_t>(dbOut_)) : nullptr;
+    if (empty_) {
+      for (Tensor* t : {dx, dw, db}) {
+        if (t != nullptr && t->bytes() > 0) std::memset(t->rawData(), 0, t->bytes());
+      }
+      return;
+    }
+    const Tensor& dy = ctx.input(0);
+    if (setup_.dtype == DType::Float64) {
+      if (dx != nullptr) {
+        convGradInputF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(wIndex_)).data<double>(),
+                         dx->data<double>());
+      }
+      if (dw != nullptr || db != nullptr) {
+        // dW is computed even when only dB is wanted: a scratch tensor keeps the loop simple (tests only).
+        Tensor scratch;
+        if (dw == nullptr) scratch = Tensor::empty(DType::Float64, setup_.w, MemoryCategory::Workspace);
+        convGradWeightF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(xIndex_)).data<double>(),
+                          dw != nullptr ? dw->data<double>() : scratch.data<double>(),
+                          db != nullptr ? db->data<double>() : nullptr);
+      }
+      return;
+    }
+    char* scratch = static_cast<char*>(dnnlScratchpad(totalScratchBytes_));
+    const std::size_t primBytes = primitiveScratchBytes_;
+    bool dyConverted = false;
+    if (dw != nullptr || db != nullptr) {
+      // Weights first: dY's blocked copy is then shared with the data pass, and X's region is reused for dX.
+      memory& dyMem = dyWeights_.bind(dy, scratch, primBytes, true);
+      dyConverted = dyWeights_.needed;
+      memory& xMem = xWeights_.bind(ctx.input(static_cast<std::size_t>(xIndex_)), scratch, primBytes, true);
+      Tensor dwScratch;  // dB alone still needs somewhere to put dW
+      if (dw == nullptr) dwScratch = Tensor::empty(DType::Float32, setup_.w, MemoryCategory::Workspace);
+      memory& dwMem = dwWeights_.bind(dw != nullptr ? *dw : dwScratch, scratch, primBytes, false);
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xMem}, {DNNL_ARG_DIFF_DST, dyMem}, {DNNL_ARG_DIFF_WEIGHTS, dwMem}};
+      Tensor dbScratch;
+      if (hasBiasPrimitive_) {
+        if (db == nullptr) dbScratch = Tensor::empty(DType::Float32, {setup_.w[0]}, MemoryCategory::Workspace);
+        bindDnnl(dbMemory_, db != nullptr ? *db : dbScratch);
+        args[DNNL_ARG_DIFF_BIAS] = dbMemory_;
+      }
+      executeDnnlAt(weightsPrimitive_, args, scratch, primBytes);
+      if (dw != nullptr) dwWeights_.copyOut(scratch, primBytes);
+    }
+    if (dx != nullptr) {
+      memory* dyMem = nullptr;
+      if (shareDy_ && dyConverted) {
+        dyMem = &dyWeights_.converted;
+      } else {
+        dyMem = &dyData_.bind(dy, scratch, primBytes, true);
+      }
+      memory& wMem = wData_.bind(ctx.input(static_cast<std::size_t>(wIndex_)), scratch, primBytes, true);
+      memory& dxMem = dxData_.bind(*dx, scratch, primBytes, false);
+      std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, *dyMem}, {DNNL_ARG_WEIGHTS, wMem}, {DNNL_ARG_DIFF_SRC, dxMem}};
+      executeDnnlAt(dataPrimitive_, args, scratch, primBytes);
+      dxData_.copyOut(scratch, primBytes);
+    }
+  }
+
+ private:
+  void createPrimitives() {
+    const ConvGradSetup& s = setup_;
+    const std::size_t n = s.geometry.kernel.size();
+    const std::vector<std::int64_t> spatial(s.x.begin() + 2, s.x.end());
+    memory::dims padEnd(n), dilations(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      padEnd[i] = dnnlPadEnd(s.geometry, spatial, i);
+      dilations[i] = s.geometry.dilations[i] - 1;  // oneDNN counts dilation from 0
+    }
+    const memory::dims strides = toDims(s.geometry.strides);
+    const memory::dims padBegin = toDims(s.geometry.padBegin);
+    const Shape wDims = groupedWeightDims(s.w, s.group);
+    const memory::desc xPlain = plainDesc(s.x);
+    const memory::desc yPlain = plainDesc(s.y);
+    const memory::desc wPlain = plainDesc(wDims);
+    const memory::desc wAny(toDims(wDims), memory::data_type::f32, memory::format_tag::any);
+    const bool blocked = prefersBlockedLayout(s);
+    const memory::desc xConv = blocked ? memory::desc(toDims(s.x), memory::data_type::f32, memory::format_tag::any) : xPlain;
+    const memory::desc yConv = blocked ? memory::desc(toDims(s.y), memory::data_type::f32, memory::format_tag::any) : yPlain;
+    const bool wantData = dxOut_ >= 0;
+    const bool wantWeights = dwOut_ >= 0;
+    hasBiasPrimitive_ = dbOut_ >= 0;
+    const memory::desc biasDesc = hasBiasPrimitive_ ? plainDesc({s.w[0]}) : memory::desc();
+
+    dnnl::convolution_forward::desc fwdDesc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                            xConv, wAny, biasDesc, yConv, strides, dilations, padBegin, padEnd);
+    dnnl::convolution_forward::primitive_desc fwdPd(fwdDesc, dnnlEngine());
+    std::size_t primBytes = 0;
+    // Scratchpad regions after the primitives' own: dY's copy, then X's copy for the weights pass (reused for dX's
+    // in the data pass, which runs after it), then the small weight copies.
+    std::size_t dyRegion = 0, activationRegion = 0;
+    if (wantWeights) {
+      dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, xConv, wAny, biasDesc, yConv,
+                                                    strides, dilations, padBegin, padEnd);
+      dnnl::convolution_backward_weights::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine(), fwdPd);
+      weightsPrimitive_ = dnnl::convolution_backward_weights(pd);
+      primBytes = std::max(primBytes, pd.scratchpad_desc().get_size());
+      primBytes = std::max(primBytes, dyWeights_.init(yPlain, pd.diff_dst_desc(), true));
+      primBytes = std::max(primBytes, xWeights_.init(xPlain, pd.src_desc(), true));
+      primBytes = std::max(primBytes, dwWeights_.init(wPlain, pd.diff_weights_desc(), false));
+      if (hasBiasPrimitive_) dbMemory_ = memory(biasDesc, dnnlEngine(), nullptr);
+      dyRegion = std::max(dyRegion, alignUp(dyWeights_.bytes));
+      activationRegion = std::max(activationRegion, alignUp(xWeights_.bytes));
+    }
+    if (wantData) {
+      dnnl::convolution_backward_data::desc desc(dnnl::algorithm::convolution_direct, xConv, wAny, yConv, strides,
+                                                 dilations, padBegin, padEnd);
+      dnnl::convolution_backward_data::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine(), fwdPd);
+      dataPrimitive_ = dnnl::convolution_backward_data(pd);
+      primBytes = std::max(primBytes, pd.scratchpad_desc().get_size());
+      primBytes = std::max(primBytes, dyData_.init(yPlain, pd.diff_dst_desc(), true));
+      primBytes = std::max(primBytes, wData_.init(wPlain, pd.weights_desc(), true));
+      primBytes = std::max(primBytes, dxData_.init(xPlain, pd.diff_src_desc(), false));
+      shareDy_ = wantWeights && dyWeights_.needed && dyData_.needed && pd.diff_dst_desc() == dyWeights_.converted.get_desc();
+      dyRegion = std::max(dyRegion, alignUp(dyData_.bytes));
+      activationRegion = std::max(activationRegion, alignUp(dxData_.bytes));
+    }
+    primitiveScratchBytes_ = primBytes;
+    std::size_t offset = alignUp(primBytes);
+    dyWeights_.offset = dyData_.offset = offset;
+    offset += dyRegion;
+    xWeights_.offset = dxData_.offset = offset;
+    offset += activationRegion;
+    dwWeights_.offset = offset;
+    offset += alignUp(dwWeights_.bytes);
+    wData_.offset = offset;
+    offset += alignUp(wData_.bytes);
+    totalScratchBytes_ = offset;
+  }
+
+  ConvGradSetup setup_;
+  bool empty_ = false;
+  int xIndex_ = -1, wIndex_ = -1;           // input positions of X and W (dY is input 0)
+  int dxOut_ = -1, dwOut_ = -1, dbOut_ = -1;  // output positions, -1 when the op has no such output
+  dnnl::convolution_backward_weights weightsPrimitive_;
+  dnnl::convolution_backward_data dataPrimitive_;
+  bool hasBiasPrimitive_ = false;
+  bool shareDy_ = false;  // both passes take dY in the same converted layout: convert it once
+  LayoutCopy dyWeights_, xWeights_, dwWeights_;  // the weights pass
+  LayoutCopy dyData_, wData_, dxData_;           // the data pass
+  memory dbMemory_;
+  std::size_t primitiveScratchBytes_ = 0;  // the largest scratchpad of the primitives and reorders
+  std::size_t totalScratchBytes_ = 0;      // plus the converted copies
+};
+
+void addConvGradOp(OpRegistry& registry, const std::string& type, ConvGradMode mode) {
+  registry.addSchema({type, [mode](const ShapeContext& ctx) { return inferConvGrad(mode, ctx); }, true});
+  registry.addKernel(type, DeviceType::CPU, [mode](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<ConvGradKernel>(mode, init);
+  });
+}
+
+}  // namespace
+
+void registerConvGradOps(OpRegistry& registry) {
+  addConvGradOp(registry, "ConvGradInput", ConvGradMode::Input);
+  addConvGradOp(registry, "ConvGradWeight", ConvGradMode::Weight);
+  addConvGradOp(registry, "ConvGrad", ConvGradMode::Both);
+}
+
+}  // namespace strata::cpu::grad_nn

@@ -1,0 +1,166 @@
+// BatchNormalizationGrad: (dY, X, scale [, mean, var]) -> (dX, dScale, dB).
+//
+// Note [Batch-norm backward]: two passes over dY and X, which is what memory bandwidth allows. The forward node's
+// outputs carry no batch statistics (ONNX opset 14+ has none in training mode beyond the running ones), so pass 1
+// recomputes them from X while it sums dY and dY * X per channel (no extra pass); pass 2 writes
+// dX = a * dY + b * X + c with per-channel coefficients. This is also why it is hand-written rather than oneDNN's
+// backward, which would need the mean and variance from a separate pass. The sums shift X by one of its own values
+// per channel so that the variance (E[x^2] - E[x]^2) does not cancel catastrophically when |mean| >> std.
+// training_mode = 0 (frozen statistics) takes the mean and variance inputs instead: dX = scale / sqrt(var + eps) * dY.
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "grad_nn_common.h"
+#include "strata/thread_pool.h"
+
+namespace strata::cpu::grad_nn {
+namespace {
+
+std::vector<TensorMeta> inferBatchNormGrad(const ShapeContext& ctx) {
+  const bool training = ctx.attrs.getInt("training_mode", 0) != 0;
+  const std::size_t needed = training ? 3 : 5;
+  for (std::size_t i = 0; i < needed; ++i) {
+    if (!ctx.hasInput(i)) {
+      ctx.error(training ? "BatchNormalizationGrad needs dY, X and scale"
+                         : "BatchNormalizationGrad in inference mode needs dY, X, scale, mean and var");
+    }
+  }
+  const TensorMeta& dy = ctx.input(0).meta;
+  const TensorMeta& x = ctx.input(1).meta;
+  if (dy.dtype != DType::Float32 && dy.dtype != DType::Float64) {
+    ctx.error(fmt::format("only float32 and float64 are supported, dY is {}", dtypeName(dy.dtype)));
+  }
+  if (x != dy) ctx.error(fmt::format("X {} and dY {} differ", x.toString(), dy.toString()));
+  if (x.shape.size() < 2) ctx.error("X must have rank >= 2");
+  for (std::size_t i = 2; i < needed; ++i) {
+    const TensorMeta& m = ctx.input(i).meta;
+    if (m.dtype != dy.dtype || m.shape != Shape{x.shape[1]}) {
+      ctx.error(fmt::format("input {} must be {} [{}], got {}", i, dtypeName(dy.dtype), x.shape[1], m.toString()));
+    }
+  }
+  const TensorMeta channel{dy.dtype, {x.shape[1]}};
+  return {x, channel, channel};
+}
+
+// The double a float attribute most likely stands for, as the float64 forward kernel reads it (dnnl_batchnorm.cpp).
+double decimalOf(float value) { return std::strtod(fmt::format("{}", value).c_str(), nullptr); }
+
+constexpr std::int64_t kSumBlock = 2048;  // elements summed in T before the total moves to double
+
+struct ChannelSums {
+  double x = 0, xx = 0, dy = 0, dyx = 0;  // of x - shift
+};
+
+template <typename T>
+void sumPlane(const T* x, const T* dy, std::int64_t size, T shift, ChannelSums& sums) {
+  for (std::int64_t i0 = 0; i0 < size; i0 += kSumBlock) {
+    const std::int64_t i1 = std::min(size, i0 + kSumBlock);
+    T sx = 0, sxx = 0, sdy = 0, sdyx = 0;
+#pragma omp simd reduction(+ : sx, sxx, sdy, sdyx)
+    for (std::int64_t i = i0; i < i1; ++i) {
+      const T xs = x[i] - shift;
+      sx += xs;
+      sxx += xs * xs;
+      sdy += dy[i];
+      sdyx += dy[i] * xs;
+    }
+    sums.x += sx;
+    sums.xx += sxx;
+    sums.dy += sdy;
+    sums.dyx += sdyx;
+  }
+}
+
+template <typename T>
+void batchNormGrad(const KernelContext& ctx, bool training, double epsilon) {
+  const Tensor& xt = ctx.input(1);
+  const std::int64_t batch = xt.dim(0), channels = xt.dim(1);
+  const std::int64_t inner = batch * channels == 0 ? 0 : xt.numel() / (batch * channels);
+  const T* dy = ctx.input(0).data<T>();
+  const T* x = xt.data<T>();
+  const T* scale = ctx.input(2).data<T>();
+  const T* mean = training ? nullptr : ctx.input(3).data<T>();
+  const T* var = training ? nullptr : ctx.input(4).data<T>();
+  T* dscale = ctx.hasOutput(1) ? ctx.output(1).data<T>() : nullptr;
+  T* dbias = ctx.hasOutput(2) ? ctx.output(2).data<T>() : nullptr;
+  const double count = static_cast<double>(batch * inner);
+  // Per channel: dX = a * dY + b * X + c.
+  std::vector<T> a(static_cast<std::size_t>(channels)), b(a.size()), c(a.size());
+  parallelFor(0, channels, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t ch = begin; ch < end; ++ch) {
+      const T shift = training ? (count > 0 ? x[ch * inner] : T{0}) : mean[ch];
+      ChannelSums sums;
+      for (std::int64_t n = 0; n < batch; ++n) {
+        const std::int64_t offset = (n * channels + ch) * inner;
+        sumPlane<T>(x + offset, dy + offset, inner, shift, sums);
+      }
+      double centre = static_cast<double>(shift);  // the mean
+      double variance = 0;
+      double sumDyCentred = sums.dyx;  // sum of dY * (x - mean)
+      if (training) {
+        const double meanShift = count > 0 ? sums.x / count : 0.0;
+        centre += meanShift;
+        variance = count > 0 ? std::max(0.0, sums.xx / count - meanShift * meanShift) : 0.0;
+        sumDyCentred -= meanShift * sums.dy;
+      } else {
+        variance = static_cast<double>(var[ch]);
+      }
+      const double invStd = 1.0 / std::sqrt(variance + epsilon);
+      const double gradScale = sumDyCentred * invStd;
+      if (dscale != nullptr) dscale[ch] = static_cast<T>(gradScale);
+      if (dbias != nullptr) dbias[ch] = static_cast<T>(sums.dy);
+      const double ca = static_cast<double>(scale[ch]) * invStd;
+      double cb = 0, cc = 0;
+      if (training && count > 0) {
+        // dX = a * (dY - sum(dY) / count - (x - mean) * invStd * dScale / count)
+        cb = -ca * invStd * gradScale / count;
+        cc = -ca * sums.dy / count - cb * centre;
+      }
+      a[static_cast<std::size_t>(ch)] = static_cast<T>(ca);
+      b[static_cast<std::size_t>(ch)] = static_cast<T>(cb);
+      c[static_cast<std::size_t>(ch)] = static_cast<T>(cc);
+    }
+  });
+  if (!ctx.hasOutput(0)) return;
+  T* dx = ctx.output(0).data<T>();
+  parallelFor(0, batch * channels, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(inner, 1)),
+              [&](std::int64_t begin, std::int64_t end) {
+                for (std::int64_t plane = begin; plane < end; ++plane) {
+                  const auto ch = static_cast<std::size_t>(plane % channels);
+                  const T ca = a[ch], cb = b[ch], cc = c[ch];
+                  const T* g = dy + plane * inner;
+                  const T* in = x + plane * inner;
+                  T* out = dx + plane * inner;
+                  if (cb == T{0} && cc == T{0}) {
+                    for (std::int64_t i = 0; i < inner; ++i) out[i] = ca * g[i];
+                  } else {
+                    for (std::int64_t i = 0; i < inner; ++i) out[i] = ca * g[i] + cb * in[i] + cc;
+                  }
+                }
+              });
+}
+
+}  // namespace
+
+void registerNormGradOps(OpRegistry& registry) {
+  registry.addSchema({"BatchNormalizationGrad", inferBatchNormGrad, true});
+  registry.addKernel("BatchNormalizationGrad", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    const bool training = init.attrs.getInt("training_mode", 0) != 0;
+    const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
+    const DType dtype = init.inputs.at(0).meta.dtype;
+    // Each dtype reads epsilon as its forward kernel does.
+    const double eps = dtype == DType::Float64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
+    return makeFunctionKernel([training, eps, dtype](KernelContext& ctx) {
+      if (dtype == DType::Float64) {
+        batchNormGrad<double>(ctx, training, eps);
+      } else {
+        batchNormGrad<float>(ctx, training, eps);
+      }
+    });
+  });
+}
+
+}  // namespace strata::cpu::grad_nn

@@ -1,0 +1,212 @@
+#include "graphs/gradient_check.h"
+
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "strata/executor.h"
+#include "strata/graphs/autodiff.h"
+#include "strata/graphs/gradient_registry.h"
+#include "strata/graphs/lower.h"
+#include "strata/graphs/specialize.h"
+#include "strata/op_registry.h"
+
+namespace strata::testing {
+namespace {
+
+double elementAsDouble(const Tensor& t, std::int64_t i) {
+  return t.dtype() == DType::Float64 ? t.data<double>()[i] : static_cast<double>(t.data<float>()[i]);
+}
+
+void addToElement(Tensor& t, std::int64_t i, double delta) {
+  if (t.dtype() == DType::Float64) {
+    t.data<double>()[i] += delta;
+  } else {
+    t.data<float>()[i] = static_cast<float>(t.data<float>()[i] + delta);
+  }
+}
+
+// L = sum_k sum(R_k * Y_k) in double, over the floating-point outputs.
+double projectedLoss(const std::vector<Tensor>& outputs, const std::vector<Tensor>& projections) {
+  double loss = 0;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    if (!projections[k].defined()) {
+      continue;
+    }
+    for (std::int64_t i = 0; i < outputs[k].numel(); ++i) {
+      loss += elementAsDouble(outputs[k], i) * elementAsDouble(projections[k], i);
+    }
+  }
+  return loss;
+}
+
+}  // namespace
+
+Tensor randomTensor(DType dtype, const Shape& shape, unsigned seed, double low, double high) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> dist(low, high);
+  Tensor t = Tensor::empty(dtype, shape);
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    if (dtype == DType::Float64) {
+      t.data<double>()[i] = dist(rng);
+    } else if (dtype == DType::Float32) {
+      t.data<float>()[i] = static_cast<float>(dist(rng));
+    } else {
+      ADD_FAILURE() << "randomTensor supports float32 and float64";
+    }
+  }
+  return t;
+}
+
+void expectGradientsMatchFiniteDifferences(const std::string& opType, const std::vector<Tensor>& inputs,
+                                           const Attributes& attrs, const GradientCheckOptions& options) {
+  const GradientRuleInfo* rule = GradientRegistry::instance().find(opType);
+  ASSERT_NE(rule, nullptr) << opType << " has no gradient rule";
+
+  std::vector<std::size_t> wrt = options.wrt;
+  if (wrt.empty()) {
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const bool nonDiff = std::find(rule->nonDifferentiableInputs.begin(), rule->nonDifferentiableInputs.end(), i) !=
+                           rule->nonDifferentiableInputs.end();
+      if (inputs[i].defined() && isFloatingPoint(inputs[i].dtype()) && !nonDiff) {
+        wrt.push_back(i);
+      }
+    }
+  }
+  ASSERT_FALSE(wrt.empty()) << "no differentiable input to check";
+  const bool f64 = inputs[wrt[0]].dtype() == DType::Float64;
+  const double eps = options.eps > 0 ? options.eps : (f64 ? 1e-6 : 1e-2);
+  const double rtol = options.rtol > 0 ? options.rtol : (f64 ? 1e-5 : 2e-2);
+  const double atol = options.atol > 0 ? options.atol : (f64 ? 1e-7 : 1e-3);
+
+  // The graph: checked inputs are parameters (float initializers), the others plan-time constants.
+  Graph graph;
+  graph.name = "gradient_check_" + opType;
+  graph.sourcePath = graph.name;
+  Node node;
+  node.name = opType;
+  node.opType = opType;
+  node.attrs = attrs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined()) {
+      node.inputs.push_back(kNoValue);
+      continue;
+    }
+    Value value;
+    value.name = fmt::format("input_{}", i);
+    value.constant = inputs[i].clone(MemoryCategory::Parameters);
+    value.meta = value.constant.meta();
+    value.isInitializer = std::find(wrt.begin(), wrt.end(), i) != wrt.end();
+    node.inputs.push_back(graph.addValue(std::move(value)));
+  }
+  for (std::size_t o = 0; o < options.outputCount; ++o) {
+    Value value;
+    value.name = fmt::format("output_{}", o);
+    value.producer = 0;
+    node.outputs.push_back(graph.addValue(std::move(value)));
+  }
+  graph.nodes.push_back(node);
+  Graph specialised = specialize(graph, SpecializeOptions{.training = options.training});
+
+  // The loss: sum_k ReduceSum(Y_k * R_k), with R_k fixed random projections.
+  std::vector<Tensor> projections(options.outputCount);
+  int loss = kNoValue;
+  for (std::size_t o = 0; o < options.outputCount; ++o) {
+    const TensorMeta meta = specialised.values[static_cast<std::size_t>(node.outputs[o])].meta;
+    if (!isFloatingPoint(meta.dtype) || meta.dtype == DType::Float16 || meta.dtype == DType::BFloat16) {
+      continue;
+    }
+    projections[o] = randomTensor(meta.dtype, meta.shape, 1000 + static_cast<unsigned>(o));
+    auto addNode = [&](const std::string& type, std::vector<int> ins, Attributes a, const TensorMeta& outMeta) {
+      Value out;
+      out.name = fmt::format("loss_{}_{}", type, specialised.nodes.size());
+      out.meta = outMeta;
+      out.producer = static_cast<int>(specialised.nodes.size());
+      const int id = specialised.addValue(std::move(out));
+      Node n;
+      n.name = fmt::format("loss_{}_{}", type, specialised.nodes.size());
+      n.opType = type;
+      n.inputs = std::move(ins);
+      n.outputs = {id};
+      n.attrs = std::move(a);
+      n.phase = NodePhase::Loss;
+      specialised.nodes.push_back(std::move(n));
+      return id;
+    };
+    Value r;
+    r.name = fmt::format("projection_{}", o);
+    r.meta = meta;
+    r.constant = projections[o];
+    const int rId = specialised.addValue(std::move(r));
+    const int product = addNode("Mul", {node.outputs[o], rId}, {}, meta);
+    Attributes reduceAttrs;
+    reduceAttrs.set("keepdims", std::int64_t{0});
+    const int sum = addNode("ReduceSum", {product}, reduceAttrs, TensorMeta{meta.dtype, {}});
+    loss = loss == kNoValue ? sum : addNode("Add", {loss, sum}, {}, TensorMeta{meta.dtype, {}});
+  }
+  ASSERT_NE(loss, kNoValue) << "the op has no floating-point output to project";
+
+  const TrainingGraph training = buildTrainingGraph(specialised, AutodiffOptions{.loss = loss});
+  Graph stepGraph = training.graph;
+  stepGraph.outputs = {loss};
+  stepGraph.outputs.insert(stepGraph.outputs.end(), training.parameterGrads.begin(), training.parameterGrads.end());
+  Executor executor(lowerToProgram(stepGraph, LowerOptions{.training = options.training}));
+  const std::vector<Tensor> results = executor.run({});
+
+  std::vector<const Tensor*> eagerInputs;
+  std::vector<Tensor> perturbed;
+  perturbed.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    perturbed.push_back(t.defined() ? t.clone() : Tensor());
+  }
+  for (const Tensor& t : perturbed) {
+    eagerInputs.push_back(t.defined() ? &t : nullptr);
+  }
+  auto lossAt = [&] {
+    return projectedLoss(runOpEagerly(opType, eagerInputs, attrs, options.outputCount, options.training),
+                         projections);
+  };
+  EXPECT_NEAR(elementAsDouble(results[0], 0), lossAt(), 1e-6 * (1 + std::abs(lossAt())))
+      << "the training plan's loss differs from the eager forward";
+
+  for (std::size_t w : wrt) {
+    const int valueId = node.inputs[w];
+    const auto it = std::find(training.parameters.begin(), training.parameters.end(), valueId);
+    ASSERT_NE(it, training.parameters.end()) << "input " << w << " got no gradient";
+    const Tensor& analytic = results[1 + static_cast<std::size_t>(it - training.parameters.begin())];
+    ASSERT_EQ(analytic.meta(), inputs[w].meta());
+    // Every element of small tensors; a fixed random sample of large ones.
+    std::vector<std::int64_t> elements;
+    const std::int64_t n = inputs[w].numel();
+    if (n <= 256) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        elements.push_back(i);
+      }
+    } else {
+      std::mt19937 rng(7);
+      for (int k = 0; k < 128; ++k) {
+        elements.push_back(static_cast<std::int64_t>(rng() % static_cast<unsigned>(n)));
+      }
+    }
+    int failures = 0;
+    for (std::int64_t i : elements) {
+      addToElement(perturbed[w], i, eps);
+      const double plus = lossAt();
+      addToElement(perturbed[w], i, -2 * eps);
+      const double minus = lossAt();
+      addToElement(perturbed[w], i, eps);
+      perturbed[w].copyFrom(inputs[w]);  // undo rounding drift exactly
+      const double numeric = (plus - minus) / (2 * eps);
+      const double got = elementAsDouble(analytic, i);
+      if (std::abs(got - numeric) > atol + rtol * std::max(std::abs(got), std::abs(numeric)) && failures++ < 5) {
+        ADD_FAILURE() << opType << ": d loss / d input " << w << " element " << i << ": autodiff " << got
+                      << ", finite differences " << numeric;
+      }
+    }
+    EXPECT_EQ(failures, 0) << opType << ": " << failures << " mismatching elements of input " << w;
+  }
+}
+
+}  // namespace strata::testing

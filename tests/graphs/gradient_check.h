@@ -1,0 +1,34 @@
+#pragma once
+
+// Checks an op's gradient rule (and the kernels it emits) against central finite differences.
+#include <string>
+#include <vector>
+
+#include "strata/attributes.h"
+#include "strata/tensor.h"
+
+namespace strata::testing {
+
+struct GradientCheckOptions {
+  std::size_t outputCount = 1;  // the node's outputs; the loss projects every floating-point one
+  // Inputs whose gradients are checked; empty: every floating-point input the rule does not declare
+  // non-differentiable. Other inputs are plan-time constants.
+  std::vector<std::size_t> wrt;
+  double eps = 0;   // 0: 1e-6 for float64 inputs, 1e-2 for float32
+  double rtol = 0;  // 0: 1e-5 for float64, 2e-2 for float32
+  double atol = 0;  // 0: 1e-7 for float64, 1e-3 for float32
+  bool training = true;
+};
+
+// Builds a one-node graph `opType(inputs)` whose checked inputs are parameters, appends the loss
+// L = sum_k sum(R_k * Y_k) with fixed random R_k, differentiates it with Strata's autodiff, runs the training plan,
+// and compares every checked input's gradient with (L(x + eps) - L(x - eps)) / 2eps computed with the forward
+// kernel. Failures are reported with gtest (the input, the element, both values). Use float64 inputs for tight
+// checks; keep inputs away from kinks (Relu at 0, max ties).
+void expectGradientsMatchFiniteDifferences(const std::string& opType, const std::vector<Tensor>& inputs,
+                                           const Attributes& attrs = {}, const GradientCheckOptions& options = {});
+
+// Random tensors for gradient checks.
+Tensor randomTensor(DType dtype, const Shape& shape, unsigned seed, double low = -1.0, double high = 1.0);
+
+}  // namespace strata::testing
