@@ -7,5 +7,6 @@ namespace strata::cli {
 // Each command adds its subcommand and options to the app; the callback runs it.
 void addInspectCommand(CLI::App& app);
 void addRunCommand(CLI::App& app);
+void addStepCommand(CLI::App& app);
 
 }  // namespace strata::cli

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "strata 0.1.0");
   strata::cli::addInspectCommand(app);
   strata::cli::addRunCommand(app);
+  strata::cli::addStepCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -28,8 +28,10 @@ int GradientBuilder::scalarLike(double value, int like) {
   return constant(std::move(t));
 }
 
-int GradientBuilder::sumToShape(int grad, const Shape& shape) {
-  const Shape& from = meta(grad).shape;
+int GradientBuilder::sumToShape(int grad, const Shape& targetShape) {
+  // Copies: emitting grows the value table, which would leave references into it dangling.
+  const Shape shape = targetShape;
+  const Shape from = meta(grad).shape;
   if (from == shape) {
     return grad;
   }

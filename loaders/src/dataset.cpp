@@ -84,20 +84,22 @@ void checkDatasetFitsModel(const Dataset& dataset, const Shape& modelInput, std:
   const Shape sample = dataset.sampleShape();
   // Compare against the model input without its batch dimension, when it has one.
   Shape modelSample = modelInput;
-  if (modelSample.size() == sample.size() + 1) {
+  const bool batched = modelSample.size() == sample.size() + 1;
+  if (batched) {
     modelSample.erase(modelSample.begin());
   }
   bool fits = modelSample.size() == sample.size();
   for (std::size_t i = 0; fits && i < sample.size(); ++i) {
     fits = modelSample[i] == -1 || modelSample[i] == sample[i];
   }
-  const bool resizable = sample.size() == 3 && modelSample.size() == 3;
-  STRATA_CHECK(fits,
-               "dataset {} does not fit the model: its samples have shape {} but the model input is {} (one sample: "
-               "{}){}",
-               dataset.description(), shapeToString(sample), shapeToString(modelInput), shapeToString(modelSample),
-               resizable ? fmt::format("; resize the dataset to {} (DatasetSpec::resizeTo)", shapeToString(modelSample))
-                         : std::string());
+  if (!fits) {
+    std::string hint = batched ? fmt::format(" (one sample: {})", shapeToString(modelSample)) : std::string();
+    if (sample.size() == 3 && modelSample.size() == 3) {
+      hint += fmt::format("; resize the dataset to {} (DatasetSpec::resizeTo)", shapeToString(modelSample));
+    }
+    fail("dataset {} does not fit the model: its samples have shape {} but the model input is {}{}",
+         dataset.description(), shapeToString(sample), shapeToString(modelInput), hint);
+  }
   STRATA_CHECK(modelClasses <= 0 || dataset.numClasses() <= modelClasses,
                "dataset {} does not fit the model: it has {} classes but the model outputs only {} (sample shape {}, "
                "model input {})",

@@ -105,7 +105,6 @@ std::string errorOf(const std::function<void()>& fn) {
   try {
     fn();
   } catch (const Error& e) {
-    fprintf(stderr, "MSG: %s\n", e.what());
     return e.what();
   }
   return "no error";

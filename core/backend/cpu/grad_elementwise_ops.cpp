@@ -372,10 +372,11 @@ void registerBinaryGrads(OpRegistry& registry) {
   });
 }
 
-// MinMaxGrad(dY, Y, X0, ..., Xn-1) with attribute `index` = i: dY where Xi (broadcast) equals Y and no earlier
-// input does, else 0.
-// Note [Min/Max ties]: the first input holding the extremum takes the whole gradient, so the gradients of the
-// inputs always add up to dY (splitting equally would too, but costs a count pass over every input).
+// MinMaxGrad(dY, Y, X0, ..., Xn-1) with attribute `index` = i: dY / t where Xi (broadcast) equals Y and t inputs
+// do, else 0.
+// Note [Min/Max ties]: tied inputs share the gradient equally (as PyTorch's maximum/minimum do), so the inputs'
+// gradients add up to dY, the rule is symmetric in its inputs, and for two tied inputs it equals the central
+// finite difference. The same convention holds for ReduceMax/ReduceMin (reduction_gradients.cpp).
 template <typename T>
 void minMaxGrad(KernelContext& ctx, std::size_t index) {
   const std::size_t inputs = ctx.inputs.size();
@@ -392,22 +393,30 @@ void minMaxGrad(KernelContext& ctx, std::size_t index) {
   }
   const std::size_t self = 2 + index;
   const BroadcastLayout layout = makeBroadcastLayout(out.shape(), shapes);
+  std::vector<std::int64_t> inner(inputs);
+  for (std::size_t k = 0; k < inputs; ++k) {
+    inner[k] = layout.innerStride(k);
+  }
   T* po = out.data<T>();
-  parallelChunks(
-      layout.rowCount(), layout.rowLength() * static_cast<std::int64_t>(self),
-      [&](std::int64_t begin, std::int64_t end) {
-        forEachBroadcastRow(layout, begin, end, [&](std::int64_t o, const std::int64_t* offsets, std::int64_t len) {
-          for (std::int64_t i = 0; i < len; ++i) {
-            const auto at = [&](std::size_t k) { return data[k][offsets[k] + i * layout.strides[k].back()]; };
-            const T y = at(1);
-            bool wins = at(self) == y;
-            for (std::size_t k = 2; k < self && wins; ++k) {
-              wins = at(k) != y;
-            }
-            po[o + i] = wins ? at(0) : T(0);
-          }
-        });
-      });
+  parallelChunks(layout.rowCount(), layout.rowLength() * static_cast<std::int64_t>(inputs),
+                 [&](std::int64_t begin, std::int64_t end) {
+                   forEachBroadcastRow(
+                       layout, begin, end, [&](std::int64_t o, const std::int64_t* offsets, std::int64_t len) {
+                         for (std::int64_t i = 0; i < len; ++i) {
+                           const auto at = [&](std::size_t k) { return data[k][offsets[k] + i * inner[k]]; };
+                           const T y = at(1);
+                           if (!(at(self) == y)) {
+                             po[o + i] = T(0);
+                             continue;
+                           }
+                           int ties = 0;
+                           for (std::size_t k = 2; k < inputs; ++k) {
+                             ties += at(k) == y ? 1 : 0;
+                           }
+                           po[o + i] = at(0) / static_cast<T>(ties);
+                         }
+                       });
+                 });
 }
 
 void registerMinMaxGrad(OpRegistry& registry) {

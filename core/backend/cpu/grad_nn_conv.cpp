@@ -2,7 +2,6 @@
 // (dY, X, W -> dX, dW [, dB]). Float32 runs oneDNN's convolution_backward_data / convolution_backward_weights,
 // float64 plain loops (for finite-difference tests).
 
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -193,7 +192,6 @@ void convGradWeightF64(const ConvGradSetup& s, const double* dy, const double* x
 // Same rule as the forward kernel (Note [Conv layouts] in dnnl_conv.cpp): pointwise stride-1 ungrouped convolutions
 // run on plain NCHW, the others on oneDNN's blocked layouts with reorders around the primitives.
 bool prefersBlockedLayout(const ConvGradSetup& s) {
-  if (const char* e = std::getenv("STRATA_BENCH_LAYOUT")) return e[0] == 'b';  // TEMP
   bool pointwise = true;
   for (std::size_t i = 0; i < s.geometry.kernel.size(); ++i) {
     pointwise = pointwise && s.geometry.kernel[i] == 1 && s.geometry.strides[i] == 1;

@@ -280,7 +280,7 @@ void registerWhere(GradientRegistry& registry) {
 }
 
 // Variadic ops. Sum: every input gets dY (summed to its shape); Mean: dY / n; Min/Max: dY where the input holds
-// the extremum (ties: the first such input, see Note [Min/Max ties] in grad_elementwise_ops.cpp).
+// the extremum (tied inputs share it equally, see Note [Min/Max ties] in grad_elementwise_ops.cpp).
 void registerVariadic(GradientRegistry& registry) {
   for (const char* op : {"Sum", "Mean"}) {
     const bool mean = std::string(op) == "Mean";

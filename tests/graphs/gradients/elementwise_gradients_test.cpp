@@ -373,19 +373,28 @@ TEST(ElementwiseGradientsTest, VariadicBroadcasting) {
   }
 }
 
-TEST(ElementwiseGradientsTest, MinMaxGradTiesGoToTheFirstInput) {
+TEST(ElementwiseGradientsTest, MinMaxGradTiesShareTheGradient) {
   const Tensor dy = makeTensor<float>({3}, {1.0f, 2.0f, 3.0f});
   const Tensor a = makeTensor<float>({3}, {5.0f, 1.0f, 7.0f});
   const Tensor b = makeTensor<float>({3}, {5.0f, 4.0f, 7.0f});
-  const Tensor y = makeTensor<float>({3}, {5.0f, 4.0f, 7.0f});  // Max(a, b)
-  for (std::int64_t index : {0, 1}) {
-    const Tensor grad = runOpEagerly("MinMaxGrad", {&dy, &y, &a, &b}, attrs({{"index", index}})).at(0);
-    const std::vector<float> expected =
-        index == 0 ? std::vector<float>{1.0f, 0.0f, 3.0f} : std::vector<float>{0.0f, 2.0f, 0.0f};
-    for (std::size_t i = 0; i < expected.size(); ++i) {
-      EXPECT_FLOAT_EQ(grad.data<float>()[i], expected[i]) << "input " << index << " element " << i;
+  const Tensor c = makeTensor<float>({3}, {0.0f, 0.0f, 7.0f});
+  const Tensor y = makeTensor<float>({3}, {5.0f, 4.0f, 7.0f});  // Max(a, b, c)
+  const std::vector<std::vector<float>> expected{{0.5f, 0.0f, 1.0f}, {0.5f, 2.0f, 1.0f}, {0.0f, 0.0f, 1.0f}};
+  for (std::int64_t index : {0, 1, 2}) {
+    const Tensor grad = runOpEagerly("MinMaxGrad", {&dy, &y, &a, &b, &c}, attrs({{"index", index}})).at(0);
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_FLOAT_EQ(grad.data<float>()[i], expected[static_cast<std::size_t>(index)][i])
+          << "input " << index << " element " << i;
     }
   }
+}
+
+TEST(ElementwiseGradientsTest, MinMaxTwoWayTiesMatchCentralDifferences) {
+  // With two tied inputs, the central difference is half the gradient to each: the split-ties rule.
+  const Tensor a = makeTensor<double>({4}, {0.5, -0.2, 0.3, 0.9});
+  const Tensor b = makeTensor<double>({4}, {0.5, 0.4, 0.3, -0.9});
+  expectGradientsMatchFiniteDifferences("Max", {a, b});
+  expectGradientsMatchFiniteDifferences("Min", {a, b});
 }
 
 TEST(ElementwiseGradientsTest, MinMaxGradKernelFloat32MatchesFloat64) {

@@ -316,6 +316,50 @@ TEST(NnGradientsTest, PoolGradKernelsFloat32MatchFloat64) {
   }
 }
 
+// The pooling gradient kernels in float64 against central differences of the forward op, run eagerly (independent
+// of the autodiff engine): sum(dY * Pool(X)) differentiated element by element.
+TEST(NnGradientsTest, PoolGradKernelsMatchEagerFiniteDifferences) {
+  const std::vector<Attributes> cases{
+      attrs({{"kernel_shape", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}}}),
+      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", std::int64_t{1}},
+             {"pads", Ints{1, 0, 0, 1}}, {"count_include_pad", std::int64_t{1}}}),
+      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", std::int64_t{1}},
+             {"pads", Ints{1, 0, 0, 1}}}),
+      attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
+      attrs({{"kernel_shape", Ints{6, 5}}}),  // global
+  };
+  unsigned seed = 500;
+  for (const Attributes& a : cases) {
+    for (const std::string op : {"MaxPool", "AveragePool"}) {
+      if (op == "AveragePool" && a.has("dilations")) continue;
+      SCOPED_TRACE(op + " case " + std::to_string(seed));
+      Tensor x = random64({2, 2, 6, 5}, seed++);
+      const Tensor y = runOpEagerly(op, {&x}, a).at(0);
+      const Tensor dy = random64(y.shape(), seed++);
+      Attributes gradAttrs = a;
+      gradAttrs.set("input_shape", x.shape());
+      const Tensor dx = op == "MaxPool" ? runOpEagerly("MaxPoolGrad", {&dy, &x}, a).at(0)
+                                        : runOpEagerly("AveragePoolGrad", {&dy}, gradAttrs).at(0);
+      auto loss = [&] {
+        const Tensor out = runOpEagerly(op, {&x}, a).at(0);
+        double sum = 0;
+        for (std::int64_t i = 0; i < out.numel(); ++i) sum += out.data<double>()[i] * dy.data<double>()[i];
+        return sum;
+      };
+      constexpr double kEps = 1e-6;
+      for (std::int64_t i = 0; i < x.numel(); ++i) {
+        const double saved = x.data<double>()[i];
+        x.data<double>()[i] = saved + kEps;
+        const double plus = loss();
+        x.data<double>()[i] = saved - kEps;
+        const double minus = loss();
+        x.data<double>()[i] = saved;
+        ASSERT_NEAR(dx.data<double>()[i], (plus - minus) / (2 * kEps), 1e-6) << "at flat index " << i;
+      }
+    }
+  }
+}
+
 // Ties route the whole gradient to the first maximum of the window, as PyTorch does.
 TEST(NnGradientsTest, MaxPoolGradTiesGoToFirstMaximum) {
   for (DType dtype : {DType::Float32, DType::Float64}) {

@@ -164,12 +164,21 @@ TEST(ReductionGradientsTest, ReduceLogSum) {
 TEST(ReductionGradientsTest, ReduceLogSumExp) {
   checkReduce("ReduceLogSumExp", -3, 3, 120);
 }
-// Random inputs have no ties (probability zero), so the split-ties rule reduces to the arg-max gradient.
+// Random inputs have no ties (probability zero), so the split-ties rule is the arg-max gradient.
 TEST(ReductionGradientsTest, ReduceMax) {
   checkReduce("ReduceMax", -1, 1, 140);
 }
 TEST(ReductionGradientsTest, ReduceMin) {
   checkReduce("ReduceMin", -1, 1, 160);
+}
+
+TEST(ReductionGradientsTest, ReduceMaxTwoWayTiesMatchCentralDifferences) {
+  // Ties share the gradient equally; for a pair of ties that is exactly the central difference.
+  const Tensor x = makeTensor<double>({2, 3}, {0.5, 0.5, -0.2, 0.1, 0.3, 0.3});
+  const Attributes keep = attrs({{"keepdims", std::int64_t{0}}});
+  expectGradientsMatchFiniteDifferences("ReduceMax", {x, int64s({1})}, keep);
+  const Tensor y = makeTensor<double>({2, 3}, {-0.5, -0.5, 0.2, 0.1, -0.3, -0.3});
+  expectGradientsMatchFiniteDifferences("ReduceMin", {y, int64s({1})}, keep);
 }
 
 TEST(ReductionGradientsTest, ReduceNoopWithEmptyAxes) {

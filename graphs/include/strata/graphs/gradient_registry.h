@@ -21,7 +21,8 @@ class GradientBuilder {
 
   // The forward node being differentiated.
   virtual const Node& node() const = 0;
-  // Static dtype and shape of any value (forward or backward).
+  // Static dtype and shape of any value (forward or backward). The reference is valid until the next emit() or
+  // constant(), which grow the value table: copy what must outlive them.
   virtual const TensorMeta& meta(int value) const = 0;
   // The constant value of a value, or nullptr (e.g. a Reshape's shape, a Clip's min).
   virtual const Tensor* constantOf(int value) const = 0;

@@ -1,0 +1,67 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/executor.h"
+#include "strata/graphs/autodiff.h"
+#include "strata/graphs/graph.h"
+#include "strata/optim/parameter_store.h"
+
+namespace strata {
+
+enum class LossKind { CrossEntropy, Mse };
+
+LossKind parseLossKind(const std::string& name);
+
+struct TrainingPlanOptions {
+  // The model's data inputs (static shapes, batch included). Empty: the graph's own shapes with batch defaultBatch.
+  std::vector<TensorMeta> inputMetas;
+  std::int64_t defaultBatch = 1;
+  LossKind loss = LossKind::CrossEntropy;
+  Device device = Device::cpu();
+};
+
+struct StepResult {
+  Tensor loss;                  // scalar
+  std::vector<Tensor> outputs;  // the model's outputs, in graph-output order
+};
+
+// A model made trainable: a loss appended when the graph has none, the backward graph built once, parameters and
+// gradients in a ParameterStore's flat buffers (the plan reads parameter views and writes gradient views
+// directly), batch-norm running statistics updated in place, and a static plan for the whole step.
+class TrainingPlan {
+ public:
+  TrainingPlan(const Graph& model, const TrainingPlanOptions& options);
+
+  // Forward and backward on one batch in training mode; gradients land in parameters().gradient(i).
+  StepResult step(const std::vector<Tensor>& inputs, const Tensor& labels);
+  // Forward in evaluation mode (batch norm on running statistics, dropout off) with the current parameters.
+  // The eval plan is built on first use for the inputs' shapes (the last batch of an epoch may be smaller).
+  std::vector<Tensor> evaluate(const std::vector<Tensor>& inputs);
+
+  ParameterStore& parameters() { return *store_; }
+  const std::vector<std::string>& parameterNames() const { return names_; }
+  Executor& executor() { return *executor_; }
+  const TrainingGraph& trainingGraph() const { return training_; }
+  // Buffers (batch-norm running statistics): name and the tensor updated in place.
+  const std::vector<std::pair<std::string, Tensor>>& buffers() const { return buffers_; }
+  const TensorMeta& labelMeta() const { return labelMeta_; }
+  // The model graph with the trained parameters and buffers as initializers (for --export and checkpoints).
+  Graph modelWithCurrentWeights() const;
+
+ private:
+  Graph model_;  // the imported model, unspecialised
+  TrainingPlanOptions options_;
+  TrainingGraph training_;
+  TensorMeta labelMeta_;
+  std::unique_ptr<ParameterStore> store_;
+  std::vector<std::string> names_;
+  std::vector<std::pair<std::string, Tensor>> buffers_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<Executor> evalExecutor_;
+  std::vector<TensorMeta> evalMetas_;
+};
+
+}  // namespace strata

@@ -1,0 +1,198 @@
+#include "strata/graphs/training_plan.h"
+
+#include <algorithm>
+
+#include "strata/error.h"
+#include "strata/graphs/lower.h"
+#include "strata/graphs/specialize.h"
+
+namespace strata {
+namespace {
+
+bool isLossOp(const std::string& type) {
+  return type == "SoftmaxCrossEntropyLoss" || type == "NegativeLogLikelihoodLoss";
+}
+
+// The node computing the model's own loss (a graph that already ends in one), or -1.
+int builtInLossNode(const Graph& graph) {
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    const Node& node = graph.nodes[n];
+    if (isLossOp(node.opType) && !node.outputs.empty() &&
+        std::find(graph.outputs.begin(), graph.outputs.end(), node.outputs[0]) != graph.outputs.end()) {
+      return static_cast<int>(n);
+    }
+  }
+  return -1;
+}
+
+int addLossNode(Graph& graph, const std::string& type, std::vector<int> inputs, Attributes attrs) {
+  Value out;
+  out.name = fmt::format("strata_loss/{}_{}", type, graph.nodes.size());
+  out.producer = static_cast<int>(graph.nodes.size());
+  const int id = graph.addValue(std::move(out));
+  Node node;
+  node.name = fmt::format("strata_loss/{}", type);
+  node.opType = type;
+  node.inputs = std::move(inputs);
+  node.outputs = {id};
+  node.attrs = std::move(attrs);
+  node.phase = NodePhase::Loss;
+  graph.nodes.push_back(std::move(node));
+  return id;
+}
+
+// Evaluation mode: batch norm on running statistics, dropout off.
+Graph evalModeGraph(Graph graph) {
+  for (Node& node : graph.nodes) {
+    if (node.opType == "BatchNormalization") {
+      node.attrs.set("training_mode", std::int64_t{0});
+      node.outputs.resize(1);
+    } else if (node.opType == "Dropout" && node.inputs.size() > 2) {
+      node.inputs[2] = kNoValue;  // absent: the executor's (eval) mode decides
+    }
+  }
+  return graph;
+}
+
+}  // namespace
+
+LossKind parseLossKind(const std::string& name) {
+  if (name == "cross-entropy") return LossKind::CrossEntropy;
+  if (name == "mse") return LossKind::Mse;
+  fail("unknown loss '{}' (choose cross-entropy or mse)", name);
+}
+
+TrainingPlan::TrainingPlan(const Graph& model, const TrainingPlanOptions& options)
+    : model_(model), options_(options) {
+  const int lossNode = builtInLossNode(model);
+  std::vector<TensorMeta> metas =
+      options.inputMetas.empty() ? defaultInputMetas(model, options.defaultBatch) : options.inputMetas;
+  const Graph specialised = specialize(model, SpecializeOptions{.inputMetas = metas, .training = true});
+
+  Graph withLoss = specialised;
+  int loss = kNoValue;
+  if (lossNode >= 0) {
+    loss = model.nodes[static_cast<std::size_t>(lossNode)].outputs[0];
+    const int labels = model.nodes[static_cast<std::size_t>(lossNode)].inputs[1];
+    labelMeta_ = specialised.values[static_cast<std::size_t>(labels)].meta;
+  } else {
+    if (model.outputs.empty()) {
+      fail("{}: the model has no output to train", model.sourcePath);
+    }
+    const int logits = model.outputs[0];
+    const TensorMeta logitsMeta = specialised.values[static_cast<std::size_t>(logits)].meta;
+    labelMeta_ = options.loss == LossKind::CrossEntropy ? TensorMeta{DType::Int64, {logitsMeta.shape.at(0)}}
+                                                        : logitsMeta;
+    if (options.loss == LossKind::CrossEntropy && logitsMeta.shape.size() < 2) {
+      fail("{}: cross-entropy needs logits of shape [N, C, ...], but output '{}' is {}", model.sourcePath,
+           specialised.values[static_cast<std::size_t>(logits)].name, logitsMeta.toString());
+    }
+    Value labels;
+    labels.name = "labels";
+    labels.meta = labelMeta_;
+    const int labelsId = withLoss.addValue(std::move(labels));
+    withLoss.inputs.push_back(labelsId);
+    metas.push_back(labelMeta_);
+    if (options.loss == LossKind::CrossEntropy) {
+      Attributes attrs;
+      attrs.set("reduction", std::string("mean"));
+      loss = addLossNode(withLoss, "SoftmaxCrossEntropyLoss", {logits, labelsId}, attrs);
+    } else {
+      const int diff = addLossNode(withLoss, "Sub", {logits, labelsId}, {});
+      const int squared = addLossNode(withLoss, "Mul", {diff, diff}, {});
+      Attributes attrs;
+      attrs.set("keepdims", std::int64_t{0});
+      loss = addLossNode(withLoss, "ReduceMean", {squared}, attrs);
+    }
+  }
+  const Graph full = specialize(withLoss, SpecializeOptions{.inputMetas = metas, .training = true});
+  training_ = buildTrainingGraph(full, AutodiffOptions{.loss = loss});
+
+  std::vector<std::pair<std::string, Tensor>> initial;
+  for (int p : training_.parameters) {
+    const Value& value = training_.graph.values[static_cast<std::size_t>(p)];
+    initial.emplace_back(value.name, value.constant);
+    names_.push_back(value.name);
+  }
+  store_ = std::make_unique<ParameterStore>(initial);
+
+  LowerOptions lower;
+  lower.device = options.device;
+  lower.training = true;
+  lower.gradientReadyAfterNode = training_.gradientReadyAfterNode;
+  for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
+    training_.graph.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);
+    lower.bindings.emplace_back(training_.parameterGrads[i], store_->gradient(i));
+  }
+  for (const auto& [buffer, updated] : training_.bufferUpdates) {
+    Value& value = training_.graph.values[static_cast<std::size_t>(buffer)];
+    value.constant = value.constant.clone(MemoryCategory::Parameters);  // owned by this plan, updated in place
+    buffers_.emplace_back(value.name, value.constant);
+    lower.bindings.emplace_back(updated, value.constant);
+  }
+  Graph stepGraph = training_.graph;
+  stepGraph.outputs = {loss};
+  for (int output : model.outputs) {
+    if (output != loss) {
+      stepGraph.outputs.push_back(output);
+    }
+  }
+  executor_ = std::make_unique<Executor>(lowerToProgram(stepGraph, lower), options.device);
+}
+
+StepResult TrainingPlan::step(const std::vector<Tensor>& inputs, const Tensor& labels) {
+  std::vector<Tensor> all = inputs;
+  const bool appendedLabels = builtInLossNode(model_) < 0;
+  if (appendedLabels) {
+    all.push_back(labels);
+  }
+  std::vector<Tensor> results = executor_->run(all);
+  StepResult result;
+  result.loss = results[0];
+  result.outputs.assign(results.begin() + 1, results.end());
+  return result;
+}
+
+std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : inputs) {
+    metas.push_back(t.meta());
+  }
+  if (!evalExecutor_ || metas != evalMetas_) {
+    Graph eval = evalModeGraph(model_);
+    const int lossNode = builtInLossNode(model_);
+    if (lossNode >= 0) {  // evaluate the logits, not the loss
+      eval.outputs = {model_.nodes[static_cast<std::size_t>(lossNode)].inputs[0]};
+      eval.inputs.erase(std::remove(eval.inputs.begin(), eval.inputs.end(),
+                                    model_.nodes[static_cast<std::size_t>(lossNode)].inputs[1]),
+                        eval.inputs.end());
+      eval.nodes.erase(eval.nodes.begin() + lossNode);
+    }
+    Graph specialised = specialize(eval, SpecializeOptions{.inputMetas = metas, .training = false});
+    for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
+      specialised.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);
+    }
+    for (std::size_t b = 0; b < training_.bufferUpdates.size(); ++b) {
+      specialised.values[static_cast<std::size_t>(training_.bufferUpdates[b].first)].constant = buffers_[b].second;
+    }
+    evalExecutor_ = std::make_unique<Executor>(
+        lowerToProgram(specialised, LowerOptions{.device = options_.device, .training = false}), options_.device);
+    evalMetas_ = metas;
+  }
+  return evalExecutor_->run(inputs);
+}
+
+Graph TrainingPlan::modelWithCurrentWeights() const {
+  Graph graph = model_;
+  for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
+    graph.values[static_cast<std::size_t>(training_.parameters[i])].constant =
+        store_->parameter(i).clone(MemoryCategory::Parameters);
+  }
+  for (std::size_t b = 0; b < training_.bufferUpdates.size(); ++b) {
+    graph.values[static_cast<std::size_t>(training_.bufferUpdates[b].first)].constant =
+        buffers_[b].second.clone(MemoryCategory::Parameters);
+  }
+  return graph;
+}
+
+}  // namespace strata
