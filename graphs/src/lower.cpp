@@ -45,6 +45,11 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
     isGraphOutput[static_cast<std::size_t>(id)] = true;
   }
 
+  std::vector<bool> isBound(graph.values.size(), false);
+  for (const auto& binding : options.bindings) {
+    isBound.at(static_cast<std::size_t>(binding.first)) = true;
+  }
+
   for (int id : graph.inputs) {
     const int pid = table(id);
     program.values[static_cast<std::size_t>(pid)].isInput = true;
@@ -78,7 +83,8 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
       const int v = node.outputs[o];
       // Output 0 is always materialised; optional extra outputs only when something reads them.
       const bool used = v != kNoValue && (o == 0 || !consumers[static_cast<std::size_t>(v)].empty() ||
-                                          isGraphOutput[static_cast<std::size_t>(v)]);
+                                          isGraphOutput[static_cast<std::size_t>(v)] ||
+                                          isBound[static_cast<std::size_t>(v)]);
       step.outputs.push_back(used ? table(v) : -1);
       outputMetas.push_back(v == kNoValue ? TensorMeta{} : graph.values[static_cast<std::size_t>(v)].meta);
     }
