@@ -8,5 +8,6 @@ namespace strata::cli {
 void addInspectCommand(CLI::App& app);
 void addRunCommand(CLI::App& app);
 void addStepCommand(CLI::App& app);
+void addTrainCommand(CLI::App& app);
 
 }  // namespace strata::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   strata::cli::addInspectCommand(app);
   strata::cli::addRunCommand(app);
   strata::cli::addStepCommand(app);
+  strata::cli::addTrainCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -36,7 +36,7 @@ void dump(const std::filesystem::path& dir, const std::string& name, const Tenso
 
 void step(const StepOptions& options) {
   applyThreads(options.model);
-  const Graph graph = importOnnx(options.model.modelPath);
+  Graph graph = importOnnx(options.model.modelPath);
   std::vector<Tensor> inputs;
   for (const std::string& file : options.inputFiles) {
     inputs.push_back(readTensorProto(file).tensor);
@@ -47,7 +47,11 @@ void step(const StepOptions& options) {
     planOptions.inputMetas.push_back(t.meta());
   }
   planOptions.loss = parseLossKind(options.loss);
-  TrainingPlan plan(graph, planOptions);
+  std::vector<std::string> outputNames;
+  for (int id : graph.outputs) {
+    outputNames.push_back(graph.values[static_cast<std::size_t>(id)].name);
+  }
+  TrainingPlan plan(std::move(graph), planOptions);
   if (labels.meta() != plan.labelMeta()) {
     fail("{}: labels are {} but the loss expects {}", options.labelsFile, labels.meta().toString(),
          plan.labelMeta().toString());
@@ -60,7 +64,7 @@ void step(const StepOptions& options) {
   dump(dir, "loss", result.loss);
   for (std::size_t i = 0; i < result.outputs.size(); ++i) {
     writeTensorProto(dir / fmt::format("output_{}.pb", i), result.outputs[i],
-                     graph.values[static_cast<std::size_t>(graph.outputs[i])].name);
+                     outputNames.at(i));
   }
   for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
     dump(dir / "grads", plan.parameterNames()[i], plan.parameters().gradient(i));

@@ -62,8 +62,9 @@ LossKind parseLossKind(const std::string& name) {
   fail("unknown loss '{}' (choose cross-entropy or mse)", name);
 }
 
-TrainingPlan::TrainingPlan(const Graph& model, const TrainingPlanOptions& options)
-    : model_(model), options_(options) {
+TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
+    : model_(std::move(modelGraph)), options_(options) {
+  const Graph& model = model_;
   const int lossNode = builtInLossNode(model);
   std::vector<TensorMeta> metas =
       options.inputMetas.empty() ? defaultInputMetas(model, options.defaultBatch) : options.inputMetas;
@@ -121,12 +122,15 @@ TrainingPlan::TrainingPlan(const Graph& model, const TrainingPlanOptions& option
   lower.training = true;
   lower.gradientReadyAfterNode = training_.gradientReadyAfterNode;
   for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
-    training_.graph.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);
+    const auto id = static_cast<std::size_t>(training_.parameters[i]);
+    training_.graph.values[id].constant = store_->parameter(i);
+    model_.values[id].constant = store_->parameter(i);
     lower.bindings.emplace_back(training_.parameterGrads[i], store_->gradient(i));
   }
   for (const auto& [buffer, updated] : training_.bufferUpdates) {
     Value& value = training_.graph.values[static_cast<std::size_t>(buffer)];
     value.constant = value.constant.clone(MemoryCategory::Parameters);  // owned by this plan, updated in place
+    model_.values[static_cast<std::size_t>(buffer)].constant = value.constant;
     buffers_.emplace_back(value.name, value.constant);
     lower.bindings.emplace_back(updated, value.constant);
   }

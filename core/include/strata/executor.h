@@ -32,6 +32,9 @@ class Executor {
   void synchronize() { stream_->synchronize(); }
 
   const Program& program() const { return program_; }
+  // Runs so far; seeds per-run randomness (dropout), restored on resume so a resumed run draws the same masks.
+  std::uint64_t runCount() const { return runCount_; }
+  void setRunCount(std::uint64_t runs) { runCount_ = runs; }
   Device device() const { return device_; }
 
   // Hooks around each node; nearly free when none is registered. Returns an id for removeHook.

@@ -33,7 +33,9 @@ struct StepResult {
 // directly), batch-norm running statistics updated in place, and a static plan for the whole step.
 class TrainingPlan {
  public:
-  TrainingPlan(const Graph& model, const TrainingPlanOptions& options);
+  // Takes the model by value: its parameter and buffer tensors are replaced by views of the plan's own flat
+  // buffers, so (once the caller drops its copy) every parameter byte is held, and counted, once.
+  TrainingPlan(Graph model, const TrainingPlanOptions& options);
 
   // Forward and backward on one batch in training mode; gradients land in parameters().gradient(i).
   StepResult step(const std::vector<Tensor>& inputs, const Tensor& labels);

@@ -1,0 +1,316 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint.h"
+#include "commands.h"
+#include "model_options.h"
+#include "run_outputs.h"
+#include "strata/allocator.h"
+#include "strata/graphs/specialize.h"
+#include "strata/graphs/training_plan.h"
+#include "strata/loaders/data_loader.h"
+#include "strata/loaders/dataset.h"
+#include "strata/loaders/onnx_exporter.h"
+#include "strata/loaders/onnx_importer.h"
+#include "strata/optim/lr_schedule.h"
+#include "strata/optim/optimizer.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::cli {
+namespace {
+
+struct TrainOptions {
+  ModelOptions model;
+  std::string data = "fashion-mnist";
+  std::int64_t epochs = 1;
+  std::int64_t maxSteps = 0;
+  std::int64_t batchSize = 64;
+  std::string optimizer = "sgd";
+  double lr = 0.05;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weightDecay = 0.0;
+  double clipGradNorm = 0.0;
+  std::string schedule = "constant";
+  std::int64_t warmupSteps = 0;
+  std::uint64_t seed = 0;
+  std::string loss = "cross-entropy";
+  std::string out;
+  bool save = false;
+  std::string resume;
+  std::string exportPath;
+  bool augment = false;
+  std::int64_t logEvery = 20;
+  std::int64_t syntheticSamples = 2048;
+};
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double scalar(const Tensor& t) {
+  return t.dtype() == DType::Float64 ? *t.data<double>() : static_cast<double>(*t.data<float>());
+}
+
+// One line redrawn in place on a terminal; plain lines (every logEvery steps) otherwise.
+class Progress {
+ public:
+  explicit Progress(std::int64_t logEvery) : tty_(isatty(STDOUT_FILENO) != 0), logEvery_(logEvery) {}
+
+  void update(std::int64_t epoch, std::int64_t step, std::int64_t stepsInEpoch, double loss, double samplesPerS,
+              double etaS) {
+    const std::string line = fmt::format("epoch {} step {}/{}  loss {:.4f}  {:.0f} samples/s  ETA {:.0f}s", epoch,
+                                         step, stepsInEpoch, loss, samplesPerS, etaS);
+    if (tty_) {
+      const int width = 30;
+      const int filled = stepsInEpoch > 0 ? static_cast<int>(width * step / stepsInEpoch) : 0;
+      fmt::print("\r[{}{}] {}\x1b[K", std::string(static_cast<std::size_t>(filled), '#'),
+                 std::string(static_cast<std::size_t>(width - filled), '.'), line);
+      std::fflush(stdout);
+    } else if (step % logEvery_ == 0 || step == stepsInEpoch) {
+      fmt::print("{}\n", line);
+    }
+  }
+  void endLine() {
+    if (tty_) {
+      fmt::print("\n");
+    }
+  }
+
+ private:
+  bool tty_;
+  std::int64_t logEvery_;
+};
+
+DatasetSpec datasetSpec(const TrainOptions& options, DatasetSplit split, const Shape& sample) {
+  DatasetSpec spec;
+  spec.kind = options.data;
+  spec.split = split;
+  spec.seed = options.seed;
+  spec.augment = options.augment && split == DatasetSplit::Train;
+  spec.sampleShape = sample;
+  spec.numSamples = split == DatasetSplit::Train ? options.syntheticSamples : options.syntheticSamples / 4;
+  return spec;
+}
+
+// Opens a split, resizing when the model wants another sample shape than the data set has.
+std::shared_ptr<Dataset> openForModel(const TrainOptions& options, DatasetSplit split, const Shape& sample,
+                                      std::int64_t classes) {
+  DatasetSpec spec = datasetSpec(options, split, sample);
+  std::shared_ptr<Dataset> dataset = openDataset(spec);
+  if (dataset->sampleShape() != sample && sample.size() == 3) {
+    spec.resizeTo = sample;
+    dataset = openDataset(spec);
+  }
+  checkDatasetFitsModel(*dataset, sample, classes);
+  return dataset;
+}
+
+double evaluateAccuracy(TrainingPlan& plan, const std::shared_ptr<Dataset>& test, std::int64_t batchSize) {
+  DataLoader loader(test, DataLoaderOptions{.batchSize = batchSize, .shuffle = false, .dropLast = false});
+  loader.startEpoch(0);
+  std::int64_t correct = 0;
+  std::int64_t total = 0;
+  while (auto batch = loader.next()) {
+    const Tensor logits = plan.evaluate({batch->images})[0];
+    const std::int64_t rows = logits.dim(0);
+    const std::int64_t classes = logits.numel() / rows;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float* row = logits.data<float>() + r * classes;
+      const std::int64_t predicted = std::max_element(row, row + classes) - row;
+      correct += predicted == batch->labels.data<std::int64_t>()[r] ? 1 : 0;
+    }
+    total += rows;
+  }
+  return total > 0 ? static_cast<double>(correct) / static_cast<double>(total) : 0.0;
+}
+
+nlohmann::json memoryBreakdown(const MemorySnapshot& memory) {
+  nlohmann::json breakdown;
+  for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+    breakdown[std::string(memoryCategoryName(static_cast<MemoryCategory>(c)))] = memory.peak[c];
+  }
+  return breakdown;
+}
+
+void train(const TrainOptions& options) {
+  applyThreads(options.model);
+  const std::string modelPath = options.model.modelPath.empty() ? defaultModelPath() : options.model.modelPath;
+  const fs::path runDir = !options.resume.empty() ? fs::path(options.resume)
+                          : !options.out.empty()  ? fs::path(options.out)
+                                                  : fs::path("runs") / "latest";
+  Graph graph = importOnnx(modelPath);
+  if (graph.inputs.size() != 1) {
+    fail("{}: strata train feeds one image input, but the model has {} inputs", modelPath, graph.inputs.size());
+  }
+  TrainingPlanOptions planOptions;
+  planOptions.inputMetas = defaultInputMetas(graph, options.batchSize);
+  planOptions.loss = parseLossKind(options.loss);
+  const int logits = graph.outputs.at(0);
+  TrainingPlan plan(std::move(graph), planOptions);
+  const Shape sample(planOptions.inputMetas[0].shape.begin() + 1, planOptions.inputMetas[0].shape.end());
+  const std::int64_t classes = plan.labelMeta().dtype == DType::Int64
+                                   ? plan.trainingGraph().graph.values[static_cast<std::size_t>(logits)]
+                                         .meta.shape.at(1)
+                                   : 0;
+
+  const auto trainSet = openForModel(options, DatasetSplit::Train, sample, classes);
+  const auto testSet = openForModel(options, DatasetSplit::Test, sample, classes);
+  DataLoader loader(trainSet, DataLoaderOptions{.batchSize = options.batchSize, .shuffle = true,
+                                                .seed = options.seed, .dropLast = true});
+
+  OptimizerOptions optimizerOptions;
+  optimizerOptions.kind = parseOptimizerKind(options.optimizer);
+  optimizerOptions.momentum = options.momentum;
+  optimizerOptions.nesterov = options.nesterov;
+  optimizerOptions.weightDecay = options.weightDecay;
+  optimizerOptions.maxGradNorm = options.clipGradNorm;
+  Optimizer optimizer(plan.parameters(), optimizerOptions);
+
+  const std::int64_t stepsPerEpoch = loader.batchesPerEpoch();
+  const std::int64_t epochs =
+      options.maxSteps > 0 ? (options.maxSteps + stepsPerEpoch - 1) / stepsPerEpoch : options.epochs;
+  const std::int64_t totalSteps = options.maxSteps > 0 ? options.maxSteps : epochs * stepsPerEpoch;
+  LrScheduleOptions schedule;
+  schedule.kind = parseLrScheduleKind(options.schedule);
+  schedule.baseLr = options.lr;
+  schedule.warmupSteps = options.warmupSteps;
+  schedule.totalSteps = totalSteps;
+  schedule.stepSize = stepsPerEpoch * 30;
+
+  std::int64_t startEpoch = 0;
+  std::int64_t step = 0;
+  if (!options.resume.empty()) {
+    const CheckpointState state = loadCheckpoint(runDir / "checkpoint", plan, optimizer);
+    startEpoch = state.epochsDone;
+    step = state.steps;
+    fmt::print("resumed from {} after epoch {} (step {})\n", (runDir / "checkpoint").string(), startEpoch, step);
+  }
+
+  MetricsLog metrics(runDir);
+  fmt::print("training {} on {} ({} train / {} test samples), {} parameters, batch {}, {} steps per epoch\n",
+             modelPath, trainSet->description(), trainSet->size(), testSet->size(),
+             plan.parameters().totalElements(), options.batchSize, stepsPerEpoch);
+  Allocator& allocator = allocatorFor(Device::cpu());
+  allocator.stats().resetPeaks();
+  Progress progress(options.logEvery);
+  double trainSeconds = 0;
+  double computeSeconds = 0;
+  double lastLoss = NAN;
+  double testAccuracy = NAN;
+  std::int64_t samples = 0;
+  for (std::int64_t epoch = startEpoch; epoch < epochs && step < totalSteps; ++epoch) {
+    loader.startEpoch(epoch);
+    const auto epochStart = std::chrono::steady_clock::now();
+    double lossSum = 0;
+    std::int64_t lossCount = 0;
+    std::int64_t stepInEpoch = 0;
+    while (step < totalSteps) {
+      std::optional<Batch> batch = loader.next();
+      if (!batch) {
+        break;
+      }
+      const auto computeStart = std::chrono::steady_clock::now();
+      const StepResult result = plan.step({batch->images}, batch->labels);
+      const double lr = learningRateAt(schedule, step);
+      optimizer.step(lr);
+      computeSeconds += seconds(std::chrono::steady_clock::now() - computeStart);
+      lastLoss = scalar(result.loss);
+      if (!std::isfinite(lastLoss)) {
+        fail("the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
+             lastLoss, epoch, step, lr);
+      }
+      lossSum += lastLoss;
+      ++lossCount;
+      ++step;
+      ++stepInEpoch;
+      samples += options.batchSize;
+      const double elapsed = seconds(std::chrono::steady_clock::now() - epochStart);
+      const double rate = static_cast<double>(stepInEpoch * options.batchSize) / std::max(elapsed, 1e-9);
+      const std::int64_t remaining = std::min(totalSteps - step, stepsPerEpoch - stepInEpoch);
+      progress.update(epoch, stepInEpoch, std::min(stepsPerEpoch, totalSteps - (step - stepInEpoch)), lastLoss,
+                      rate, static_cast<double>(remaining * options.batchSize) / std::max(rate, 1e-9));
+      if (step % options.logEvery == 0) {
+        metrics.write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", lastLoss}, {"lr", lr},
+                       {"samples_per_s", rate}});
+      }
+    }
+    progress.endLine();
+    const double epochSeconds = seconds(std::chrono::steady_clock::now() - epochStart);
+    trainSeconds += epochSeconds;
+    testAccuracy = evaluateAccuracy(plan, testSet, options.batchSize);
+    const double meanLoss = lossCount > 0 ? lossSum / static_cast<double>(lossCount) : NAN;
+    fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.1f}s\n", epoch, meanLoss,
+               100.0 * testAccuracy, epochSeconds);
+    metrics.write({{"type", "epoch"}, {"epoch", epoch}, {"step", step}, {"train_loss", meanLoss},
+                   {"test_accuracy", testAccuracy}, {"epoch_time_s", epochSeconds}});
+    if (options.save) {
+      saveCheckpoint(runDir / "checkpoint", plan, optimizer, CheckpointState{epoch + 1, step});
+    }
+  }
+
+  const MemorySnapshot memory = allocator.stats().snapshot();
+  nlohmann::json rank = {{"rank", 0},
+                         {"peak_memory_bytes", memory.totalPeak},
+                         {"memory_breakdown", memoryBreakdown(memory)},
+                         {"compute_s", computeSeconds},
+                         {"communication_s", 0.0},
+                         {"gpu_utilization_mean", nullptr}};
+  nlohmann::json summary = {{"model", modelPath},
+                            {"strategy", "single"},
+                            {"world_size", 1},
+                            {"device", "cpu"},
+                            {"epochs", epochs},
+                            {"steps", step},
+                            {"global_batch_size", options.batchSize},
+                            {"train_time_s", trainSeconds},
+                            {"samples_per_s", trainSeconds > 0 ? static_cast<double>(samples) / trainSeconds : 0.0},
+                            {"final_train_loss", lastLoss},
+                            {"test_accuracy", testAccuracy},
+                            {"params", plan.parameters().totalElements()},
+                            {"ranks", nlohmann::json::array({rank})}};
+  writeJsonAtomically(runDir / "summary.json", summary);
+  fmt::print("summary: {}\n", (runDir / "summary.json").string());
+  if (!options.exportPath.empty()) {
+    exportOnnxWithWeights(modelPath, plan.modelWithCurrentWeights(), options.exportPath);
+    fmt::print("exported the trained model to {}\n", options.exportPath);
+  }
+}
+
+}  // namespace
+
+void addTrainCommand(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  CLI::App* c = app.add_subcommand("train", "train a model (default: the bundled CNN on Fashion-MNIST)");
+  c->add_option("model", o->model.modelPath, "the .onnx file (default: the bundled CNN)");
+  c->add_option("--data", o->data, "fashion-mnist | fashion-mnist:DIR | mnist:DIR | cifar10:DIR | synthetic");
+  c->add_option("--epochs", o->epochs, "epochs to train")->check(CLI::PositiveNumber);
+  c->add_option("--max-steps", o->maxSteps, "stop after this many steps (overrides --epochs)");
+  c->add_option("--batch-size", o->batchSize, "samples per step")->check(CLI::PositiveNumber);
+  c->add_option("--optimizer", o->optimizer, "sgd | adam | adamw");
+  c->add_option("--lr", o->lr, "learning rate");
+  c->add_option("--momentum", o->momentum, "SGD momentum");
+  c->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
+  c->add_option("--weight-decay", o->weightDecay, "weight decay (decoupled for adamw)");
+  c->add_option("--clip-grad-norm", o->clipGradNorm, "clip gradients to this global L2 norm (0: off)");
+  c->add_option("--lr-schedule", o->schedule, "constant | step (x0.1 every 30 epochs) | cosine");
+  c->add_option("--warmup-steps", o->warmupSteps, "linear learning-rate warm-up steps");
+  c->add_option("--seed", o->seed, "seed of shuffling, augmentation and synthetic data");
+  c->add_option("--loss", o->loss, "cross-entropy | mse, when the graph has no loss");
+  c->add_option("--out", o->out, "run directory for metrics.jsonl, summary.json and checkpoints");
+  c->add_flag("--save", o->save, "write a checkpoint to RUN_DIR/checkpoint after each epoch");
+  c->add_option("--resume", o->resume, "continue the run in RUN_DIR from its checkpoint");
+  c->add_option("--export", o->exportPath, "write the trained model as .onnx");
+  c->add_flag("--augment", o->augment, "random crop and flip (CIFAR-10)");
+  c->add_option("--log-every", o->logEvery, "log a metrics line every N steps")->check(CLI::PositiveNumber);
+  c->add_option("--synthetic-samples", o->syntheticSamples, "training samples of --data synthetic");
+  c->add_option("--threads", o->model.threads, "CPU threads (default: all cores)");
+  c->callback([o] { train(*o); });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Checks one training step of Strata against PyTorch for one torchvision model.
+
+Exports the model for training (dropout 0), then on the same batch and labels compares `strata step` with PyTorch:
+the loss and output within --tolerance, every parameter gradient within --grad-tolerance (relative error
+||a - b|| / ||b||, parameters matched by initializer name), and the parameters after three SGD updates with
+momentum within --grad-tolerance. See Note [float64 reference] in check_forward.py for --dtype float64.
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torchvision_models  # noqa: E402
+
+UPDATES = 3
+LR = 0.01
+MOMENTUM = 0.9
+
+
+def rel(a, b):
+    denom = np.linalg.norm(b)
+    return float(np.linalg.norm(a - b) / denom) if denom > 0 else float(np.linalg.norm(a - b))
+
+
+def load(path):
+    return numpy_helper.to_array(onnx.load_tensor(path))
+
+
+def safe(name):
+    return name.replace("/", "_").replace(":", "_").replace("\\", "_")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True, choices=sorted(torchvision_models.MODELS))
+    parser.add_argument("--strata", required=True)
+    parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--grad-tolerance", type=float, default=1e-3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    work = os.path.join(args.work_dir, f"step-{args.model}-{args.dtype}-b{args.batch}")
+    os.makedirs(work, exist_ok=True)
+    model = torchvision_models.build(args.model)
+    size = torchvision_models.input_size(args.model)
+    x = torch.randn(args.batch, 3, size, size, generator=torch.Generator().manual_seed(1))
+    labels = torch.randint(0, 10, (args.batch,), generator=torch.Generator().manual_seed(2))
+    if args.dtype == "float64":
+        model = model.double()
+        x = x.double()
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model_path = os.path.join(work, "model.onnx")
+    torchvision_models.export(model, x, model_path)
+    model.load_state_dict(state)  # export traced the model; start from the same state as the file
+
+    with open(os.path.join(work, "x.pb"), "wb") as f:
+        f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
+    with open(os.path.join(work, "y.pb"), "wb") as f:
+        f.write(numpy_helper.from_array(labels.numpy().astype(np.int64), "labels").SerializeToString())
+    out_dir = os.path.join(work, "strata")
+    subprocess.run([args.strata, "step", model_path, "--input", os.path.join(work, "x.pb"), "--labels",
+                    os.path.join(work, "y.pb"), "--dump-dir", out_dir, "--threads", str(args.threads),
+                    "--updates", str(UPDATES), "--optimizer", "sgd", "--lr", str(LR), "--momentum", str(MOMENTUM)],
+                   check=True)
+    initializers = {i.name for i in onnx.load(model_path, load_external_data=False).graph.initializer}
+
+    params = dict(model.named_parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    failures = []
+    for update in range(UPDATES):
+        optimizer.zero_grad()
+        output = model(x)
+        loss = torch.nn.functional.cross_entropy(output, labels)
+        loss.backward()
+        if update == 0:
+            loss_err = rel(load(os.path.join(out_dir, "loss.pb")), loss.detach().numpy())
+            out_err = rel(load(os.path.join(out_dir, "output_0.pb")), output.detach().numpy())
+            print(f"{args.model} ({args.dtype}, batch {args.batch}): loss error {loss_err:.2e}, "
+                  f"output error {out_err:.2e}")
+            if loss_err > args.tolerance or out_err > args.tolerance:
+                failures.append("loss/output")
+            worst = ("", 0.0)
+            checked = 0
+            for name, p in params.items():
+                if name not in initializers:
+                    failures.append(f"parameter {name} is not an initializer of the exported model")
+                    continue
+                err = rel(load(os.path.join(out_dir, "grads", safe(name) + ".pb")), p.grad.numpy())
+                checked += 1
+                worst = max(worst, (name, err), key=lambda t: t[1])
+                if err > args.grad_tolerance:
+                    failures.append(f"gradient of {name}: {err:.2e}")
+            print(f"  {checked} gradients, worst {worst[0]} {worst[1]:.2e}")
+        optimizer.step()
+    worst = ("", 0.0)
+    for name, p in params.items():
+        if name in initializers:
+            err = rel(load(os.path.join(out_dir, "params", safe(name) + ".pb")), p.detach().numpy())
+            worst = max(worst, (name, err), key=lambda t: t[1])
+            if err > args.grad_tolerance:
+                failures.append(f"parameter {name} after {UPDATES} updates: {err:.2e}")
+    print(f"  parameters after {UPDATES} SGD updates with momentum: worst {worst[0]} {worst[1]:.2e}")
+    os.remove(model_path)
+    for failure in failures[:20]:
+        print("FAIL:", failure)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
