@@ -1,10 +1,14 @@
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
 #include "strata/error.h"
 
 int main(int argc, char** argv) {
+  // Errors and warnings go to stderr, so stdout stays clean for results.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("strata"));
+  spdlog::set_pattern("%^%l%$: %v");
   CLI::App app{"Strata: train ONNX models with pluggable distributed strategies"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata 0.1.0");

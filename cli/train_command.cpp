@@ -30,6 +30,7 @@ struct TrainOptions {
   ModelOptions model;
   std::string data = "fashion-mnist";
   std::int64_t epochs = 1;
+  std::int64_t stopAfterEpoch = 0;
   std::int64_t maxSteps = 0;
   std::int64_t batchSize = 64;
   std::string optimizer = "sgd";
@@ -38,7 +39,7 @@ struct TrainOptions {
   bool nesterov = false;
   double weightDecay = 0.0;
   double clipGradNorm = 0.0;
-  std::string schedule = "constant";
+  std::string schedule = "cosine";
   std::int64_t warmupSteps = 0;
   std::uint64_t seed = 0;
   std::string loss = "cross-entropy";
@@ -204,7 +205,8 @@ void train(const TrainOptions& options) {
   double lastLoss = NAN;
   double testAccuracy = NAN;
   std::int64_t samples = 0;
-  for (std::int64_t epoch = startEpoch; epoch < epochs && step < totalSteps; ++epoch) {
+  const std::int64_t lastEpoch = options.stopAfterEpoch > 0 ? std::min(epochs, options.stopAfterEpoch) : epochs;
+  for (std::int64_t epoch = startEpoch; epoch < lastEpoch && step < totalSteps; ++epoch) {
     loader.startEpoch(epoch);
     const auto epochStart = std::chrono::steady_clock::now();
     double lossSum = 0;
@@ -291,6 +293,8 @@ void addTrainCommand(CLI::App& app) {
   c->add_option("--data", o->data, "fashion-mnist | fashion-mnist:DIR | mnist:DIR | cifar10:DIR | synthetic");
   c->add_option("--epochs", o->epochs, "epochs to train")->check(CLI::PositiveNumber);
   c->add_option("--max-steps", o->maxSteps, "stop after this many steps (overrides --epochs)");
+  c->add_option("--stop-after-epoch", o->stopAfterEpoch,
+                "stop cleanly after this epoch, keeping the schedule of --epochs (resume later with --resume)");
   c->add_option("--batch-size", o->batchSize, "samples per step")->check(CLI::PositiveNumber);
   c->add_option("--optimizer", o->optimizer, "sgd | adam | adamw");
   c->add_option("--lr", o->lr, "learning rate");
@@ -298,7 +302,7 @@ void addTrainCommand(CLI::App& app) {
   c->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
   c->add_option("--weight-decay", o->weightDecay, "weight decay (decoupled for adamw)");
   c->add_option("--clip-grad-norm", o->clipGradNorm, "clip gradients to this global L2 norm (0: off)");
-  c->add_option("--lr-schedule", o->schedule, "constant | step (x0.1 every 30 epochs) | cosine");
+  c->add_option("--lr-schedule", o->schedule, "cosine (default) | constant | step (x0.1 every 30 epochs)");
   c->add_option("--warmup-steps", o->warmupSteps, "linear learning-rate warm-up steps");
   c->add_option("--seed", o->seed, "seed of shuffling, augmentation and synthetic data");
   c->add_option("--loss", o->loss, "cross-entropy | mse, when the graph has no loss");

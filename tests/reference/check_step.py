@@ -19,13 +19,17 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torchvision_models  # noqa: E402
 
-UPDATES = 3
 LR = 0.01
 MOMENTUM = 0.9
+# Note [Gradient floor]: some gradients are analytically zero (the bias of a batch norm whose output is shifted
+# into another training-mode batch norm through a 1x1 conv: the second one removes any per-channel shift), so
+# both frameworks return rounding noise there. A relative error against noise means nothing; errors are taken
+# relative to max(||b||, 1e-6 * the global gradient norm).
+FLOOR = 1e-6
 
 
-def rel(a, b):
-    denom = np.linalg.norm(b)
+def rel(a, b, floor=0.0):
+    denom = max(float(np.linalg.norm(b)), floor)
     return float(np.linalg.norm(a - b) / denom) if denom > 0 else float(np.linalg.norm(a - b))
 
 
@@ -47,7 +51,9 @@ def main() -> int:
     parser.add_argument("--tolerance", type=float, default=1e-4)
     parser.add_argument("--grad-tolerance", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--updates", type=int, default=3, help="SGD updates (with momentum) to compare after")
     args = parser.parse_args()
+    updates = args.updates
 
     torch.set_num_threads(args.threads)
     work = os.path.join(args.work_dir, f"step-{args.model}-{args.dtype}-b{args.batch}")
@@ -71,14 +77,14 @@ def main() -> int:
     out_dir = os.path.join(work, "strata")
     subprocess.run([args.strata, "step", model_path, "--input", os.path.join(work, "x.pb"), "--labels",
                     os.path.join(work, "y.pb"), "--dump-dir", out_dir, "--threads", str(args.threads),
-                    "--updates", str(UPDATES), "--optimizer", "sgd", "--lr", str(LR), "--momentum", str(MOMENTUM)],
+                    "--updates", str(max(updates, 1)), "--optimizer", "sgd", "--lr", str(LR), "--momentum", str(MOMENTUM)],
                    check=True)
     initializers = {i.name for i in onnx.load(model_path, load_external_data=False).graph.initializer}
 
     params = dict(model.named_parameters())
     optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     failures = []
-    for update in range(UPDATES):
+    for update in range(max(updates, 1)):
         optimizer.zero_grad()
         output = model(x)
         loss = torch.nn.functional.cross_entropy(output, labels)
@@ -92,11 +98,12 @@ def main() -> int:
                 failures.append("loss/output")
             worst = ("", 0.0)
             checked = 0
+            floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.grad.numpy() ** 2)) for p in params.values())))
             for name, p in params.items():
                 if name not in initializers:
                     failures.append(f"parameter {name} is not an initializer of the exported model")
                     continue
-                err = rel(load(os.path.join(out_dir, "grads", safe(name) + ".pb")), p.grad.numpy())
+                err = rel(load(os.path.join(out_dir, "grads", safe(name) + ".pb")), p.grad.numpy(), floor)
                 checked += 1
                 worst = max(worst, (name, err), key=lambda t: t[1])
                 if err > args.grad_tolerance:
@@ -105,12 +112,13 @@ def main() -> int:
         optimizer.step()
     worst = ("", 0.0)
     for name, p in params.items():
-        if name in initializers:
+        if name in initializers and updates > 0:
             err = rel(load(os.path.join(out_dir, "params", safe(name) + ".pb")), p.detach().numpy())
             worst = max(worst, (name, err), key=lambda t: t[1])
             if err > args.grad_tolerance:
-                failures.append(f"parameter {name} after {UPDATES} updates: {err:.2e}")
-    print(f"  parameters after {UPDATES} SGD updates with momentum: worst {worst[0]} {worst[1]:.2e}")
+                failures.append(f"parameter {name} after {updates} updates: {err:.2e}")
+    if updates > 0:
+        print(f"  parameters after {updates} SGD updates with momentum: worst {worst[0]} {worst[1]:.2e}")
     os.remove(model_path)
     for failure in failures[:20]:
         print("FAIL:", failure)
