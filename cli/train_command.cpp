@@ -221,7 +221,8 @@ void train(const TrainOptions& options) {
       const StepResult result = plan.step({batch->images}, batch->labels);
       const double lr = learningRateAt(schedule, step);
       optimizer.step(lr);
-      computeSeconds += seconds(std::chrono::steady_clock::now() - computeStart);
+      const double stepSeconds = seconds(std::chrono::steady_clock::now() - computeStart);
+      computeSeconds += stepSeconds;
       lastLoss = scalar(result.loss);
       if (!std::isfinite(lastLoss)) {
         fail("the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
@@ -239,7 +240,7 @@ void train(const TrainOptions& options) {
                       rate, static_cast<double>(remaining * options.batchSize) / std::max(rate, 1e-9));
       if (step % options.logEvery == 0) {
         metrics.write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", lastLoss}, {"lr", lr},
-                       {"samples_per_s", rate}});
+                       {"samples_per_s", rate}, {"step_time_ms", 1000.0 * stepSeconds}});
       }
     }
     progress.endLine();

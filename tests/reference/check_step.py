@@ -24,7 +24,8 @@ MOMENTUM = 0.9
 # Note [Gradient floor]: some gradients are analytically zero (the bias of a batch norm whose output is shifted
 # into another training-mode batch norm through a 1x1 conv: the second one removes any per-channel shift), so
 # both frameworks return rounding noise there. A relative error against noise means nothing; errors are taken
-# relative to max(||b||, 1e-6 * the global gradient norm).
+# relative to max(||b||, 1e-6 * the global gradient norm); parameters after updates likewise against the global
+# parameter norm (such a bias stays at 0 plus noise).
 FLOOR = 1e-6
 
 
@@ -111,9 +112,10 @@ def main() -> int:
             print(f"  {checked} gradients, worst {worst[0]} {worst[1]:.2e}")
         optimizer.step()
     worst = ("", 0.0)
+    param_floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.detach().numpy() ** 2)) for p in params.values())))
     for name, p in params.items():
         if name in initializers and updates > 0:
-            err = rel(load(os.path.join(out_dir, "params", safe(name) + ".pb")), p.detach().numpy())
+            err = rel(load(os.path.join(out_dir, "params", safe(name) + ".pb")), p.detach().numpy(), param_floor)
             worst = max(worst, (name, err), key=lambda t: t[1])
             if err > args.grad_tolerance:
                 failures.append(f"parameter {name} after {updates} updates: {err:.2e}")
