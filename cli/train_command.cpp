@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -112,15 +113,28 @@ std::shared_ptr<Dataset> openForModel(const TrainOptions& options, DatasetSplit 
   return dataset;
 }
 
-double evaluateAccuracy(TrainingPlan& plan, const std::shared_ptr<Dataset>& test, std::int64_t batchSize) {
+// Zero rows appended up to `rows`, for a model whose batch dimension is fixed in the file.
+Tensor padBatch(const Tensor& images, std::int64_t rows) {
+  Shape shape = images.shape();
+  shape[0] = rows;
+  Tensor padded = Tensor::zeros(images.dtype(), shape);
+  std::memcpy(padded.rawData(), images.rawData(), images.bytes());
+  return padded;
+}
+
+// Test accuracy over the whole split. With a static batch dimension (staticBatch > 0) the last, smaller batch is
+// padded and only its real rows count.
+double evaluateAccuracy(TrainingPlan& plan, const std::shared_ptr<Dataset>& test, std::int64_t batchSize,
+                        std::int64_t staticBatch) {
   DataLoader loader(test, DataLoaderOptions{.batchSize = batchSize, .shuffle = false, .dropLast = false});
   loader.startEpoch(0);
   std::int64_t correct = 0;
   std::int64_t total = 0;
   while (auto batch = loader.next()) {
-    const Tensor logits = plan.evaluate({batch->images})[0];
-    const std::int64_t rows = logits.dim(0);
-    const std::int64_t classes = logits.numel() / rows;
+    const std::int64_t rows = batch->images.dim(0);
+    const Tensor images = staticBatch > 0 && rows < staticBatch ? padBatch(batch->images, staticBatch) : batch->images;
+    const Tensor logits = plan.evaluate({images})[0];
+    const std::int64_t classes = logits.numel() / logits.dim(0);
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = logits.data<float>() + r * classes;
       const std::int64_t predicted = std::max_element(row, row + classes) - row;
@@ -146,6 +160,10 @@ void train(const TrainOptions& options) {
                           : !options.out.empty()  ? fs::path(options.out)
                                                   : fs::path("runs") / "latest";
   Graph graph = importOnnx(modelPath);
+  const std::int64_t staticBatch = graph.inputs.empty() ? 0
+                                   : graph.values[static_cast<std::size_t>(graph.inputs[0])].meta.shape.empty()
+                                       ? 0
+                                       : graph.values[static_cast<std::size_t>(graph.inputs[0])].meta.shape[0];
   if (graph.inputs.size() != 1) {
     fail("{}: strata train feeds one image input, but the model has {} inputs", modelPath, graph.inputs.size());
   }
@@ -246,7 +264,7 @@ void train(const TrainOptions& options) {
     progress.endLine();
     const double epochSeconds = seconds(std::chrono::steady_clock::now() - epochStart);
     trainSeconds += epochSeconds;
-    testAccuracy = evaluateAccuracy(plan, testSet, options.batchSize);
+    testAccuracy = evaluateAccuracy(plan, testSet, options.batchSize, staticBatch);
     const double meanLoss = lossCount > 0 ? lossSum / static_cast<double>(lossCount) : NAN;
     fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.1f}s\n", epoch, meanLoss,
                100.0 * testAccuracy, epochSeconds);

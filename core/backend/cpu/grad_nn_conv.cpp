@@ -189,15 +189,8 @@ void convGradWeightF64(const ConvGradSetup& s, const double* dy, const double* x
 
 // ---- float32: oneDNN ----
 
-// Same rule as the forward kernel (Note [Conv layouts] in dnnl_conv.cpp): pointwise stride-1 ungrouped convolutions
-// run on plain NCHW, the others on oneDNN's blocked layouts with reorders around the primitives.
-bool prefersBlockedLayout(const ConvGradSetup& s) {
-  bool pointwise = true;
-  for (std::size_t i = 0; i < s.geometry.kernel.size(); ++i) {
-    pointwise = pointwise && s.geometry.kernel[i] == 1 && s.geometry.strides[i] == 1;
-  }
-  return !pointwise || s.group > 1;
-}
+// Layouts as in the forward kernel (Note [Conv layouts] in dnnl_conv.cpp): oneDNN picks them, with reorders
+// around the primitives.
 
 // ONNX's (O, I/G, k...) weights as oneDNN's grouped (G, O/G, I/G, k...) when group > 1: the same bytes.
 Shape groupedWeightDims(const Shape& w, std::int64_t group) {
@@ -370,9 +363,8 @@ class ConvGradKernel : public OpKernel {
     const memory::desc yPlain = plainDesc(s.y);
     const memory::desc wPlain = plainDesc(wDims);
     const memory::desc wAny(toDims(wDims), memory::data_type::f32, memory::format_tag::any);
-    const bool blocked = prefersBlockedLayout(s);
-    const memory::desc xConv = blocked ? memory::desc(toDims(s.x), memory::data_type::f32, memory::format_tag::any) : xPlain;
-    const memory::desc yConv = blocked ? memory::desc(toDims(s.y), memory::data_type::f32, memory::format_tag::any) : yPlain;
+    const memory::desc xConv(toDims(s.x), memory::data_type::f32, memory::format_tag::any);
+    const memory::desc yConv(toDims(s.y), memory::data_type::f32, memory::format_tag::any);
     const bool wantData = dxOut_ >= 0;
     const bool wantWeights = dwOut_ >= 0;
     hasBiasPrimitive_ = dbOut_ >= 0;
