@@ -24,6 +24,7 @@ struct StepOptions {
   double lr = 0.01;
   double momentum = 0.0;
   double weightDecay = 0.0;
+  bool nesterov = false;
 };
 
 void dump(const std::filesystem::path& dir, const std::string& name, const Tensor& tensor) {
@@ -77,6 +78,7 @@ void step(const StepOptions& options) {
     optimizerOptions.kind = parseOptimizerKind(options.optimizer);
     optimizerOptions.momentum = options.momentum;
     optimizerOptions.weightDecay = options.weightDecay;
+    optimizerOptions.nesterov = options.nesterov;
     Optimizer optimizer(plan.parameters(), optimizerOptions);
     for (int k = 0; k < options.updates; ++k) {
       if (k > 0) {
@@ -110,6 +112,7 @@ void addStepCommand(CLI::App& app) {
   command->add_option("--lr", options->lr, "learning rate (with --updates)");
   command->add_option("--momentum", options->momentum, "SGD momentum (with --updates)");
   command->add_option("--weight-decay", options->weightDecay, "weight decay (with --updates)");
+  command->add_flag("--nesterov", options->nesterov, "Nesterov momentum (with --updates)");
   command->add_option("--threads", options->model.threads, "CPU threads (default: all cores)");
   command->callback([options] { step(*options); });
 }

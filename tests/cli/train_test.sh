@@ -21,7 +21,8 @@ for field in model strategy world_size device epochs steps global_batch_size tra
   grep -q "\"$field\"" "$work/full/summary.json" || { echo "summary.json lacks $field"; exit 1; }
 done
 
-# The exported model runs anywhere Strata runs.
+# The exported model passes ONNX's checker and runs.
+/usr/bin/python3 -c "import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]))" "$work/full.onnx"
 "$strata" run "$work/full.onnx" --input-shape 4,1,28,28 > /dev/null
 
 # Errors: resuming without a checkpoint, a missing data set directory.
