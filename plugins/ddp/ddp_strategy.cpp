@@ -1,0 +1,182 @@
+// DDP: data-parallel training with bucketed, overlapped gradient all-reduce (PyTorch DDP's design).
+//
+// Note [Buckets are flat-buffer slices]: parameters sit in the ParameterStore's flat buffers in first-use order,
+// and backward finalises gradients roughly in reverse. A bucket is a run of consecutive parameters of one flat
+// buffer, taken from the end, so its gradients are one contiguous slice: the all-reduce runs on a view of the
+// gradient buffer itself, with no copy in or out, and averages in place.
+// Note [Bucket launch order]: a bucket's all-reduce starts from the gradient-ready hook as soon as its last
+// gradient is final, overlapping the rest of backward. Every rank runs the same static plan, so buckets become
+// ready in the same order everywhere, which collectives require.
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "strata/error.h"
+#include "strata/strategy.h"
+
+namespace strata::plugins {
+namespace {
+
+struct Bucket {
+  std::size_t group = 0;
+  std::int64_t begin = 0;  // element range in the group's flat gradient buffer
+  std::int64_t end = 0;
+  int pending = 0;          // gradients of this bucket not final yet in the current backward
+  int parameters = 0;
+  WorkHandle work;
+};
+
+class DdpStrategy final : public Strategy {
+ public:
+  ~DdpStrategy() override { teardown(); }
+
+  void setup(StrategyContext& context) override {
+    context_ = &context;
+    parseOptions(context.options());
+    group_ = context.processGroup();
+    if (group_ == nullptr || group_->size() == 1) {
+      return;  // one process: DDP is plain local training
+    }
+    broadcastState(context);
+    buildBuckets(context.parameters());
+    hook_ = context.executor().addGradientReadyHook([this](int parameter) { onGradientReady(parameter); });
+  }
+
+  void beforeForward(int micro, bool last) override { communicate_ = last; }
+
+  void afterBackward(int micro, bool last) override {
+    if (!last || group_ == nullptr || group_->size() == 1) {
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    for (Bucket& bucket : buckets_) {
+      if (!bucket.work) {
+        fail("DDP: bucket of {} parameters was never launched; the backward pass did not finalise all gradients",
+             bucket.parameters);
+      }
+      bucket.work->wait(timeout_);
+      bucket.work.reset();
+      bucket.pending = bucket.parameters;
+    }
+    context_->addFigure("communication_s",
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+
+  void step(double lr) override { context_->optimizer().step(lr); }
+
+  void teardown() override {
+    if (context_ != nullptr && hook_ >= 0) {
+      context_->executor().removeHook(hook_);
+      hook_ = -1;
+    }
+  }
+
+ private:
+  void parseOptions(const std::map<std::string, std::string>& options) {
+    for (const auto& [key, value] : options) {
+      try {
+        if (key == "bucket_mb") {
+          bucketBytes_ = static_cast<std::int64_t>(std::stod(value) * 1024 * 1024);
+        } else if (key == "first_bucket_mb") {
+          firstBucketBytes_ = static_cast<std::int64_t>(std::stod(value) * 1024 * 1024);
+        } else if (key == "timeout_s") {
+          timeout_ = std::chrono::milliseconds(static_cast<std::int64_t>(std::stod(value) * 1000));
+        } else if (key == "broadcast_buffers") {
+          broadcastBuffers_ = value != "0" && value != "false";
+        } else {
+          fail("ddp: unknown --strategy-opt '{}' (known: bucket_mb, first_bucket_mb, timeout_s, broadcast_buffers)",
+               key);
+        }
+      } catch (const std::invalid_argument&) {
+        fail("ddp: --strategy-opt {}={} is not a number", key, value);
+      }
+    }
+    if (bucketBytes_ <= 0 || firstBucketBytes_ <= 0) {
+      fail("ddp: bucket sizes must be positive");
+    }
+  }
+
+  // Every rank starts from rank 0's parameters and buffers.
+  void broadcastState(StrategyContext& context) {
+    std::vector<WorkHandle> works;
+    for (std::size_t g = 0; g < context.parameters().groupCount(); ++g) {
+      works.push_back(group_->broadcast(context.parameters().flatParameters(g), 0));
+    }
+    if (broadcastBuffers_) {
+      for (const Tensor& buffer : context.buffers()) {
+        works.push_back(group_->broadcast(buffer, 0));
+      }
+    }
+    for (const WorkHandle& work : works) {
+      work->wait(timeout_);
+    }
+    context.parameters().bumpVersion();
+  }
+
+  void buildBuckets(const ParameterStore& store) {
+    bucketOf_.assign(store.size(), -1);
+    for (std::size_t g = 0; g < store.groupCount(); ++g) {
+      std::vector<std::size_t> members;
+      for (std::size_t p = 0; p < store.size(); ++p) {
+        if (store.info(p).group == g) {
+          members.push_back(p);
+        }
+      }
+      std::sort(members.begin(), members.end(),
+                [&](std::size_t a, std::size_t b) { return store.info(a).offset > store.info(b).offset; });
+      const std::int64_t elementBytes = static_cast<std::int64_t>(dtypeSize(store.flatGradients(g).dtype()));
+      Bucket current;
+      for (std::size_t p : members) {
+        const ParameterInfo& info = store.info(p);
+        const std::int64_t limit = buckets_.empty() ? firstBucketBytes_ : bucketBytes_;
+        if (current.parameters > 0 && (current.end - info.offset) * elementBytes > limit) {
+          buckets_.push_back(current);
+          current = Bucket{};
+        }
+        if (current.parameters == 0) {
+          current.group = g;
+          current.end = info.offset + info.meta.numel();
+        }
+        current.begin = info.offset;
+        ++current.parameters;
+        bucketOf_[p] = static_cast<int>(buckets_.size());
+      }
+      if (current.parameters > 0) {
+        buckets_.push_back(current);
+      }
+    }
+    for (Bucket& bucket : buckets_) {
+      bucket.pending = bucket.parameters;
+    }
+  }
+
+  void onGradientReady(int parameter) {
+    if (!communicate_) {
+      return;  // gradient accumulation: only the last micro-batch communicates
+    }
+    Bucket& bucket = buckets_.at(static_cast<std::size_t>(bucketOf_.at(static_cast<std::size_t>(parameter))));
+    if (--bucket.pending == 0) {
+      const Tensor& flat = context_->parameters().flatGradients(bucket.group);
+      bucket.work = group_->allReduce(flat.flatSlice(bucket.begin, bucket.end - bucket.begin), ReduceOp::Average);
+    }
+  }
+
+  StrategyContext* context_ = nullptr;
+  ProcessGroup* group_ = nullptr;
+  std::int64_t bucketBytes_ = 25LL * 1024 * 1024;
+  std::int64_t firstBucketBytes_ = 1LL * 1024 * 1024;
+  std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
+  bool broadcastBuffers_ = true;
+  bool communicate_ = true;
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucketOf_;
+  int hook_ = -1;
+};
+
+}  // namespace
+}  // namespace strata::plugins
+
+STRATA_EXPORT_STRATEGY(strata::plugins::DdpStrategy, "ddp", "0.1.0",
+                       "data parallel: bucketed all-reduce of gradients overlapped with backward, local optimizer")
