@@ -4,15 +4,22 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
+#include "trainer_context.h"
 #include "commands.h"
+#include "launcher.h"
 #include "model_options.h"
 #include "run_outputs.h"
 #include "strata/allocator.h"
+#include "strata/comm/gloo_process_group.h"
+#include "strata/comm/tcp_store.h"
+#include "strata/plugin_host.h"
 #include "strata/graphs/specialize.h"
 #include "strata/graphs/training_plan.h"
 #include "strata/loaders/data_loader.h"
@@ -51,6 +58,12 @@ struct TrainOptions {
   bool augment = false;
   std::int64_t logEvery = 20;
   std::int64_t syntheticSamples = 2048;
+  std::string strategy = "single";
+  std::vector<std::string> strategyOptions;
+  std::vector<std::string> pluginDirs;
+  int gradAccum = 1;
+  double timeoutS = 300;
+  LaunchOptions launch;
 };
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -153,12 +166,80 @@ nlohmann::json memoryBreakdown(const MemorySnapshot& memory) {
   return breakdown;
 }
 
+std::map<std::string, std::string> parseStrategyOptions(const std::vector<std::string>& pairs) {
+  std::map<std::string, std::string> result;
+  for (const std::string& pair : pairs) {
+    const auto eq = pair.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      fail("--strategy-opt '{}' is not key=value", pair);
+    }
+    result[pair.substr(0, eq)] = pair.substr(eq + 1);
+  }
+  return result;
+}
+
+std::vector<fs::path> toPaths(const std::vector<std::string>& dirs) { return {dirs.begin(), dirs.end()}; }
+
+// Every rank's figures, collected on rank 0 through the store (just this rank's without one).
+nlohmann::json gatherRankFigures(Store* store, const RankEnvironment& env, const nlohmann::json& mine,
+                                 std::chrono::milliseconds timeout) {
+  if (store == nullptr) {
+    return nlohmann::json::array({mine});
+  }
+  store->setString(fmt::format("summary/rank/{}", env.rank), mine.dump());
+  if (env.rank != 0) {
+    store->getString("summary/done", timeout);  // rank 0 serves the store: stay until it is done with it
+    return {};
+  }
+  nlohmann::json all = nlohmann::json::array();
+  for (int r = 0; r < env.worldSize; ++r) {
+    all.push_back(nlohmann::json::parse(store->getString(fmt::format("summary/rank/{}", r), timeout)));
+  }
+  return all;
+}
+
+// Lets the other ranks exit once rank 0 has what it needs from the store.
+void releaseRanks(Store* store, const RankEnvironment& env) {
+  if (store != nullptr && env.rank == 0) {
+    store->setString("summary/done", "1");
+  }
+}
+
 void train(const TrainOptions& options) {
-  applyThreads(options.model);
+  // --- launcher (cli/launcher.h): with --nproc/--nnodes this process starts the ranks and waits for them.
+  if (launchIfNeeded(options.launch)) {
+    return;
+  }
+  const RankEnvironment rankEnv = rankEnvironment();
+  prepareRank(rankEnv);
+  ModelOptions modelOptions = options.model;
+  if (modelOptions.threads == 0) {
+    modelOptions.threads = threadsFromEnvironment();  // the launcher's share of the cores, if any
+  }
+  applyThreads(modelOptions);
+  // --- end launcher
   const std::string modelPath = options.model.modelPath.empty() ? defaultModelPath() : options.model.modelPath;
-  const fs::path runDir = !options.resume.empty() ? fs::path(options.resume)
-                          : !options.out.empty()  ? fs::path(options.out)
-                                                  : fs::path("runs") / "latest";
+  const fs::path baseRunDir = !options.resume.empty() ? fs::path(options.resume)
+                              : !options.out.empty()  ? fs::path(options.out)
+                                                      : fs::path("runs") / "latest";
+  // Rank 0 writes the run's outputs; the other ranks report their figures to it through the store.
+  const fs::path runDir = baseRunDir;
+  const bool lead = rankEnv.rank == 0;
+  const std::map<std::string, std::string> strategyOptions = parseStrategyOptions(options.strategyOptions);
+  const std::unique_ptr<LoadedStrategy> strategy = PluginHost(toPaths(options.pluginDirs)).load(options.strategy);
+  std::shared_ptr<Store> store;
+  std::unique_ptr<ProcessGroup> group;
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(options.timeoutS * 1000));
+  if (rankEnv.worldSize > 1) {
+    store = std::make_shared<TcpStore>(TcpStoreOptions{.host = rankEnv.masterAddr,
+                                                       .port = static_cast<std::uint16_t>(rankEnv.masterPort),
+                                                       .isServer = lead,
+                                                       .worldSize = rankEnv.worldSize,
+                                                       .rank = rankEnv.rank,
+                                                       .timeout = timeout});
+    group = std::make_unique<GlooProcessGroup>(store, rankEnv.rank, rankEnv.worldSize,
+                                               ProcessGroupOptions{.timeout = timeout});
+  }
   Graph graph = importOnnx(modelPath);
   const std::int64_t staticBatch = graph.inputs.empty() ? 0
                                    : graph.values[static_cast<std::size_t>(graph.inputs[0])].meta.shape.empty()
@@ -180,7 +261,8 @@ void train(const TrainOptions& options) {
 
   const auto trainSet = openForModel(options, DatasetSplit::Train, sample, classes);
   const auto testSet = openForModel(options, DatasetSplit::Test, sample, classes);
-  DataLoader loader(trainSet, DataLoaderOptions{.batchSize = options.batchSize, .shuffle = true,
+  DataLoader loader(trainSet, DataLoaderOptions{.batchSize = options.batchSize, .rank = rankEnv.rank,
+                                                .worldSize = rankEnv.worldSize, .shuffle = true,
                                                 .seed = options.seed, .dropLast = true});
 
   OptimizerOptions optimizerOptions;
@@ -191,7 +273,11 @@ void train(const TrainOptions& options) {
   optimizerOptions.maxGradNorm = options.clipGradNorm;
   Optimizer optimizer(plan.parameters(), optimizerOptions);
 
-  const std::int64_t stepsPerEpoch = loader.batchesPerEpoch();
+  const int micro = std::max(1, options.gradAccum);
+  const std::int64_t stepsPerEpoch = loader.batchesPerEpoch() / micro;
+  if (stepsPerEpoch == 0) {
+    fail("{} batches per rank and epoch are fewer than --grad-accum {}", loader.batchesPerEpoch(), micro);
+  }
   const std::int64_t epochs =
       options.maxSteps > 0 ? (options.maxSteps + stepsPerEpoch - 1) / stepsPerEpoch : options.epochs;
   const std::int64_t totalSteps = options.maxSteps > 0 ? options.maxSteps : epochs * stepsPerEpoch;
@@ -205,16 +291,25 @@ void train(const TrainOptions& options) {
   std::int64_t startEpoch = 0;
   std::int64_t step = 0;
   if (!options.resume.empty()) {
-    const CheckpointState state = loadCheckpoint(runDir / "checkpoint", plan, optimizer);
+    const CheckpointState state = loadCheckpoint(baseRunDir / "checkpoint", plan, optimizer);
     startEpoch = state.epochsDone;
     step = state.steps;
     fmt::print("resumed from {} after epoch {} (step {})\n", (runDir / "checkpoint").string(), startEpoch, step);
   }
 
-  MetricsLog metrics(runDir);
-  fmt::print("training {} on {} ({} train / {} test samples), {} parameters, batch {}, {} steps per epoch\n",
-             modelPath, trainSet->description(), trainSet->size(), testSet->size(),
-             plan.parameters().totalElements(), options.batchSize, stepsPerEpoch);
+  // Accumulation first: its gradient-ready hook must run before any the strategy installs.
+  GradientAccumulator accumulator(plan, micro);
+  TrainerContext context(plan, optimizer, group.get(), rankEnv.rank, rankEnv.worldSize, strategyOptions, micro);
+  strategy->setup(context);
+  std::optional<MetricsLog> metrics;
+  if (lead) {
+    metrics.emplace(runDir);
+    fmt::print("training {} on {} ({} train / {} test samples), {} parameters, strategy {} on {} rank(s), batch {} "
+               "per rank x {} micro-batch(es), {} steps per epoch\n",
+               modelPath, trainSet->description(), trainSet->size(), testSet->size(),
+               plan.parameters().totalElements(), options.strategy, rankEnv.worldSize, options.batchSize, micro,
+               stepsPerEpoch);
+  }
   Allocator& allocator = allocatorFor(Device::cpu());
   allocator.stats().resetPeaks();
   Progress progress(options.logEvery);
@@ -230,18 +325,32 @@ void train(const TrainOptions& options) {
     double lossSum = 0;
     std::int64_t lossCount = 0;
     std::int64_t stepInEpoch = 0;
-    while (step < totalSteps) {
-      std::optional<Batch> batch = loader.next();
-      if (!batch) {
-        break;
-      }
+    while (step < totalSteps && stepInEpoch < stepsPerEpoch) {
       const auto computeStart = std::chrono::steady_clock::now();
-      const StepResult result = plan.step({batch->images}, batch->labels);
+      double microLoss = 0;
+      for (int m = 0; m < micro; ++m) {
+        std::optional<Batch> batch = loader.next();
+        if (!batch) {
+          fail("the data loader ran out of batches in epoch {}", epoch);
+        }
+        const bool last = m == micro - 1;
+        strategy->beforeForward(m, last);
+        accumulator.beginMicroBatch(m);
+        if (group) {
+          group->setStep(step);
+        }
+        const StepResult result = plan.step({batch->images}, batch->labels);
+        if (!last) {
+          accumulator.accumulate();
+        }
+        strategy->afterBackward(m, last);
+        microLoss += scalar(result.loss) / micro;
+      }
       const double lr = learningRateAt(schedule, step);
-      optimizer.step(lr);
+      strategy->step(lr);
       const double stepSeconds = seconds(std::chrono::steady_clock::now() - computeStart);
       computeSeconds += stepSeconds;
-      lastLoss = scalar(result.loss);
+      lastLoss = microLoss;
       if (!std::isfinite(lastLoss)) {
         fail("the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
              lastLoss, epoch, step, lr);
@@ -250,57 +359,75 @@ void train(const TrainOptions& options) {
       ++lossCount;
       ++step;
       ++stepInEpoch;
-      samples += options.batchSize;
+      samples += options.batchSize * micro * rankEnv.worldSize;
       const double elapsed = seconds(std::chrono::steady_clock::now() - epochStart);
-      const double rate = static_cast<double>(stepInEpoch * options.batchSize) / std::max(elapsed, 1e-9);
+      const double rate =
+          static_cast<double>(stepInEpoch * options.batchSize * micro * rankEnv.worldSize) / std::max(elapsed, 1e-9);
       const std::int64_t remaining = std::min(totalSteps - step, stepsPerEpoch - stepInEpoch);
-      progress.update(epoch, stepInEpoch, std::min(stepsPerEpoch, totalSteps - (step - stepInEpoch)), lastLoss,
-                      rate, static_cast<double>(remaining * options.batchSize) / std::max(rate, 1e-9));
-      if (step % options.logEvery == 0) {
-        metrics.write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", lastLoss}, {"lr", lr},
+      if (lead) {
+        progress.update(epoch, stepInEpoch, std::min(stepsPerEpoch, totalSteps - (step - stepInEpoch)), lastLoss,
+                        rate,
+                        static_cast<double>(remaining * options.batchSize * micro * rankEnv.worldSize) /
+                            std::max(rate, 1e-9));
+      }
+      if (lead && step % options.logEvery == 0) {
+        metrics->write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", lastLoss}, {"lr", lr},
                        {"samples_per_s", rate}, {"step_time_ms", 1000.0 * stepSeconds}});
       }
     }
-    progress.endLine();
     const double epochSeconds = seconds(std::chrono::steady_clock::now() - epochStart);
     trainSeconds += epochSeconds;
+    if (!lead) {
+      continue;  // rank 0 evaluates, logs and saves: every rank holds the same parameters
+    }
+    progress.endLine();
     testAccuracy = evaluateAccuracy(plan, testSet, options.batchSize, staticBatch);
     const double meanLoss = lossCount > 0 ? lossSum / static_cast<double>(lossCount) : NAN;
     fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.1f}s\n", epoch, meanLoss,
                100.0 * testAccuracy, epochSeconds);
-    metrics.write({{"type", "epoch"}, {"epoch", epoch}, {"step", step}, {"train_loss", meanLoss},
+    metrics->write({{"type", "epoch"}, {"epoch", epoch}, {"step", step}, {"train_loss", meanLoss},
                    {"test_accuracy", testAccuracy}, {"epoch_time_s", epochSeconds}});
     if (options.save) {
-      saveCheckpoint(runDir / "checkpoint", plan, optimizer, CheckpointState{epoch + 1, step});
+      saveCheckpoint(baseRunDir / "checkpoint", plan, optimizer, CheckpointState{epoch + 1, step});
     }
   }
 
+  strategy->teardown();
   const MemorySnapshot memory = allocator.stats().snapshot();
-  nlohmann::json rank = {{"rank", 0},
-                         {"peak_memory_bytes", memory.totalPeak},
-                         {"memory_breakdown", memoryBreakdown(memory)},
-                         {"compute_s", computeSeconds},
-                         {"communication_s", 0.0},
-                         {"gpu_utilization_mean", nullptr}};
+  const auto figure = [&](const char* key) {
+    auto it = context.figures().find(key);
+    return it == context.figures().end() ? 0.0 : it->second;
+  };
+  const nlohmann::json rankFigures = {{"rank", rankEnv.rank},
+                                      {"peak_memory_bytes", memory.totalPeak},
+                                      {"memory_breakdown", memoryBreakdown(memory)},
+                                      {"compute_s", computeSeconds},
+                                      {"communication_s", figure("communication_s")},
+                                      {"gpu_utilization_mean", nullptr}};
+  const nlohmann::json ranks = gatherRankFigures(store.get(), rankEnv, rankFigures, timeout);
+  if (!lead) {
+    return;
+  }
   nlohmann::json summary = {{"model", modelPath},
-                            {"strategy", "single"},
-                            {"world_size", 1},
+                            {"strategy", options.strategy},
+                            {"world_size", rankEnv.worldSize},
                             {"device", "cpu"},
                             {"epochs", epochs},
                             {"steps", step},
-                            {"global_batch_size", options.batchSize},
+                            {"global_batch_size", options.batchSize * micro * rankEnv.worldSize},
                             {"train_time_s", trainSeconds},
                             {"samples_per_s", trainSeconds > 0 ? static_cast<double>(samples) / trainSeconds : 0.0},
                             {"final_train_loss", lastLoss},
                             {"test_accuracy", testAccuracy},
                             {"params", plan.parameters().totalElements()},
-                            {"ranks", nlohmann::json::array({rank})}};
+                            {"ranks", ranks}};
   writeJsonAtomically(runDir / "summary.json", summary);
   fmt::print("summary: {}\n", (runDir / "summary.json").string());
   if (!options.exportPath.empty()) {
     exportOnnxWithWeights(modelPath, plan.modelWithCurrentWeights(), options.exportPath);
     fmt::print("exported the trained model to {}\n", options.exportPath);
   }
+  releaseRanks(store.get(), rankEnv);
 }
 
 }  // namespace
@@ -332,7 +459,13 @@ void addTrainCommand(CLI::App& app) {
   c->add_flag("--augment", o->augment, "random crop and flip (CIFAR-10)");
   c->add_option("--log-every", o->logEvery, "log a metrics line every N steps")->check(CLI::PositiveNumber);
   c->add_option("--synthetic-samples", o->syntheticSamples, "training samples of --data synthetic");
-  c->add_option("--threads", o->model.threads, "CPU threads (default: all cores)");
+  c->add_option("--threads", o->model.threads, "CPU threads (default: all cores, divided among local ranks)");
+  addLaunchOptions(*c, o->launch);
+  c->add_option("--strategy", o->strategy, "distribution strategy plugin (single, ddp, or a third-party one)");
+  c->add_option("--strategy-opt", o->strategyOptions, "strategy option key=value (repeatable)");
+  c->add_option("--plugin-dir", o->pluginDirs, "directory searched first for strategy plugins (repeatable)");
+  c->add_option("--grad-accum", o->gradAccum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
+  c->add_option("--timeout", o->timeoutS, "seconds before a stuck collective or rendezvous ends the job");
   c->callback([o] { train(*o); });
 }
 

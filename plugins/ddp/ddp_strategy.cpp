@@ -44,9 +44,9 @@ class DdpStrategy final : public Strategy {
     hook_ = context.executor().addGradientReadyHook([this](int parameter) { onGradientReady(parameter); });
   }
 
-  void beforeForward(int micro, bool last) override { communicate_ = last; }
+  void beforeForward(int /*micro*/, bool last) override { communicate_ = last; }
 
-  void afterBackward(int micro, bool last) override {
+  void afterBackward(int /*micro*/, bool last) override {
     if (!last || group_ == nullptr || group_->size() == 1) {
       return;
     }

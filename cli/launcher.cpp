@@ -1,0 +1,617 @@
+#include "launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string_view>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "strata/error.h"
+
+extern char** environ;
+
+namespace strata::cli {
+namespace detail {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a rank may take to exit after SIGTERM before it gets SIGKILL.
+constexpr auto kGracePeriod = std::chrono::seconds(5);
+// Longest line kept whole; a longer run of bytes without a newline is passed on in pieces.
+constexpr std::size_t kMaxLine = 1 << 20;
+
+std::optional<std::string> environmentValue(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+}
+
+// A whole decimal integer in [low, high]; anything else names the variable and its value.
+int parseInteger(const char* name, const std::string& value, int low, const char* what) {
+  int result = 0;
+  const char* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, result);
+  if (value.empty() || ec != std::errc() || ptr != end || result < low) {
+    fail("environment variable {}='{}' is not {}", name, value, what);
+  }
+  return result;
+}
+
+int nonNegative(const char* name, const std::string& value) {
+  return parseInteger(name, value, 0, "a non-negative integer");
+}
+
+int positive(const char* name, const std::string& value) { return parseInteger(name, value, 1, "a positive integer"); }
+
+int port(const char* name, const std::string& value) {
+  const int result = parseInteger(name, value, 1, "a port number (1-65535)");
+  if (result > 65535) {
+    fail("environment variable {}='{}' is not a port number (1-65535)", name, value);
+  }
+  return result;
+}
+
+// Tasks on node `nodeId` from Slurm's compressed per-node counts, e.g. "2(x3),1".
+int tasksOnNode(const char* name, const std::string& value, int nodeId) {
+  int node = 0;
+  std::size_t at = 0;
+  while (at <= value.size()) {
+    const std::size_t comma = std::min(value.find(',', at), value.size());
+    const std::string item = value.substr(at, comma - at);
+    const std::size_t paren = item.find("(x");
+    const int tasks = positive(name, paren == std::string::npos ? item : item.substr(0, paren));
+    int repeat = 1;
+    if (paren != std::string::npos) {
+      if (item.back() != ')') {
+        fail("environment variable {}='{}' is not a Slurm task count list like 2(x3),1", name, value);
+      }
+      repeat = positive(name, item.substr(paren + 2, item.size() - paren - 3));
+    }
+    if (nodeId < node + repeat) {
+      return tasks;
+    }
+    node += repeat;
+    at = comma + 1;
+  }
+  fail("environment variable {}='{}' lists no tasks for node {}", name, value, nodeId);
+}
+
+// The first host of a Slurm node list: "gpu[03-06,9],cpu1" -> "gpu03".
+std::string firstHost(const std::string& nodeList) {
+  const std::size_t bracket = nodeList.find('[');
+  const std::size_t comma = nodeList.find(',');
+  if (bracket == std::string::npos || (comma != std::string::npos && comma < bracket)) {
+    return nodeList.substr(0, comma);
+  }
+  const std::size_t stop = nodeList.find_first_of(",-]", bracket + 1);
+  return nodeList.substr(0, bracket) + nodeList.substr(bracket + 1, stop - bracket - 1);
+}
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) {
+    return fmt::format("exited with status {}", WEXITSTATUS(status));
+  }
+  if (WIFSIGNALED(status)) {
+    const int signal = WTERMSIG(status);
+    const char* name = sigabbrev_np(signal);
+    return name != nullptr ? fmt::format("was killed by signal {} (SIG{})", signal, name)
+                           : fmt::format("was killed by signal {}", signal);
+  }
+  return fmt::format("ended with wait status {}", status);
+}
+
+// This process's own argv, to repeat for each rank.
+std::vector<std::string> ownCommandLine() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t end = std::min(text.find('\0', at), text.size());
+    args.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  if (args.empty()) {
+    fail("cannot read this process's command line from /proc/self/cmdline");
+  }
+  return args;
+}
+
+int availableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    return std::max(1, CPU_COUNT(&set));
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+void writeAll(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;  // the reader went away; nothing sensible left to do with the line
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// One child's stdout or stderr, passed on line by line with the rank's prefix.
+struct Stream {
+  int fd = -1;
+  int target = STDOUT_FILENO;
+  std::string pending;
+};
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+  Stream out;
+  Stream err;
+};
+
+// Starts the local ranks and supervises them until all have exited.
+class RankLauncher {
+ public:
+  RankLauncher(const LaunchOptions& options, std::vector<std::string> args)
+      : options_(options), args_(std::move(args)) {
+    children_.reserve(static_cast<std::size_t>(options_.nproc));  // Stream pointers must stay valid
+  }
+
+  ~RankLauncher() {
+    // Only reached with children still running when start() failed half-way; never leave them behind.
+    for (Child& child : children_) {
+      if (child.running) {
+        ::kill(child.pid, SIGKILL);
+        ::waitpid(child.pid, nullptr, 0);
+      }
+      closeStream(child.out);
+      closeStream(child.err);
+    }
+    if (signalFd_ >= 0) {
+      ::close(signalFd_);
+      pthread_sigmask(SIG_SETMASK, &oldMask_, nullptr);
+    }
+  }
+
+  RankLauncher(const RankLauncher&) = delete;
+  RankLauncher& operator=(const RankLauncher&) = delete;
+
+  int run() {
+    blockSignals();
+    for (int local = 0; local < options_.nproc; ++local) {
+      start(local);
+    }
+    supervise();
+    for (Child& child : children_) {
+      drain(child.out);
+      drain(child.err);
+    }
+    std::fflush(stdout);
+    if (interruptedBy_ != 0) {
+      spdlog::error("interrupted by SIG{}; stopped the ranks", sigabbrev_np(interruptedBy_));
+      spdlog::default_logger()->flush();
+      // Die by the same signal so a calling shell or scheduler sees the interruption.
+      ::close(signalFd_);
+      signalFd_ = -1;
+      ::signal(interruptedBy_, SIG_DFL);
+      pthread_sigmask(SIG_SETMASK, &oldMask_, nullptr);
+      ::raise(interruptedBy_);
+    }
+    if (failed_ != nullptr) {
+      fail("rank {} {}{}", failed_->rank, describeStatus(failed_->status),
+           options_.nproc > 1 ? "; stopped the other ranks" : "");
+    }
+    return 0;
+  }
+
+ private:
+  // Note [launcher signals]: SIGINT, SIGTERM and SIGCHLD are blocked in this thread and read from a signalfd in
+  // the poll loop, so forwarding and reaping happen in ordinary code instead of handlers. They are blocked before
+  // the first fork so an early exit of a rank is not missed, and each child restores the old mask before exec.
+  // SIGCHLD is set to SIG_DFL: an inherited SIG_IGN would make the kernel reap the ranks and hide their status.
+  // Threads started before this point (none in `strata train` today) would still take SIGINT with its default
+  // action; the ranks then get SIGTERM from PR_SET_PDEATHSIG, so nothing is orphaned either way.
+  void blockSignals() {
+    ::signal(SIGCHLD, SIG_DFL);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGCHLD);
+    pthread_sigmask(SIG_BLOCK, &mask, &oldMask_);
+    signalFd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (signalFd_ < 0) {
+      const int error = errno;
+      pthread_sigmask(SIG_SETMASK, &oldMask_, nullptr);
+      fail("cannot create a signalfd for the rank launcher: {}", std::strerror(error));
+    }
+  }
+
+  std::vector<std::string> childEnvironment(int local) const {
+    static constexpr const char* kSet[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR", "MASTER_PORT", "STRATA_THREADS"};
+    std::vector<std::string> env;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      const std::string_view text(*entry);
+      const std::string_view name = text.substr(0, text.find('='));
+      if (std::none_of(std::begin(kSet), std::end(kSet), [&](const char* set) { return name == set; })) {
+        env.emplace_back(text);
+      }
+    }
+    // An explicit STRATA_THREADS wins, as torchrun leaves a given OMP_NUM_THREADS alone.
+    const int threads = std::max(1, availableCores() / options_.nproc);
+    const std::string threadsText = environmentValue("STRATA_THREADS").value_or(std::to_string(threads));
+    env.push_back(fmt::format("RANK={}", options_.nodeRank * options_.nproc + local));
+    env.push_back(fmt::format("LOCAL_RANK={}", local));
+    env.push_back(fmt::format("WORLD_SIZE={}", options_.nnodes * options_.nproc));
+    env.push_back(fmt::format("LOCAL_WORLD_SIZE={}", options_.nproc));
+    env.push_back(fmt::format("MASTER_ADDR={}", options_.masterAddr));
+    env.push_back(fmt::format("MASTER_PORT={}", options_.masterPort));
+    env.push_back(fmt::format("STRATA_THREADS={}", threadsText));
+    return env;
+  }
+
+  // Note [launcher fork]: everything the child needs (argv, envp) is built before fork; between fork and exec
+  // the child calls only async-signal-safe functions. PR_SET_PDEATHSIG fires when the forking *thread* exits,
+  // which is this thread, alive until every rank is reaped; the getppid check covers a launcher that died before
+  // the prctl. All pipe ends are O_CLOEXEC, so no rank holds another rank's pipe open and EOF means exit.
+  void start(int local) {
+    Child& child = children_.emplace_back();
+    child.rank = options_.nodeRank * options_.nproc + local;
+    const std::vector<std::string> env = childEnvironment(local);
+    std::vector<char*> argv;
+    std::vector<char*> envp;
+    for (const std::string& arg : args_) {
+      argv.push_back(const_cast<char*>(arg.c_str()));
+    }
+    argv.push_back(nullptr);
+    for (const std::string& entry : env) {
+      envp.push_back(const_cast<char*>(entry.c_str()));
+    }
+    envp.push_back(nullptr);
+
+    int outPipe[2];
+    int errPipe[2];
+    if (::pipe2(outPipe, O_CLOEXEC) != 0) {
+      fail("cannot create a pipe for rank {}: {}", child.rank, std::strerror(errno));
+    }
+    if (::pipe2(errPipe, O_CLOEXEC) != 0) {
+      const int error = errno;
+      ::close(outPipe[0]);
+      ::close(outPipe[1]);
+      fail("cannot create a pipe for rank {}: {}", child.rank, std::strerror(error));
+    }
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) {
+        ::_exit(127);
+      }
+      ::dup2(outPipe[1], STDOUT_FILENO);  // dup2 clears O_CLOEXEC on the copy
+      ::dup2(errPipe[1], STDERR_FILENO);
+      pthread_sigmask(SIG_SETMASK, &oldMask_, nullptr);
+      ::execve("/proc/self/exe", argv.data(), envp.data());
+      static constexpr char kMessage[] = "strata: cannot execute /proc/self/exe for a rank\n";
+      [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+      ::_exit(127);
+    }
+    const int forkError = errno;
+    ::close(outPipe[1]);
+    ::close(errPipe[1]);
+    child.out = Stream{outPipe[0], STDOUT_FILENO, {}};
+    child.err = Stream{errPipe[0], STDERR_FILENO, {}};
+    if (pid < 0) {
+      fail("cannot start rank {}: fork failed: {}", child.rank, std::strerror(forkError));
+    }
+    child.pid = pid;
+    child.running = true;
+    ::fcntl(child.out.fd, F_SETFL, O_NONBLOCK);
+    ::fcntl(child.err.fd, F_SETFL, O_NONBLOCK);
+  }
+
+  void supervise() {
+    while (std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.running; })) {
+      std::vector<pollfd> fds{{signalFd_, POLLIN, 0}};
+      std::vector<Stream*> streams;
+      for (Child& child : children_) {
+        for (Stream* stream : {&child.out, &child.err}) {
+          if (stream->fd >= 0) {
+            fds.push_back({stream->fd, POLLIN, 0});
+            streams.push_back(stream);
+          }
+        }
+      }
+      // A bounded wait: reaping is polled too, so a coalesced SIGCHLD can never stall the loop.
+      if (::poll(fds.data(), fds.size(), 200) < 0 && errno != EINTR) {
+        fail("poll failed in the rank launcher: {}", std::strerror(errno));
+      }
+      // Signals before reaping, always: a rank that died of the terminal's SIGINT is then not taken for a failure.
+      readSignals();
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+          pump(*streams[i - 1]);
+        }
+      }
+      reap();
+      if (stopDeadline_ && !killed_ && Clock::now() >= *stopDeadline_) {
+        signalRunning(SIGKILL);
+        killed_ = true;
+      }
+    }
+  }
+
+  void readSignals() {
+    signalfd_siginfo info{};
+    while (::read(signalFd_, &info, sizeof(info)) == static_cast<ssize_t>(sizeof(info))) {
+      const int signal = static_cast<int>(info.ssi_signo);
+      if (signal != SIGINT && signal != SIGTERM) {
+        continue;  // SIGCHLD: reap() runs every round anyway
+      }
+      if (interruptedBy_ != 0 || failed_ != nullptr) {
+        // Asked again while stopping: do not make the user wait out the grace period.
+        signalRunning(SIGKILL);
+        killed_ = true;
+        continue;
+      }
+      interruptedBy_ = signal;
+      signalRunning(signal);
+      stopDeadline_ = Clock::now() + kGracePeriod;
+    }
+  }
+
+  void reap() {
+    for (Child& child : children_) {
+      if (!child.running) {
+        continue;
+      }
+      int status = 0;
+      const pid_t done = ::waitpid(child.pid, &status, WNOHANG);
+      if (done != child.pid) {
+        continue;
+      }
+      child.running = false;
+      child.status = status;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && failed_ == nullptr && interruptedBy_ == 0) {
+        failed_ = &child;
+        signalRunning(SIGTERM);
+        stopDeadline_ = Clock::now() + kGracePeriod;
+      }
+    }
+  }
+
+  void signalRunning(int signal) {
+    for (const Child& child : children_) {
+      if (child.running) {
+        ::kill(child.pid, signal);
+      }
+    }
+  }
+
+  // Reads what is there and passes on complete lines; closes the stream at EOF.
+  void pump(Stream& stream) {
+    const int owner = rankOf(stream);
+    char buffer[65536];
+    while (stream.fd >= 0) {
+      const ssize_t n = ::read(stream.fd, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0) {
+        return;  // EAGAIN: nothing more for now
+      }
+      if (n == 0) {
+        if (!stream.pending.empty()) {
+          writeAll(stream.target, fmt::format("[rank {}] {}\n", owner, stream.pending));
+          stream.pending.clear();
+        }
+        closeStream(stream);
+        return;
+      }
+      stream.pending.append(buffer, static_cast<std::size_t>(n));
+      std::string lines;
+      std::size_t begin = 0;
+      for (std::size_t newline; (newline = stream.pending.find('\n', begin)) != std::string::npos;
+           begin = newline + 1) {
+        lines += fmt::format("[rank {}] ", owner);
+        lines.append(stream.pending, begin, newline + 1 - begin);
+      }
+      stream.pending.erase(0, begin);
+      if (stream.pending.size() >= kMaxLine) {
+        lines += fmt::format("[rank {}] {}\n", owner, stream.pending);
+        stream.pending.clear();
+      }
+      // One write per read keeps each line whole in the launcher's output.
+      writeAll(stream.target, lines);
+    }
+  }
+
+  // After every rank has exited: what is left in the pipes, then the last partial lines.
+  void drain(Stream& stream) {
+    while (stream.fd >= 0) {
+      const int before = stream.fd;
+      pump(stream);
+      if (stream.fd == before) {
+        // EAGAIN with the writer gone can only mean someone else holds the pipe open; do not wait for them.
+        if (!stream.pending.empty()) {
+          writeAll(stream.target, fmt::format("[rank {}] {}\n", rankOf(stream), stream.pending));
+          stream.pending.clear();
+        }
+        closeStream(stream);
+      }
+    }
+  }
+
+  int rankOf(const Stream& stream) const {
+    for (const Child& child : children_) {
+      if (&child.out == &stream || &child.err == &stream) {
+        return child.rank;
+      }
+    }
+    return -1;
+  }
+
+  static void closeStream(Stream& stream) {
+    if (stream.fd >= 0) {
+      ::close(stream.fd);
+      stream.fd = -1;
+    }
+  }
+
+  LaunchOptions options_;
+  std::vector<std::string> args_;
+  std::vector<Child> children_;
+  int signalFd_ = -1;
+  sigset_t oldMask_{};
+  int interruptedBy_ = 0;
+  const Child* failed_ = nullptr;
+  std::optional<Clock::time_point> stopDeadline_;
+  bool killed_ = false;
+};
+
+}  // namespace detail
+
+void addLaunchOptions(CLI::App& command, LaunchOptions& options) {
+  command.add_option("--nproc,--nproc-per-node", options.nproc, "ranks to start on this node (as torchrun)")
+      ->check(CLI::PositiveNumber);
+  command.add_option("--nnodes", options.nnodes, "nodes in the job; start the same command on each")
+      ->check(CLI::PositiveNumber);
+  command.add_option("--node-rank", options.nodeRank, "this node's index, 0 to nnodes-1")
+      ->check(CLI::NonNegativeNumber);
+  command.add_option("--master-addr", options.masterAddr, "host of rank 0's rendezvous store");
+  command.add_option("--master-port", options.masterPort, "port of rank 0's rendezvous store")
+      ->check(CLI::Range(1, 65535));
+}
+
+RankEnvironment rankEnvironment() {
+  using detail::environmentValue;
+  RankEnvironment env;
+  if (const auto rank = environmentValue("RANK")) {
+    env.distributed = true;
+    env.rank = detail::nonNegative("RANK", *rank);
+    const auto world = environmentValue("WORLD_SIZE");
+    if (!world) {
+      fail("environment variable RANK='{}' is set but WORLD_SIZE is not; a launcher sets both", *rank);
+    }
+    env.worldSize = detail::positive("WORLD_SIZE", *world);
+    // Without the local variables, assume one node.
+    const auto local = environmentValue("LOCAL_RANK");
+    env.localRank = local ? detail::nonNegative("LOCAL_RANK", *local) : env.rank;
+    const auto localWorld = environmentValue("LOCAL_WORLD_SIZE");
+    env.localWorldSize = localWorld ? detail::positive("LOCAL_WORLD_SIZE", *localWorld) : env.worldSize;
+  } else if (const auto procId = environmentValue("SLURM_PROCID")) {
+    env.distributed = true;
+    env.rank = detail::nonNegative("SLURM_PROCID", *procId);
+    // The step's task count is what srun started; SLURM_NTASKS may describe the whole allocation.
+    const char* worldName = environmentValue("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
+    const auto world = environmentValue(worldName);
+    if (!world) {
+      fail("environment variable SLURM_PROCID='{}' is set but SLURM_NTASKS is not; start the ranks with srun",
+           *procId);
+    }
+    env.worldSize = detail::positive(worldName, *world);
+    const auto local = environmentValue("SLURM_LOCALID");
+    env.localRank = local ? detail::nonNegative("SLURM_LOCALID", *local) : env.rank;
+    if (const auto perNode = environmentValue("SLURM_NTASKS_PER_NODE")) {
+      env.localWorldSize = detail::positive("SLURM_NTASKS_PER_NODE", *perNode);
+    } else if (const auto stepPerNode = environmentValue("SLURM_STEP_TASKS_PER_NODE")) {
+      const auto node = environmentValue("SLURM_NODEID");
+      env.localWorldSize = detail::tasksOnNode("SLURM_STEP_TASKS_PER_NODE", *stepPerNode,
+                                               node ? detail::nonNegative("SLURM_NODEID", *node) : 0);
+    } else {
+      env.localWorldSize = env.worldSize;
+    }
+    if (!environmentValue("MASTER_ADDR")) {
+      const auto nodes = environmentValue("SLURM_STEP_NODELIST") ? environmentValue("SLURM_STEP_NODELIST")
+                                                                  : environmentValue("SLURM_JOB_NODELIST");
+      if (nodes && !nodes->empty()) {
+        env.masterAddr = detail::firstHost(*nodes);
+      }
+    }
+  }
+  if (const auto addr = environmentValue("MASTER_ADDR")) {
+    if (addr->empty()) {
+      fail("environment variable MASTER_ADDR is empty; set it to the host of rank 0");
+    }
+    env.masterAddr = *addr;
+  }
+  if (const auto portText = environmentValue("MASTER_PORT")) {
+    env.masterPort = detail::port("MASTER_PORT", *portText);
+  }
+  if (env.rank >= env.worldSize) {
+    fail("rank {} is not below the world size {} (check RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS)", env.rank,
+         env.worldSize);
+  }
+  if (env.localWorldSize > env.worldSize || env.localRank >= env.localWorldSize) {
+    fail("local rank {} of {} local ranks does not fit a world of {} (check LOCAL_RANK/LOCAL_WORLD_SIZE or "
+         "SLURM_LOCALID/SLURM_NTASKS_PER_NODE)",
+         env.localRank, env.localWorldSize, env.worldSize);
+  }
+  return env;
+}
+
+std::optional<int> launchIfNeeded(const LaunchOptions& options, std::vector<std::string> args) {
+  if (options.nproc <= 1 && options.nnodes <= 1) {
+    return std::nullopt;
+  }
+  // Already a rank: started by this launcher, torchrun, or srun (which starts every rank itself).
+  if (detail::environmentValue("RANK") || detail::environmentValue("SLURM_PROCID")) {
+    return std::nullopt;
+  }
+  if (options.nproc < 1 || options.nnodes < 1) {
+    fail("--nproc {} and --nnodes {} must both be at least 1", options.nproc, options.nnodes);
+  }
+  if (options.nodeRank < 0 || options.nodeRank >= options.nnodes) {
+    fail("--node-rank {} is not in 0..{} (--nnodes {})", options.nodeRank, options.nnodes - 1, options.nnodes);
+  }
+  if (options.masterPort < 1 || options.masterPort > 65535) {
+    fail("--master-port {} is not a port number (1-65535)", options.masterPort);
+  }
+  detail::RankLauncher launcher(options, args.empty() ? detail::ownCommandLine() : std::move(args));
+  return launcher.run();
+}
+
+int threadsFromEnvironment() {
+  const auto value = detail::environmentValue("STRATA_THREADS");
+  return value ? detail::positive("STRATA_THREADS", *value) : 0;
+}
+
+void prepareRank(const RankEnvironment& environment) {
+  if (environment.distributed) {
+    // stdout is a pipe to the launcher: flush each line so it arrives as printed and survives a SIGTERM.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  }
+  const auto value = detail::environmentValue("STRATA_TEST_EXIT_RANK");
+  if (!value || detail::nonNegative("STRATA_TEST_EXIT_RANK", *value) != environment.rank) {
+    return;
+  }
+  fmt::print("test hook STRATA_TEST_EXIT_RANK: rank {} exits with status 3\n", environment.rank);
+  std::fflush(stdout);
+  std::exit(3);
+}
+
+}  // namespace strata::cli

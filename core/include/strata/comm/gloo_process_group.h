@@ -1,0 +1,102 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "strata/comm/async_work.h"
+#include "strata/comm/process_group.h"
+#include "strata/comm/store.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace strata {
+
+// How a GlooProcessGroup reaches its peers.
+struct GlooOptions {
+  // The address this rank's TCP transport binds and advertises (loopback by default: ranks on one machine).
+  std::string hostname = "127.0.0.1";
+  // A network interface (e.g. "eth0"); when set it takes precedence over hostname.
+  std::string iface;
+  // Store keys of this group start with "gloo/<groupName>/": groups sharing one store need distinct names.
+  std::string groupName = "default";
+};
+
+// Collectives over Gloo's TCP transport for float32/float64 CPU tensors. The constructor bootstraps a
+// gloo::rendezvous::Context through `store` (connectFullMesh, bounded by options.timeout); collectives run in FIFO
+// order on one worker thread per group, in place on tensor.rawData().
+//
+// Watchdog: before running collective #seq the worker records "gloo/<group>/collective/rank/<r>" = seq in the store.
+// A collective that does not finish within options.timeout fails (Gloo's own timeout), and its error names the
+// collective, the step and the ranks whose record is behind seq, i.e. that never joined:
+//   "allReduce #17 (4.0 MB) at step 3 failed after 30 s: rank 1 of 2 did not join (last joined #16); gloo: ..."
+// After a failure the group is unusable: later collectives fail at once with the first error.
+//
+// Note [arrival records]: one overwritten key per rank keeps the store bounded over long runs (per-collective keys
+// would grow without limit); it costs one store round trip per collective on the worker thread.
+// Note [reduceScatter]: implemented as an allreduce into a full-size scratch tensor (MemoryCategory::Communication)
+// plus a copy of the local part: correct and simple, but it moves twice the bytes of a real reduce-scatter.
+// Note [shutdown]: the destructor fails queued collectives and joins the worker; a collective already running holds
+// the destructor for at most options.timeout. Work handles may outlive the group: every one of them is completed
+// by then, so their wait() never calls back into the destroyed group.
+class GlooProcessGroup final : public ProcessGroup {
+ public:
+  GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options = {},
+                   GlooOptions glooOptions = {});
+  ~GlooProcessGroup() override;
+  GlooProcessGroup(const GlooProcessGroup&) = delete;
+  GlooProcessGroup& operator=(const GlooProcessGroup&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  WorkHandle allReduce(Tensor tensor, ReduceOp op) override;
+  WorkHandle reduceScatter(Tensor input, Tensor output, ReduceOp op) override;
+  WorkHandle allGather(Tensor input, Tensor output) override;
+  WorkHandle broadcast(Tensor tensor, int root) override;
+  WorkHandle barrier() override;
+
+  void setStep(std::int64_t step) override { step_.store(step); }
+
+ private:
+  struct Job {
+    std::shared_ptr<AsyncWork> work;
+    std::int64_t seq;
+    std::int64_t step;
+    std::function<void(std::uint32_t tag)> run;
+  };
+
+  WorkHandle enqueue(const std::string& name, std::size_t bytes, std::function<void(std::uint32_t tag)> run);
+  void workerLoop();
+  void execute(Job& job);
+  // "rank 1 of 2 did not join (last joined #16)", from the arrival records; never throws.
+  std::string describeMissing(std::int64_t seq) const;
+  std::string key(const std::string& suffix) const;
+
+  std::shared_ptr<Store> store_;
+  const int rank_;
+  const int size_;
+  const ProcessGroupOptions options_;
+  const std::string prefix_;
+  std::shared_ptr<gloo::Context> context_;
+
+  std::atomic<std::int64_t> step_{0};
+  std::int64_t nextSeq_ = 1;  // guarded by mutex_
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<Job> queue_;
+  bool stopping_ = false;
+  std::optional<std::string> brokenBy_;  // worker-only: the first failure
+  std::thread worker_;
+};
+
+}  // namespace strata
