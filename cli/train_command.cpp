@@ -301,6 +301,10 @@ void train(const TrainOptions& options) {
   GradientAccumulator accumulator(plan, micro);
   TrainerContext context(plan, optimizer, group.get(), rankEnv.rank, rankEnv.worldSize, strategyOptions, micro);
   strategy->setup(context);
+  if (rankEnv.worldSize > 1) {
+    fmt::print("rank {} of {}: strategy {} set up, {} batches of {} per epoch\n", rankEnv.rank, rankEnv.worldSize,
+               options.strategy, loader.batchesPerEpoch(), options.batchSize);
+  }
   std::optional<MetricsLog> metrics;
   if (lead) {
     metrics.emplace(runDir);

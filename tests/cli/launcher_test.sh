@@ -14,12 +14,12 @@ common=(--data synthetic --synthetic-samples 64 --batch-size 16 --seed 1)
 # A run that lasts until it is stopped.
 forever=(--data synthetic --synthetic-samples 64 --batch-size 16 --max-steps 100000000 --log-every 1000000)
 
-# Polls until FILE holds COUNT "[rank R] training ..." lines (or fails after 60 s): the ranks are running strata
-# train itself, past fork and exec.
+# Polls until FILE holds COUNT "[rank R] rank R of N: ... set up" lines (or fails after 60 s): the ranks are
+# running strata train itself, past fork, exec and the rendezvous.
 wait_for_ranks() {
   local file=$1 count=$2
   for _ in $(seq 600); do
-    [ "$(grep -c '^\[rank [0-9]*\] training ' "$file" || true)" -ge "$count" ] && return 0
+    [ "$(grep -Ec '^\[rank [0-9]+\] rank [0-9]+ of [0-9]+: ' "$file" || true)" -ge "$count" ] && return 0
     sleep 0.1
   done
   echo "expected $count ranks to start training"; cat "$file"; exit 1
@@ -34,12 +34,13 @@ wait_for_none() {
   echo "processes left behind:"; pgrep -fa -- "$pattern"; exit 1
 }
 
-# (a) Two ranks train; every line carries its rank; rank 0 writes RUN_DIR, rank 1 RUN_DIR/rank1.
+# (a) Two ranks train; every line carries its rank; rank 0 writes RUN_DIR with both ranks' figures.
 timeout 300 "$strata" train "${common[@]}" --max-steps 2 --nproc 2 --out "$work/ok" > "$work/ok.out" 2> "$work/ok.err"
 grep -q '^\[rank 0\] ' "$work/ok.out" || { echo "no [rank 0] lines"; cat "$work/ok.out"; exit 1; }
 grep -q '^\[rank 1\] ' "$work/ok.out" || { echo "no [rank 1] lines"; cat "$work/ok.out"; exit 1; }
 if grep -v '^\[rank [01]\] ' "$work/ok.out" "$work/ok.err"; then echo "unprefixed output lines"; exit 1; fi
-test -f "$work/ok/summary.json" && test -f "$work/ok/rank1/summary.json"
+grep -q '"world_size": 2' "$work/ok/summary.json" || { echo "summary.json lacks world_size 2"; exit 1; }
+grep -q '"rank": 1' "$work/ok/summary.json" || { echo "summary.json lacks rank 1's figures"; exit 1; }
 
 # (b) Rank 1 of 3 fails at once (test hook): the launcher stops ranks 0 and 2 quickly and says which rank failed.
 marker="$work/fail-marker"

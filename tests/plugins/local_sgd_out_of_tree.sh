@@ -38,3 +38,11 @@ result=$(STRATA_TEST_LOCAL_SGD_DIR=$tmp/build "$unit_tests" \
 echo "$result"
 grep -q "PASSED.* 1 test" <<< "$result" && ! grep -q SKIPPED <<< "$result" || { echo "the test did not run"; exit 1; }
 echo "local_sgd: built out of tree, listed and created"
+
+step "train with local_sgd by name on 2 ranks"
+"$build/cli/strata" train --strategy local_sgd --plugin-dir "$tmp/build" --strategy-opt k=2 --nproc 2 \
+  --data synthetic --synthetic-samples 128 --batch-size 16 --max-steps 4 --threads 1 --out "$tmp/run" > "$tmp/train.log" \
+  || { cat "$tmp/train.log"; exit 1; }
+grep -q '"strategy": "local_sgd"' "$tmp/run/summary.json" || { echo "summary.json does not name local_sgd"; exit 1; }
+grep -q '"world_size": 2' "$tmp/run/summary.json" || { echo "summary.json does not show 2 ranks"; exit 1; }
+echo "local_sgd: trained by name on 2 ranks"
