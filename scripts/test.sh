@@ -5,4 +5,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
 bash "$root/scripts/build.sh"
 cd "$build_dir"
-ctest --output-on-failure --timeout 1800 -j "$(nproc)" "$@"
+# One test at a time: most tests use every core (oneDNN and OpenMP threads), and oversubscribed OpenMP teams
+# spin against each other.
+ctest --output-on-failure --timeout 1800 "$@"
