@@ -407,6 +407,7 @@ void train(const TrainOptions& options) {
                                       {"memory_breakdown", memoryBreakdown(memory)},
                                       {"compute_s", computeSeconds},
                                       {"communication_s", figure("communication_s")},
+                                      {"collective_s", figure("collective_s")},
                                       {"gpu_utilization_mean", nullptr}};
   const nlohmann::json ranks = gatherRankFigures(store.get(), rankEnv, rankFigures, timeout);
   if (!lead) {

@@ -51,17 +51,20 @@ class DdpStrategy final : public Strategy {
       return;
     }
     const auto start = std::chrono::steady_clock::now();
+    double allReduceSeconds = 0;
     for (Bucket& bucket : buckets_) {
       if (!bucket.work) {
         fail("DDP: bucket of {} parameters was never launched; the backward pass did not finalise all gradients",
              bucket.parameters);
       }
       bucket.work->wait(timeout_);
+      allReduceSeconds += bucket.work->runSeconds();
       bucket.work.reset();
       bucket.pending = bucket.parameters;
     }
     context_->addFigure("communication_s",
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    context_->addFigure("collective_s", allReduceSeconds);
   }
 
   void step(double lr) override { context_->optimizer().step(lr); }

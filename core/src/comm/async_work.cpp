@@ -38,10 +38,16 @@ double AsyncWork::waitedSeconds() const {
   return waitedSeconds_;
 }
 
-void AsyncWork::markCompleted() {
+double AsyncWork::runSeconds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return runSeconds_;
+}
+
+void AsyncWork::markCompleted(double runSeconds) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     completed_ = true;
+    runSeconds_ = runSeconds;
   }
   done_.notify_all();
 }

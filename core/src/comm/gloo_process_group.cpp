@@ -161,7 +161,7 @@ void GlooProcessGroup::execute(Job& job) {
   const auto start = std::chrono::steady_clock::now();
   try {
     job.run(static_cast<std::uint32_t>(job.seq));
-    job.work->markCompleted();
+    job.work->markCompleted(seconds(std::chrono::steady_clock::now() - start));
   } catch (const std::exception& e) {
     const std::string message =
         fmt::format("{} failed after {:.3g} s: {}; gloo: {}", job.work->description(),

@@ -22,8 +22,9 @@ class AsyncWork final : public Work {
   void wait(std::chrono::milliseconds timeout) override;
   bool completed() const override;
   double waitedSeconds() const override;
+  double runSeconds() const override;
 
-  void markCompleted();
+  void markCompleted(double runSeconds = 0.0);
   void markFailed(std::string message);
   const std::string& description() const { return description_; }
 
@@ -35,6 +36,7 @@ class AsyncWork final : public Work {
   bool completed_ = false;
   std::optional<std::string> error_;
   double waitedSeconds_ = 0.0;
+  double runSeconds_ = 0.0;
 };
 
 }  // namespace strata

@@ -15,6 +15,9 @@ class Work {
   virtual bool completed() const = 0;
   // Seconds the caller spent blocked in wait() so far (communication time that was not hidden).
   virtual double waitedSeconds() const = 0;
+  // Seconds the operation itself took on the communication thread, once completed (0 before): with
+  // waitedSeconds() it tells how much of the communication overlapped with computation.
+  virtual double runSeconds() const = 0;
 };
 
 using WorkHandle = std::shared_ptr<Work>;
