@@ -16,16 +16,15 @@ namespace {
 void restore(const fs::path& file, const Tensor& destination, const std::string& what) {
   const NamedTensor loaded = readTensorProto(file);
   if (loaded.tensor.meta() != destination.meta()) {
-    fail("{}: {} is {} in the checkpoint but {} in this model", file.string(), what,
-         loaded.tensor.meta().toString(), destination.meta().toString());
+    fail("{}: {} is {} in the checkpoint but {} in this model", file.string(), what, loaded.tensor.meta().toString(),
+         destination.meta().toString());
   }
   Tensor(destination).copyFrom(loaded.tensor);
 }
 
 }  // namespace
 
-void saveCheckpoint(const fs::path& dir, TrainingPlan& plan, const Optimizer& optimizer,
-                    const CheckpointState& state) {
+void saveCheckpoint(const fs::path& dir, TrainingPlan& plan, const Optimizer& optimizer, const CheckpointState& state) {
   const fs::path temporary = dir.string() + ".tmp";
   fs::remove_all(temporary);
   fs::create_directories(temporary);

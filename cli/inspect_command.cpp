@@ -57,8 +57,8 @@ void inspect(const ModelOptions& options) {
   std::map<std::string, int> opCounts;
   std::map<std::string, int> unsupported;
   for (const Node& node : graph.nodes) {
-    const std::string type = node.domain.empty() || node.domain == "ai.onnx" ? node.opType
-                                                                              : node.domain + ":" + node.opType;
+    const std::string type =
+        node.domain.empty() || node.domain == "ai.onnx" ? node.opType : node.domain + ":" + node.opType;
     ++opCounts[type];
     if (type != node.opType || !OpRegistry::instance().supports(node.opType, DeviceType::CPU)) {
       ++unsupported[type];
@@ -88,9 +88,9 @@ void inspect(const ModelOptions& options) {
   fmt::print("forward FLOPs: {} ({})\n", estimateForwardFlops(specialised),
              humanCount(static_cast<double>(estimateForwardFlops(specialised))));
   const Program program = lowerToProgram(specialised, LowerOptions{});
-  fmt::print("plan: {} steps ({} nodes folded at load), peak activation memory {} ({} bytes)\n",
-             program.steps.size(), graph.nodes.size() - specialised.nodes.size(),
-             humanBytes(program.peakActivationBytes), program.peakActivationBytes);
+  fmt::print("plan: {} steps ({} nodes folded at load), peak activation memory {} ({} bytes)\n", program.steps.size(),
+             graph.nodes.size() - specialised.nodes.size(), humanBytes(program.peakActivationBytes),
+             program.peakActivationBytes);
 }
 
 }  // namespace

@@ -58,7 +58,9 @@ int nonNegative(const char* name, const std::string& value) {
   return parseInteger(name, value, 0, "a non-negative integer");
 }
 
-int positive(const char* name, const std::string& value) { return parseInteger(name, value, 1, "a positive integer"); }
+int positive(const char* name, const std::string& value) {
+  return parseInteger(name, value, 1, "a positive integer");
+}
 
 int port(const char* name, const std::string& value) {
   const int result = parseInteger(name, value, 1, "a port number (1-65535)");
@@ -530,8 +532,7 @@ RankEnvironment rankEnvironment() {
     const char* worldName = environmentValue("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS";
     const auto world = environmentValue(worldName);
     if (!world) {
-      fail("environment variable SLURM_PROCID='{}' is set but SLURM_NTASKS is not; start the ranks with srun",
-           *procId);
+      fail("environment variable SLURM_PROCID='{}' is set but SLURM_NTASKS is not; start the ranks with srun", *procId);
     }
     env.worldSize = detail::positive(worldName, *world);
     const auto local = environmentValue("SLURM_LOCALID");
@@ -547,7 +548,7 @@ RankEnvironment rankEnvironment() {
     }
     if (!environmentValue("MASTER_ADDR")) {
       const auto nodes = environmentValue("SLURM_STEP_NODELIST") ? environmentValue("SLURM_STEP_NODELIST")
-                                                                  : environmentValue("SLURM_JOB_NODELIST");
+                                                                 : environmentValue("SLURM_JOB_NODELIST");
       if (nodes && !nodes->empty()) {
         env.masterAddr = detail::firstHost(*nodes);
       }
@@ -567,9 +568,10 @@ RankEnvironment rankEnvironment() {
          env.worldSize);
   }
   if (env.localWorldSize > env.worldSize || env.localRank >= env.localWorldSize) {
-    fail("local rank {} of {} local ranks does not fit a world of {} (check LOCAL_RANK/LOCAL_WORLD_SIZE or "
-         "SLURM_LOCALID/SLURM_NTASKS_PER_NODE)",
-         env.localRank, env.localWorldSize, env.worldSize);
+    fail(
+        "local rank {} of {} local ranks does not fit a world of {} (check LOCAL_RANK/LOCAL_WORLD_SIZE or "
+        "SLURM_LOCALID/SLURM_NTASKS_PER_NODE)",
+        env.localRank, env.localWorldSize, env.worldSize);
   }
   return env;
 }

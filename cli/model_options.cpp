@@ -49,13 +49,13 @@ std::vector<TensorMeta> inputMetasFromOptions(const Graph& graph, const ModelOpt
     return {};
   }
   if (options.inputShapes.size() != graph.inputs.size()) {
-    fail("{}: the model has {} input(s) but --input-shape was given {} time(s)", graph.sourcePath,
-         graph.inputs.size(), options.inputShapes.size());
+    fail("{}: the model has {} input(s) but --input-shape was given {} time(s)", graph.sourcePath, graph.inputs.size(),
+         options.inputShapes.size());
   }
   std::vector<TensorMeta> metas;
   for (std::size_t i = 0; i < graph.inputs.size(); ++i) {
-    metas.push_back({graph.values[static_cast<std::size_t>(graph.inputs[i])].meta.dtype,
-                     parseShape(options.inputShapes[i])});
+    metas.push_back(
+        {graph.values[static_cast<std::size_t>(graph.inputs[i])].meta.dtype, parseShape(options.inputShapes[i])});
   }
   return metas;
 }

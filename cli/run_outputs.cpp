@@ -13,7 +13,9 @@ MetricsLog::MetricsLog(const std::filesystem::path& runDir) {
   }
 }
 
-void MetricsLog::write(const nlohmann::json& record) { out_ << record.dump() << '\n' << std::flush; }
+void MetricsLog::write(const nlohmann::json& record) {
+  out_ << record.dump() << '\n' << std::flush;
+}
 
 void writeJsonAtomically(const std::filesystem::path& file, const nlohmann::json& document) {
   const auto temporary = file.string() + ".tmp";

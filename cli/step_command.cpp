@@ -31,7 +31,8 @@ void dump(const std::filesystem::path& dir, const std::string& name, const Tenso
   std::filesystem::create_directories(dir);
   // Initializer names may contain '/' or ':'; file names must not.
   std::string file = name;
-  std::replace_if(file.begin(), file.end(), [](char c) { return c == '/' || c == ':' || c == '\\'; }, '_');
+  std::replace_if(
+      file.begin(), file.end(), [](char c) { return c == '/' || c == ':' || c == '\\'; }, '_');
   writeTensorProto(dir / (file + ".pb"), tensor, name);
 }
 
@@ -60,12 +61,11 @@ void step(const StepOptions& options) {
 
   const std::filesystem::path dir(options.dumpDir);
   StepResult result = plan.step(inputs, labels);
-  fmt::print("loss: {}\n", result.loss.dtype() == DType::Float64 ? *result.loss.data<double>()
-                                                                   : *result.loss.data<float>());
+  fmt::print("loss: {}\n",
+             result.loss.dtype() == DType::Float64 ? *result.loss.data<double>() : *result.loss.data<float>());
   dump(dir, "loss", result.loss);
   for (std::size_t i = 0; i < result.outputs.size(); ++i) {
-    writeTensorProto(dir / fmt::format("output_{}.pb", i), result.outputs[i],
-                     outputNames.at(i));
+    writeTensorProto(dir / fmt::format("output_{}.pb", i), result.outputs[i], outputNames.at(i));
   }
   for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
     dump(dir / "grads", plan.parameterNames()[i], plan.parameters().gradient(i));
@@ -89,8 +89,8 @@ void step(const StepOptions& options) {
     for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
       dump(dir / "params", plan.parameterNames()[i], plan.parameters().parameter(i));
     }
-    fmt::print("after {} {} update(s) on this batch, wrote the parameters to {}\n", options.updates,
-               options.optimizer, (dir / "params").string());
+    fmt::print("after {} {} update(s) on this batch, wrote the parameters to {}\n", options.updates, options.optimizer,
+               (dir / "params").string());
   }
 }
 
@@ -103,8 +103,7 @@ void addStepCommand(CLI::App& app) {
   command->add_option("model", options->model.modelPath, "the .onnx file")->required();
   command->add_option("--input", options->inputFiles, "TensorProto .pb file per model input, in order")->required();
   command->add_option("--labels", options->labelsFile, "TensorProto .pb file with the labels")->required();
-  command->add_option("--dump-dir", options->dumpDir, "where to write loss.pb, output_*.pb and grads/*.pb")
-      ->required();
+  command->add_option("--dump-dir", options->dumpDir, "where to write loss.pb, output_*.pb and grads/*.pb")->required();
   command->add_option("--loss", options->loss, "cross-entropy (default) or mse, when the graph has no loss");
   command->add_option("--updates", options->updates,
                       "also apply this many optimizer updates on the same batch and write params/*.pb");

@@ -11,7 +11,6 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
-#include "trainer_context.h"
 #include "commands.h"
 #include "launcher.h"
 #include "model_options.h"
@@ -19,7 +18,6 @@
 #include "strata/allocator.h"
 #include "strata/comm/gloo_process_group.h"
 #include "strata/comm/tcp_store.h"
-#include "strata/plugin_host.h"
 #include "strata/graphs/specialize.h"
 #include "strata/graphs/training_plan.h"
 #include "strata/loaders/data_loader.h"
@@ -28,6 +26,8 @@
 #include "strata/loaders/onnx_importer.h"
 #include "strata/optim/lr_schedule.h"
 #include "strata/optim/optimizer.h"
+#include "strata/plugin_host.h"
+#include "trainer_context.h"
 
 namespace fs = std::filesystem;
 
@@ -66,7 +66,9 @@ struct TrainOptions {
   LaunchOptions launch;
 };
 
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 
 double scalar(const Tensor& t) {
   return t.dtype() == DType::Float64 ? *t.data<double>() : static_cast<double>(*t.data<float>());
@@ -79,8 +81,8 @@ class Progress {
 
   void update(std::int64_t epoch, std::int64_t step, std::int64_t stepsInEpoch, double loss, double samplesPerS,
               double etaS) {
-    const std::string line = fmt::format("epoch {} step {}/{}  loss {:.4f}  {:.0f} samples/s  ETA {:.0f}s", epoch,
-                                         step, stepsInEpoch, loss, samplesPerS, etaS);
+    const std::string line = fmt::format("epoch {} step {}/{}  loss {:.4f}  {:.0f} samples/s  ETA {:.0f}s", epoch, step,
+                                         stepsInEpoch, loss, samplesPerS, etaS);
     if (tty_) {
       const int width = 30;
       const int filled = stepsInEpoch > 0 ? static_cast<int>(width * step / stepsInEpoch) : 0;
@@ -178,7 +180,9 @@ std::map<std::string, std::string> parseStrategyOptions(const std::vector<std::s
   return result;
 }
 
-std::vector<fs::path> toPaths(const std::vector<std::string>& dirs) { return {dirs.begin(), dirs.end()}; }
+std::vector<fs::path> toPaths(const std::vector<std::string>& dirs) {
+  return {dirs.begin(), dirs.end()};
+}
 
 // Every rank's figures, collected on rank 0 through the store (just this rank's without one).
 nlohmann::json gatherRankFigures(Store* store, const RankEnvironment& env, const nlohmann::json& mine,
@@ -254,16 +258,19 @@ void train(const TrainOptions& options) {
   const int logits = graph.outputs.at(0);
   TrainingPlan plan(std::move(graph), planOptions);
   const Shape sample(planOptions.inputMetas[0].shape.begin() + 1, planOptions.inputMetas[0].shape.end());
-  const std::int64_t classes = plan.labelMeta().dtype == DType::Int64
-                                   ? plan.trainingGraph().graph.values[static_cast<std::size_t>(logits)]
-                                         .meta.shape.at(1)
-                                   : 0;
+  const std::int64_t classes =
+      plan.labelMeta().dtype == DType::Int64
+          ? plan.trainingGraph().graph.values[static_cast<std::size_t>(logits)].meta.shape.at(1)
+          : 0;
 
   const auto trainSet = openForModel(options, DatasetSplit::Train, sample, classes);
   const auto testSet = openForModel(options, DatasetSplit::Test, sample, classes);
-  DataLoader loader(trainSet, DataLoaderOptions{.batchSize = options.batchSize, .rank = rankEnv.rank,
-                                                .worldSize = rankEnv.worldSize, .shuffle = true,
-                                                .seed = options.seed, .dropLast = true});
+  DataLoader loader(trainSet, DataLoaderOptions{.batchSize = options.batchSize,
+                                                .rank = rankEnv.rank,
+                                                .worldSize = rankEnv.worldSize,
+                                                .shuffle = true,
+                                                .seed = options.seed,
+                                                .dropLast = true});
 
   OptimizerOptions optimizerOptions;
   optimizerOptions.kind = parseOptimizerKind(options.optimizer);
@@ -308,11 +315,11 @@ void train(const TrainOptions& options) {
   std::optional<MetricsLog> metrics;
   if (lead) {
     metrics.emplace(runDir);
-    fmt::print("training {} on {} ({} train / {} test samples), {} parameters, strategy {} on {} rank(s), batch {} "
-               "per rank x {} micro-batch(es), {} steps per epoch\n",
-               modelPath, trainSet->description(), trainSet->size(), testSet->size(),
-               plan.parameters().totalElements(), options.strategy, rankEnv.worldSize, options.batchSize, micro,
-               stepsPerEpoch);
+    fmt::print(
+        "training {} on {} ({} train / {} test samples), {} parameters, strategy {} on {} rank(s), batch {} "
+        "per rank x {} micro-batch(es), {} steps per epoch\n",
+        modelPath, trainSet->description(), trainSet->size(), testSet->size(), plan.parameters().totalElements(),
+        options.strategy, rankEnv.worldSize, options.batchSize, micro, stepsPerEpoch);
   }
   Allocator& allocator = allocatorFor(Device::cpu());
   allocator.stats().resetPeaks();
@@ -356,8 +363,8 @@ void train(const TrainOptions& options) {
       computeSeconds += stepSeconds;
       lastLoss = microLoss;
       if (!std::isfinite(lastLoss)) {
-        fail("the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
-             lastLoss, epoch, step, lr);
+        fail("the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients", lastLoss, epoch,
+             step, lr);
       }
       lossSum += lastLoss;
       ++lossCount;
@@ -369,14 +376,18 @@ void train(const TrainOptions& options) {
           static_cast<double>(stepInEpoch * options.batchSize * micro * rankEnv.worldSize) / std::max(elapsed, 1e-9);
       const std::int64_t remaining = std::min(totalSteps - step, stepsPerEpoch - stepInEpoch);
       if (lead) {
-        progress.update(epoch, stepInEpoch, std::min(stepsPerEpoch, totalSteps - (step - stepInEpoch)), lastLoss,
-                        rate,
-                        static_cast<double>(remaining * options.batchSize * micro * rankEnv.worldSize) /
-                            std::max(rate, 1e-9));
+        progress.update(
+            epoch, stepInEpoch, std::min(stepsPerEpoch, totalSteps - (step - stepInEpoch)), lastLoss, rate,
+            static_cast<double>(remaining * options.batchSize * micro * rankEnv.worldSize) / std::max(rate, 1e-9));
       }
       if (lead && step % options.logEvery == 0) {
-        metrics->write({{"type", "step"}, {"epoch", epoch}, {"step", step}, {"loss", lastLoss}, {"lr", lr},
-                       {"samples_per_s", rate}, {"step_time_ms", 1000.0 * stepSeconds}});
+        metrics->write({{"type", "step"},
+                        {"epoch", epoch},
+                        {"step", step},
+                        {"loss", lastLoss},
+                        {"lr", lr},
+                        {"samples_per_s", rate},
+                        {"step_time_ms", 1000.0 * stepSeconds}});
       }
     }
     const double epochSeconds = seconds(std::chrono::steady_clock::now() - epochStart);
@@ -387,10 +398,14 @@ void train(const TrainOptions& options) {
     progress.endLine();
     testAccuracy = evaluateAccuracy(plan, testSet, options.batchSize, staticBatch);
     const double meanLoss = lossCount > 0 ? lossSum / static_cast<double>(lossCount) : NAN;
-    fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.1f}s\n", epoch, meanLoss,
-               100.0 * testAccuracy, epochSeconds);
-    metrics->write({{"type", "epoch"}, {"epoch", epoch}, {"step", step}, {"train_loss", meanLoss},
-                   {"test_accuracy", testAccuracy}, {"epoch_time_s", epochSeconds}});
+    fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.1f}s\n", epoch, meanLoss, 100.0 * testAccuracy,
+               epochSeconds);
+    metrics->write({{"type", "epoch"},
+                    {"epoch", epoch},
+                    {"step", step},
+                    {"train_loss", meanLoss},
+                    {"test_accuracy", testAccuracy},
+                    {"epoch_time_s", epochSeconds}});
     if (options.save) {
       saveCheckpoint(baseRunDir / "checkpoint", plan, optimizer, CheckpointState{epoch + 1, step});
     }

@@ -25,8 +25,8 @@ GradientAccumulator::GradientAccumulator(TrainingPlan& plan, int microBatches)
   }
   ParameterStore& store = plan.parameters();
   for (std::size_t g = 0; g < store.groupCount(); ++g) {
-    sums_.push_back(Tensor::zeros(store.flatGradients(g).dtype(), store.flatGradients(g).shape(),
-                                  MemoryCategory::Gradients));
+    sums_.push_back(
+        Tensor::zeros(store.flatGradients(g).dtype(), store.flatGradients(g).shape(), MemoryCategory::Gradients));
   }
   hook_ = plan.executor().addGradientReadyHook([this](int parameter) { onGradientReady(parameter); });
 }

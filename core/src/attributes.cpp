@@ -15,7 +15,9 @@ const T& Attributes::get(const std::string& name, const char* typeName) const {
   return *value;
 }
 
-std::int64_t Attributes::getInt(const std::string& name) const { return get<std::int64_t>(name, "an int"); }
+std::int64_t Attributes::getInt(const std::string& name) const {
+  return get<std::int64_t>(name, "an int");
+}
 
 std::int64_t Attributes::getInt(const std::string& name, std::int64_t fallback) const {
   return has(name) ? getInt(name) : fallback;
@@ -35,7 +37,9 @@ float Attributes::getFloat(const std::string& name, float fallback) const {
   return has(name) ? getFloat(name) : fallback;
 }
 
-std::string Attributes::getString(const std::string& name) const { return get<std::string>(name, "a string"); }
+std::string Attributes::getString(const std::string& name) const {
+  return get<std::string>(name, "a string");
+}
 
 std::string Attributes::getString(const std::string& name, const std::string& fallback) const {
   return has(name) ? getString(name) : fallback;
@@ -53,6 +57,8 @@ std::vector<float> Attributes::getFloats(const std::string& name) const {
   return get<std::vector<float>>(name, "a list of floats");
 }
 
-const Tensor& Attributes::getTensor(const std::string& name) const { return get<Tensor>(name, "a tensor"); }
+const Tensor& Attributes::getTensor(const std::string& name) const {
+  return get<Tensor>(name, "a tensor");
+}
 
 }  // namespace strata

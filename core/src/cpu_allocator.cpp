@@ -10,11 +10,15 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
-std::size_t roundUp(std::size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+std::size_t roundUp(std::size_t bytes) {
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 }  // namespace
 
-CpuAllocator::~CpuAllocator() { emptyCache(); }
+CpuAllocator::~CpuAllocator() {
+  emptyCache();
+}
 
 void* CpuAllocator::allocate(std::size_t bytes, MemoryCategory category) {
   const std::size_t blockBytes = roundUp(bytes == 0 ? 1 : bytes);

@@ -7,30 +7,48 @@ namespace strata {
 
 std::size_t dtypeSize(DType dtype) {
   switch (dtype) {
-    case DType::Float32: return 4;
-    case DType::Float16: return 2;
-    case DType::BFloat16: return 2;
-    case DType::Float64: return 8;
-    case DType::Int64: return 8;
-    case DType::Int32: return 4;
-    case DType::Int8: return 1;
-    case DType::UInt8: return 1;
-    case DType::Bool: return 1;
+    case DType::Float32:
+      return 4;
+    case DType::Float16:
+      return 2;
+    case DType::BFloat16:
+      return 2;
+    case DType::Float64:
+      return 8;
+    case DType::Int64:
+      return 8;
+    case DType::Int32:
+      return 4;
+    case DType::Int8:
+      return 1;
+    case DType::UInt8:
+      return 1;
+    case DType::Bool:
+      return 1;
   }
   return 0;
 }
 
 std::string_view dtypeName(DType dtype) {
   switch (dtype) {
-    case DType::Float32: return "float32";
-    case DType::Float16: return "float16";
-    case DType::BFloat16: return "bfloat16";
-    case DType::Float64: return "float64";
-    case DType::Int64: return "int64";
-    case DType::Int32: return "int32";
-    case DType::Int8: return "int8";
-    case DType::UInt8: return "uint8";
-    case DType::Bool: return "bool";
+    case DType::Float32:
+      return "float32";
+    case DType::Float16:
+      return "float16";
+    case DType::BFloat16:
+      return "bfloat16";
+    case DType::Float64:
+      return "float64";
+    case DType::Int64:
+      return "int64";
+    case DType::Int32:
+      return "int32";
+    case DType::Int8:
+      return "int8";
+    case DType::UInt8:
+      return "uint8";
+    case DType::Bool:
+      return "bool";
   }
   return "unknown";
 }
@@ -42,39 +60,57 @@ bool isFloatingPoint(DType dtype) {
 // Codes from onnx.proto's TensorProto.DataType.
 std::optional<DType> dtypeFromOnnx(int onnxType) {
   switch (onnxType) {
-    case 1: return DType::Float32;
-    case 2: return DType::UInt8;
-    case 3: return DType::Int8;
-    case 6: return DType::Int32;
-    case 7: return DType::Int64;
-    case 9: return DType::Bool;
-    case 10: return DType::Float16;
-    case 11: return DType::Float64;
-    case 16: return DType::BFloat16;
-    default: return std::nullopt;
+    case 1:
+      return DType::Float32;
+    case 2:
+      return DType::UInt8;
+    case 3:
+      return DType::Int8;
+    case 6:
+      return DType::Int32;
+    case 7:
+      return DType::Int64;
+    case 9:
+      return DType::Bool;
+    case 10:
+      return DType::Float16;
+    case 11:
+      return DType::Float64;
+    case 16:
+      return DType::BFloat16;
+    default:
+      return std::nullopt;
   }
 }
 
 int dtypeToOnnx(DType dtype) {
   switch (dtype) {
-    case DType::Float32: return 1;
-    case DType::UInt8: return 2;
-    case DType::Int8: return 3;
-    case DType::Int32: return 6;
-    case DType::Int64: return 7;
-    case DType::Bool: return 9;
-    case DType::Float16: return 10;
-    case DType::Float64: return 11;
-    case DType::BFloat16: return 16;
+    case DType::Float32:
+      return 1;
+    case DType::UInt8:
+      return 2;
+    case DType::Int8:
+      return 3;
+    case DType::Int32:
+      return 6;
+    case DType::Int64:
+      return 7;
+    case DType::Bool:
+      return 9;
+    case DType::Float16:
+      return 10;
+    case DType::Float64:
+      return 11;
+    case DType::BFloat16:
+      return 16;
   }
   return 0;
 }
 
 std::string_view onnxTypeName(int onnxType) {
-  static constexpr std::string_view kNames[] = {"undefined", "float",  "uint8",     "int8",       "uint16",
-                                                "int16",     "int32",  "int64",     "string",     "bool",
-                                                "float16",   "double", "uint32",    "uint64",     "complex64",
-                                                "complex128", "bfloat16"};
+  static constexpr std::string_view kNames[] = {"undefined", "float",  "uint8",     "int8",       "uint16",  "int16",
+                                                "int32",     "int64",  "string",    "bool",       "float16", "double",
+                                                "uint32",    "uint64", "complex64", "complex128", "bfloat16"};
   if (onnxType >= 0 && onnxType < static_cast<int>(std::size(kNames))) {
     return kNames[onnxType];
   }
@@ -139,7 +175,9 @@ std::uint16_t floatToHalf(float value) {
   return static_cast<std::uint16_t>(half);
 }
 
-float bfloat16ToFloat(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
+float bfloat16ToFloat(std::uint16_t bits) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+}
 
 std::uint16_t floatToBFloat16(float value) {
   std::uint32_t x = std::bit_cast<std::uint32_t>(value);

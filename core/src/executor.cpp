@@ -24,8 +24,8 @@ void Executor::validateInputs(const std::vector<Tensor>& inputs) const {
            dtypeName(expected.meta.dtype));
     }
     if (given.shape() != expected.meta.shape) {
-      fail("input {} ('{}') has shape {} but the plan was built for {}", i, expected.name,
-           shapeToString(given.shape()), shapeToString(expected.meta.shape));
+      fail("input {} ('{}') has shape {} but the plan was built for {}", i, expected.name, shapeToString(given.shape()),
+           shapeToString(expected.meta.shape));
     }
   }
 }
@@ -69,7 +69,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
       if (step.outputs[i] >= 0) {
         const auto id = static_cast<std::size_t>(step.outputs[i]);
         const ProgramValue& value = program_.values[id];
-        slots[id] = value.bound.defined() ? value.bound : Tensor::empty(value.meta, MemoryCategory::Activations, device_);
+        slots[id] =
+            value.bound.defined() ? value.bound : Tensor::empty(value.meta, MemoryCategory::Activations, device_);
         ctx.outputs[i] = &slots[id];
       }
     }

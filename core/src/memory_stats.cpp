@@ -4,13 +4,20 @@ namespace strata {
 
 std::string_view memoryCategoryName(MemoryCategory category) {
   switch (category) {
-    case MemoryCategory::Parameters: return "parameters";
-    case MemoryCategory::Gradients: return "gradients";
-    case MemoryCategory::OptimizerState: return "optimizer_state";
-    case MemoryCategory::Activations: return "activations";
-    case MemoryCategory::Communication: return "communication";
-    case MemoryCategory::Workspace: return "workspace";
-    case MemoryCategory::Other: return "other";
+    case MemoryCategory::Parameters:
+      return "parameters";
+    case MemoryCategory::Gradients:
+      return "gradients";
+    case MemoryCategory::OptimizerState:
+      return "optimizer_state";
+    case MemoryCategory::Activations:
+      return "activations";
+    case MemoryCategory::Communication:
+      return "communication";
+    case MemoryCategory::Workspace:
+      return "workspace";
+    case MemoryCategory::Other:
+      return "other";
   }
   return "other";
 }
@@ -34,7 +41,9 @@ void MemoryStats::onFree(MemoryCategory category, std::size_t bytes) {
   totalCurrent_.fetch_sub(n, std::memory_order_relaxed);
 }
 
-void MemoryStats::setReserved(std::int64_t bytes) { reserved_.store(bytes, std::memory_order_relaxed); }
+void MemoryStats::setReserved(std::int64_t bytes) {
+  reserved_.store(bytes, std::memory_order_relaxed);
+}
 
 void MemoryStats::resetPeaks() {
   for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {

@@ -16,14 +16,17 @@ const InputInfo& ShapeContext::input(std::size_t i) const {
 const Tensor& ShapeContext::constantInput(std::size_t i) const {
   const InputInfo& info = input(i);
   if (info.constant == nullptr) {
-    error(fmt::format("input {} must be known when the plan is built (a constant or shape arithmetic on "
-                      "static shapes), but it depends on run-time data",
-                      i));
+    error(
+        fmt::format("input {} must be known when the plan is built (a constant or shape arithmetic on "
+                    "static shapes), but it depends on run-time data",
+                    i));
   }
   return *info.constant;
 }
 
-void ShapeContext::error(const std::string& why) const { fail("node '{}' ({}): {}", nodeName, opType, why); }
+void ShapeContext::error(const std::string& why) const {
+  fail("node '{}' ({}): {}", nodeName, opType, why);
+}
 
 const Tensor& KernelContext::input(std::size_t i) const {
   STRATA_CHECK(hasInput(i), "kernel input {} is absent", i);

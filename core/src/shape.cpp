@@ -44,8 +44,8 @@ Shape broadcastShapes(const Shape& a, const Shape& b) {
     const std::int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const std::int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1) {
-      fail("shapes {} and {} cannot be broadcast together (dimension {}: {} vs {})", shapeToString(a),
-           shapeToString(b), i, da, db);
+      fail("shapes {} and {} cannot be broadcast together (dimension {}: {} vs {})", shapeToString(a), shapeToString(b),
+           i, da, db);
     }
     out[i] = da == 1 ? db : da;
   }

@@ -9,8 +9,7 @@ Storage::Storage(Allocator& allocator, std::size_t bytes, MemoryCategory categor
       device_(allocator.device()),
       category_(category) {}
 
-Storage::Storage(void* external, std::size_t bytes, Device device)
-    : data_(external), bytes_(bytes), device_(device) {}
+Storage::Storage(void* external, std::size_t bytes, Device device) : data_(external), bytes_(bytes), device_(device) {}
 
 Storage::~Storage() {
   if (allocator_ != nullptr) {

@@ -4,7 +4,9 @@
 
 namespace strata {
 
-std::string TensorMeta::toString() const { return std::string(dtypeName(dtype)) + shapeToString(shape); }
+std::string TensorMeta::toString() const {
+  return std::string(dtypeName(dtype)) + shapeToString(shape);
+}
 
 Tensor Tensor::empty(const TensorMeta& meta, MemoryCategory category, Device device) {
   STRATA_CHECK(isStatic(meta.shape), "cannot allocate a tensor of dynamic shape {}", shapeToString(meta.shape));
@@ -22,7 +24,9 @@ Tensor Tensor::zeros(DType dtype, Shape shape, MemoryCategory category) {
   return t;
 }
 
-std::int64_t Tensor::dim(std::int64_t axis) const { return meta_.shape.at(normalizeAxis(axis, rank())); }
+std::int64_t Tensor::dim(std::int64_t axis) const {
+  return meta_.shape.at(normalizeAxis(axis, rank()));
+}
 
 Tensor Tensor::reshape(Shape shape) const {
   STRATA_CHECK(numElements(shape) == numel(), "cannot reshape {} into {}: element counts differ",

@@ -12,7 +12,9 @@ ThreadPool& ThreadPool::instance() {
   return pool;
 }
 
-ThreadPool::ThreadPool() { setThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))); }
+ThreadPool::ThreadPool() {
+  setThreads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+}
 
 void ThreadPool::setThreads(int threads) {
   threads_ = std::max(1, threads);

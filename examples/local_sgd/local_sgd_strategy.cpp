@@ -18,8 +18,8 @@ int parsePositive(const std::string& key, const std::string& value) {
   } catch (const std::exception&) {
     used = 0;
   }
-  STRATA_CHECK(used == value.size() && parsed >= 1,
-               "strategy 'local_sgd': option {}={} must be a positive integer", key, value);
+  STRATA_CHECK(used == value.size() && parsed >= 1, "strategy 'local_sgd': option {}={} must be a positive integer",
+               key, value);
   return parsed;
 }
 
@@ -70,7 +70,8 @@ void LocalSgdStrategy::averageParameters() {
     work->wait(strata::ProcessGroupOptions{}.timeout);
   }
   store.bumpVersion();
-  context_->addFigure("communication_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  context_->addFigure("communication_s",
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 }  // namespace example

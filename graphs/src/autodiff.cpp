@@ -12,7 +12,9 @@
 namespace strata {
 namespace {
 
-bool isParameterCandidate(const Value& value) { return value.isInitializer && isFloatingPoint(value.meta.dtype); }
+bool isParameterCandidate(const Value& value) {
+  return value.isInitializer && isFloatingPoint(value.meta.dtype);
+}
 
 bool isDifferentiableSlot(const GradientRuleInfo* rule, std::size_t slot) {
   return rule == nullptr || std::find(rule->nonDifferentiableInputs.begin(), rule->nonDifferentiableInputs.end(),
@@ -271,9 +273,10 @@ class BackwardBuilder {
     const Node node = g_.nodes[n];  // a copy: the builder grows g_.nodes
     const GradientRuleInfo* rule = rules_[n];
     if (rule == nullptr) {
-      fail("{}: node '{}' ({}) lies on the path from the loss to a trainable parameter, but Strata has no gradient "
-           "rule for {}",
-           g_.sourcePath, node.name, node.opType, node.opType);
+      fail(
+          "{}: node '{}' ({}) lies on the path from the loss to a trainable parameter, but Strata has no gradient "
+          "rule for {}",
+          g_.sourcePath, node.name, node.opType, node.opType);
     }
     std::vector<bool> needs(node.inputs.size());
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
@@ -329,16 +332,15 @@ class BackwardBuilder {
       grad = builder.emit1("Identity", {builder.constant(zeros)});
     }
     const Value& value = g_.values[static_cast<std::size_t>(grad)];
-    const bool exclusive = value.producer >= static_cast<int>(forwardNodes_) && !value.constant.defined() &&
-                           claimed_.insert(grad).second;
+    const bool exclusive =
+        value.producer >= static_cast<int>(forwardNodes_) && !value.constant.defined() && claimed_.insert(grad).second;
     if (!exclusive) {
       grad = builder.emit1("Identity", {grad});
       claimed_.insert(grad);
     }
     const int p = parameterIndex_.at(parameter);
     tg_.parameterGrads[static_cast<std::size_t>(p)] = grad;
-    tg_.gradientReadyAfterNode[static_cast<std::size_t>(p)] =
-        g_.values[static_cast<std::size_t>(grad)].producer;
+    tg_.gradientReadyAfterNode[static_cast<std::size_t>(p)] = g_.values[static_cast<std::size_t>(grad)].producer;
   }
 
   TrainingGraph& tg_;

@@ -36,8 +36,8 @@ int GradientBuilder::sumToShape(int grad, const Shape& targetShape) {
     return grad;
   }
   if (from.size() < shape.size()) {
-    fail("node '{}': cannot sum a gradient of shape {} down to the larger rank of {}", node().name,
-         shapeToString(from), shapeToString(shape));
+    fail("node '{}': cannot sum a gradient of shape {} down to the larger rank of {}", node().name, shapeToString(from),
+         shapeToString(shape));
   }
   const std::size_t lead = from.size() - shape.size();
   std::vector<std::int64_t> axes;

@@ -66,8 +66,7 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
     step.nodeName = node.name;
     step.opType = node.opType;
     step.phase = node.phase;
-    step.sourceNode = node.phase == NodePhase::Backward ? node.gradientOf
-                                                        : static_cast<int>(program.steps.size());
+    step.sourceNode = node.phase == NodePhase::Backward ? node.gradientOf : static_cast<int>(program.steps.size());
     std::vector<InputInfo> inputInfos;
     for (int v : node.inputs) {
       step.inputs.push_back(table(v));
@@ -82,9 +81,9 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
     for (std::size_t o = 0; o < node.outputs.size(); ++o) {
       const int v = node.outputs[o];
       // Output 0 is always materialised; optional extra outputs only when something reads them.
-      const bool used = v != kNoValue && (o == 0 || !consumers[static_cast<std::size_t>(v)].empty() ||
-                                          isGraphOutput[static_cast<std::size_t>(v)] ||
-                                          isBound[static_cast<std::size_t>(v)]);
+      const bool used =
+          v != kNoValue && (o == 0 || !consumers[static_cast<std::size_t>(v)].empty() ||
+                            isGraphOutput[static_cast<std::size_t>(v)] || isBound[static_cast<std::size_t>(v)]);
       step.outputs.push_back(used ? table(v) : -1);
       outputMetas.push_back(v == kNoValue ? TensorMeta{} : graph.values[static_cast<std::size_t>(v)].meta);
     }
@@ -101,8 +100,8 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
   for (const auto& [valueId, tensor] : options.bindings) {
     ProgramValue& value = program.values[static_cast<std::size_t>(table(valueId))];
     if (tensor.meta() != value.meta) {
-      fail("{}: value '{}' is {} but was bound to a tensor of {}", graph.sourcePath, value.name,
-           value.meta.toString(), tensor.meta().toString());
+      fail("{}: value '{}' is {} but was bound to a tensor of {}", graph.sourcePath, value.name, value.meta.toString(),
+           tensor.meta().toString());
     }
     value.bound = tensor;
   }

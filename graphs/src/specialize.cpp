@@ -8,11 +8,15 @@
 namespace strata {
 namespace {
 
-std::string where(const Graph& graph) { return graph.sourcePath.empty() ? graph.name : graph.sourcePath; }
+std::string where(const Graph& graph) {
+  return graph.sourcePath.empty() ? graph.name : graph.sourcePath;
+}
 
 // Parameters (float initializers) must stay inputs of the plan: folding through them would bake trained weights
 // into constants and cut their gradients.
-bool isParameter(const Value& value) { return value.isInitializer && isFloatingPoint(value.meta.dtype); }
+bool isParameter(const Value& value) {
+  return value.isInitializer && isFloatingPoint(value.meta.dtype);
+}
 
 // Shape and Size only need their input's static shape, not its data.
 bool foldShapeQuery(const Node& node, const std::vector<InputInfo>& inputs, Value& output) {
@@ -24,7 +28,9 @@ bool foldShapeQuery(const Node& node, const std::vector<InputInfo>& inputs, Valu
     output.constant = Tensor::scalar<std::int64_t>(numElements(shape));
   } else {
     const auto rank = static_cast<std::int64_t>(shape.size());
-    auto clampAxis = [rank](std::int64_t axis) { return std::clamp(axis < 0 ? axis + rank : axis, std::int64_t{0}, rank); };
+    auto clampAxis = [rank](std::int64_t axis) {
+      return std::clamp(axis < 0 ? axis + rank : axis, std::int64_t{0}, rank);
+    };
     const std::int64_t start = clampAxis(node.attrs.getInt("start", 0));
     const std::int64_t end = clampAxis(node.attrs.getInt("end", rank));
     const std::int64_t count = std::max<std::int64_t>(0, end - start);
@@ -46,9 +52,10 @@ std::vector<TensorMeta> defaultInputMetas(const Graph& graph, std::int64_t batch
         continue;
       }
       if (d != 0) {
-        fail("{}: input '{}' has a dynamic dimension {} in {} that cannot be specialised; give the input shape "
-             "explicitly (--input-shape)",
-             where(graph), graph.values[static_cast<std::size_t>(id)].name, d, shapeToString(meta.shape));
+        fail(
+            "{}: input '{}' has a dynamic dimension {} in {} that cannot be specialised; give the input shape "
+            "explicitly (--input-shape)",
+            where(graph), graph.values[static_cast<std::size_t>(id)].name, d, shapeToString(meta.shape));
       }
       meta.shape[d] = batch;
     }
@@ -62,14 +69,13 @@ Graph specialize(const Graph& graph, const SpecializeOptions& options) {
   const std::vector<TensorMeta> metas =
       options.inputMetas.empty() ? defaultInputMetas(graph, options.defaultBatch) : options.inputMetas;
   if (metas.size() != graph.inputs.size()) {
-    fail("{}: the model has {} input(s) but {} shape(s) were given", where(graph), graph.inputs.size(),
-         metas.size());
+    fail("{}: the model has {} input(s) but {} shape(s) were given", where(graph), graph.inputs.size(), metas.size());
   }
   for (std::size_t i = 0; i < metas.size(); ++i) {
     Value& input = out.values[static_cast<std::size_t>(graph.inputs[i])];
     const Shape& declared = input.meta.shape;
-    bool matches = metas[i].dtype == input.meta.dtype && metas[i].shape.size() == declared.size() &&
-                   isStatic(metas[i].shape);
+    bool matches =
+        metas[i].dtype == input.meta.dtype && metas[i].shape.size() == declared.size() && isStatic(metas[i].shape);
     for (std::size_t d = 0; matches && d < declared.size(); ++d) {
       matches = declared[d] < 0 || declared[d] == metas[i].shape[d];
     }

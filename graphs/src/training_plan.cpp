@@ -57,8 +57,10 @@ Graph evalModeGraph(Graph graph) {
 }  // namespace
 
 LossKind parseLossKind(const std::string& name) {
-  if (name == "cross-entropy") return LossKind::CrossEntropy;
-  if (name == "mse") return LossKind::Mse;
+  if (name == "cross-entropy")
+    return LossKind::CrossEntropy;
+  if (name == "mse")
+    return LossKind::Mse;
   fail("unknown loss '{}' (choose cross-entropy or mse)", name);
 }
 
@@ -82,8 +84,8 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     }
     const int logits = model.outputs[0];
     const TensorMeta logitsMeta = specialised.values[static_cast<std::size_t>(logits)].meta;
-    labelMeta_ = options.loss == LossKind::CrossEntropy ? TensorMeta{DType::Int64, {logitsMeta.shape.at(0)}}
-                                                        : logitsMeta;
+    labelMeta_ =
+        options.loss == LossKind::CrossEntropy ? TensorMeta{DType::Int64, {logitsMeta.shape.at(0)}} : logitsMeta;
     if (options.loss == LossKind::CrossEntropy && logitsMeta.shape.size() < 2) {
       fail("{}: cross-entropy needs logits of shape [N, C, ...], but output '{}' is {}", model.sourcePath,
            specialised.values[static_cast<std::size_t>(logits)].name, logitsMeta.toString());

@@ -40,8 +40,7 @@ onnx::ModelProto parseModel(const std::filesystem::path& file) {
     fail("{}: is empty, not an ONNX model", file.string());
   }
   if (!model.ParseFromString(bytes)) {
-    fail("{}: not an ONNX model, or a truncated one (protobuf parse of {} bytes failed)", file.string(),
-         bytes.size());
+    fail("{}: not an ONNX model, or a truncated one (protobuf parse of {} bytes failed)", file.string(), bytes.size());
   }
   if (!model.has_graph() || model.ir_version() <= 0) {
     fail("{}: not an ONNX model (no graph or IR version in the protobuf)", file.string());
@@ -93,13 +92,20 @@ TensorMeta metaFromType(const onnx::TypeProto& type, const std::string& context)
 
 AttributeValue convertAttribute(const onnx::AttributeProto& attr, const std::string& context) {
   switch (attr.type()) {
-    case onnx::AttributeProto::INT: return attr.i();
-    case onnx::AttributeProto::FLOAT: return attr.f();
-    case onnx::AttributeProto::STRING: return attr.s();
-    case onnx::AttributeProto::INTS: return std::vector<std::int64_t>(attr.ints().begin(), attr.ints().end());
-    case onnx::AttributeProto::FLOATS: return std::vector<float>(attr.floats().begin(), attr.floats().end());
-    case onnx::AttributeProto::STRINGS: return std::vector<std::string>(attr.strings().begin(), attr.strings().end());
-    case onnx::AttributeProto::TENSOR: return detail::tensorFromProto(attr.t(), context);
+    case onnx::AttributeProto::INT:
+      return attr.i();
+    case onnx::AttributeProto::FLOAT:
+      return attr.f();
+    case onnx::AttributeProto::STRING:
+      return attr.s();
+    case onnx::AttributeProto::INTS:
+      return std::vector<std::int64_t>(attr.ints().begin(), attr.ints().end());
+    case onnx::AttributeProto::FLOATS:
+      return std::vector<float>(attr.floats().begin(), attr.floats().end());
+    case onnx::AttributeProto::STRINGS:
+      return std::vector<std::string>(attr.strings().begin(), attr.strings().end());
+    case onnx::AttributeProto::TENSOR:
+      return detail::tensorFromProto(attr.t(), context);
     default:
       fail("{}: attribute '{}' has a type Strata does not support (graphs, sparse tensors, type protos)", context,
            attr.name());
@@ -193,8 +199,7 @@ Graph convertGraph(const onnx::ModelProto& model, const std::filesystem::path& f
   if (!unsupported.empty() && options.requireSupportedOps) {
     std::string list;
     for (const auto& [type, entry] : unsupported) {
-      list += fmt::format("{}{} x{} (first: node '{}')", list.empty() ? "" : ", ", type, entry.count,
-                          entry.firstNode);
+      list += fmt::format("{}{} x{} (first: node '{}')", list.empty() ? "" : ", ", type, entry.count, entry.firstNode);
     }
     fail("{}: unsupported operators: {}", file.string(), list);
   }

@@ -63,9 +63,10 @@ Tensor tensorFromProto(const onnx::TensorProto& proto, const std::string& contex
                        const std::filesystem::path& baseDir) {
   const auto dtype = dtypeFromOnnx(proto.data_type());
   if (!dtype) {
-    fail("{}: dtype {} is not supported (Strata supports float32, float16, bfloat16, float64, int64, int32, int8, "
-         "uint8, bool)",
-         context, onnxTypeName(proto.data_type()));
+    fail(
+        "{}: dtype {} is not supported (Strata supports float32, float16, bfloat16, float64, int64, int32, int8, "
+        "uint8, bool)",
+        context, onnxTypeName(proto.data_type()));
   }
   Shape shape(proto.dims().begin(), proto.dims().end());
   for (std::int64_t d : shape) {
@@ -96,15 +97,31 @@ Tensor tensorFromProto(const onnx::TensorProto& proto, const std::string& contex
     return tensor;
   }
   switch (*dtype) {
-    case DType::Float32: copyConverted<float>(proto.float_data(), tensor, context); break;
-    case DType::Float64: copyConverted<double>(proto.double_data(), tensor, context); break;
-    case DType::Int64: copyConverted<std::int64_t>(proto.int64_data(), tensor, context); break;
-    case DType::Int32: copyConverted<std::int32_t>(proto.int32_data(), tensor, context); break;
-    case DType::Int8: copyConverted<std::int8_t>(proto.int32_data(), tensor, context); break;
-    case DType::UInt8: copyConverted<std::uint8_t>(proto.int32_data(), tensor, context); break;
-    case DType::Bool: copyConverted<bool>(proto.int32_data(), tensor, context); break;
+    case DType::Float32:
+      copyConverted<float>(proto.float_data(), tensor, context);
+      break;
+    case DType::Float64:
+      copyConverted<double>(proto.double_data(), tensor, context);
+      break;
+    case DType::Int64:
+      copyConverted<std::int64_t>(proto.int64_data(), tensor, context);
+      break;
+    case DType::Int32:
+      copyConverted<std::int32_t>(proto.int32_data(), tensor, context);
+      break;
+    case DType::Int8:
+      copyConverted<std::int8_t>(proto.int32_data(), tensor, context);
+      break;
+    case DType::UInt8:
+      copyConverted<std::uint8_t>(proto.int32_data(), tensor, context);
+      break;
+    case DType::Bool:
+      copyConverted<bool>(proto.int32_data(), tensor, context);
+      break;
     case DType::Float16:
-    case DType::BFloat16: copyConverted<std::uint16_t>(proto.int32_data(), tensor, context); break;
+    case DType::BFloat16:
+      copyConverted<std::uint16_t>(proto.int32_data(), tensor, context);
+      break;
   }
   return tensor;
 }

@@ -23,7 +23,7 @@ struct Bucket {
   std::size_t group = 0;
   std::int64_t begin = 0;  // element range in the group's flat gradient buffer
   std::int64_t end = 0;
-  int pending = 0;          // gradients of this bucket not final yet in the current backward
+  int pending = 0;  // gradients of this bucket not final yet in the current backward
   int parameters = 0;
   WorkHandle work;
 };

@@ -7,8 +7,7 @@ namespace strata::plugins {
 void SingleStrategy::setup(StrategyContext& context) {
   // No options: a misspelt --strategy-opt must not pass silently.
   for (const auto& [key, value] : context.options()) {
-    fail("strategy 'single' does not accept option '{}' (--strategy-opt {}={}): it takes no options", key, key,
-         value);
+    fail("strategy 'single' does not accept option '{}' (--strategy-opt {}={}): it takes no options", key, key, value);
   }
   context_ = &context;
 }

@@ -165,8 +165,7 @@ void expectGradientsMatchFiniteDifferences(const std::string& opType, const std:
     eagerInputs.push_back(t.defined() ? &t : nullptr);
   }
   auto lossAt = [&] {
-    return projectedLoss(runOpEagerly(opType, eagerInputs, attrs, options.outputCount, options.training),
-                         projections);
+    return projectedLoss(runOpEagerly(opType, eagerInputs, attrs, options.outputCount, options.training), projections);
   };
   EXPECT_NEAR(elementAsDouble(results[0], 0), lossAt(), 1e-6 * (1 + std::abs(lossAt())))
       << "the training plan's loss differs from the eager forward";

@@ -25,8 +25,8 @@ std::string importError(const std::filesystem::path& file) {
 }
 
 TEST(OnnxImporterTest, MissingFileNamesThePath) {
-  EXPECT_THAT(importError("/nonexistent/model.onnx"), AllOf(HasSubstr("/nonexistent/model.onnx"),
-                                                             HasSubstr("no such file")));
+  EXPECT_THAT(importError("/nonexistent/model.onnx"),
+              AllOf(HasSubstr("/nonexistent/model.onnx"), HasSubstr("no such file")));
 }
 
 TEST(OnnxImporterTest, NotAnOnnxFile) {

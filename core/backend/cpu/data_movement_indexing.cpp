@@ -13,11 +13,14 @@ namespace strata::cpu::shape_detail {
 
 namespace {
 
-std::size_t elemSizeOf(const Tensor& t) { return dtypeSize(t.dtype()); }
+std::size_t elemSizeOf(const Tensor& t) {
+  return dtypeSize(t.dtype());
+}
 
 std::int64_t productOf(const Shape& shape, std::size_t begin, std::size_t end) {
   std::int64_t p = 1;
-  for (std::size_t i = begin; i < end; ++i) p *= shape[i];
+  for (std::size_t i = begin; i < end; ++i)
+    p *= shape[i];
   return p;
 }
 
@@ -32,14 +35,17 @@ void checkIndexType(const ShapeContext& ctx, std::size_t i) {
 std::vector<std::int64_t> normalizedIndices(const Tensor& indices, std::int64_t dim, const char* op) {
   auto idx = toInt64Vector(indices);
   for (auto& v : idx) {
-    if (v < -dim || v >= dim) fail("{}: index {} is out of bounds for an axis of size {}", op, v, dim);
-    if (v < 0) v += dim;
+    if (v < -dim || v >= dim)
+      fail("{}: index {} is out of bounds for an axis of size {}", op, v, dim);
+    if (v < 0)
+      v += dim;
   }
   return idx;
 }
 
 std::int64_t axisFrom(const ShapeContext& ctx, std::int64_t axis, std::int64_t rank) {
-  if (axis < -rank || axis >= rank) ctx.error(fmt::format("axis {} is out of range for rank {}", axis, rank));
+  if (axis < -rank || axis >= rank)
+    ctx.error(fmt::format("axis {} is out of range for rank {}", axis, rank));
   return axis < 0 ? axis + rank : axis;
 }
 
@@ -61,16 +67,18 @@ std::vector<TensorMeta> inferGather(const ShapeContext& ctx) {
 ComputeFn makeGather(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis", 0);
   return [axisAttr](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& data = ctx.input(0);
     const auto axis = static_cast<std::size_t>(normalizeAxis(axisAttr, data.rank()));
     const std::int64_t dim = data.shape()[axis];
     const auto idx = normalizedIndices(ctx.input(1), dim, "Gather");
     const auto n = static_cast<std::int64_t>(idx.size());
     const std::int64_t outer = productOf(data.shape(), 0, axis);
-    const auto innerBytes = static_cast<std::size_t>(productOf(data.shape(), axis + 1, data.shape().size())) *
-                            elemSizeOf(data);
-    if (n == 0 || outer == 0 || innerBytes == 0) return;
+    const auto innerBytes =
+        static_cast<std::size_t>(productOf(data.shape(), axis + 1, data.shape().size())) * elemSizeOf(data);
+    if (n == 0 || outer == 0 || innerBytes == 0)
+      return;
     const auto* src = static_cast<const char*>(data.rawData());
     auto* dst = static_cast<char*>(ctx.output(0).rawData());
     const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(innerBytes));
@@ -111,14 +119,16 @@ void forEachElementIndex(const Shape& shape, const std::vector<std::int64_t>& id
   for (std::size_t k = rank; k-- > 0;) {
     coord[k] = rem % shape[k];
     rem /= shape[k];
-    if (k != axis) base += coord[k] * dataStrides[k];
+    if (k != axis)
+      base += coord[k] * dataStrides[k];
   }
   for (std::int64_t p = begin; p < end; ++p) {
     fn(p, base + idx[static_cast<std::size_t>(p)] * dataStrides[axis]);
     for (std::size_t k = rank; k-- > 0;) {
       const std::int64_t step = k == axis ? 0 : dataStrides[k];
       base += step;
-      if (++coord[k] < shape[k]) break;
+      if (++coord[k] < shape[k])
+        break;
       base -= step * shape[k];
       coord[k] = 0;
     }
@@ -138,7 +148,8 @@ std::vector<TensorMeta> inferGatherElements(const ShapeContext& ctx) {
 ComputeFn makeGatherElements(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis", 0);
   return [axisAttr](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& data = ctx.input(0);
     const Tensor& indices = ctx.input(1);
     const auto axis = static_cast<std::size_t>(normalizeAxis(axisAttr, data.rank()));
@@ -148,12 +159,13 @@ ComputeFn makeGatherElements(const KernelInit& init) {
     const std::size_t es = elemSizeOf(data);
     const auto* src = static_cast<const char*>(data.rawData());
     auto* dst = static_cast<char*>(ctx.output(0).rawData());
-    parallelFor(0, indices.numel(), std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(es)),
-                [&](std::int64_t begin, std::int64_t end) {
-                  forEachElementIndex(indices.shape(), idx, axis, strides, begin, end, [&](std::int64_t p, std::int64_t off) {
-                    std::memcpy(dst + static_cast<std::size_t>(p) * es, src + static_cast<std::size_t>(off) * es, es);
-                  });
-                });
+    parallelFor(
+        0, indices.numel(), std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(es)),
+        [&](std::int64_t begin, std::int64_t end) {
+          forEachElementIndex(indices.shape(), idx, axis, strides, begin, end, [&](std::int64_t p, std::int64_t off) {
+            std::memcpy(dst + static_cast<std::size_t>(p) * es, src + static_cast<std::size_t>(off) * es, es);
+          });
+        });
   };
 }
 
@@ -161,22 +173,32 @@ enum class Reduction { None, Add, Mul, Max, Min };
 
 Reduction reductionOf(const Attributes& attrs) {
   const std::string r = attrs.getString("reduction", "none");
-  if (r == "none") return Reduction::None;
-  if (r == "add") return Reduction::Add;
-  if (r == "mul") return Reduction::Mul;
-  if (r == "max") return Reduction::Max;
-  if (r == "min") return Reduction::Min;
+  if (r == "none")
+    return Reduction::None;
+  if (r == "add")
+    return Reduction::Add;
+  if (r == "mul")
+    return Reduction::Mul;
+  if (r == "max")
+    return Reduction::Max;
+  if (r == "min")
+    return Reduction::Min;
   fail("unknown reduction '{}' (expected none, add, mul, max or min)", r);
 }
 
 template <typename T>
 T combine(T a, T b, Reduction r) {
   switch (r) {
-    case Reduction::None: return b;
-    case Reduction::Add: return static_cast<T>(a + b);
-    case Reduction::Mul: return static_cast<T>(a * b);
-    case Reduction::Max: return std::max(a, b);
-    case Reduction::Min: return std::min(a, b);
+    case Reduction::None:
+      return b;
+    case Reduction::Add:
+      return static_cast<T>(a + b);
+    case Reduction::Mul:
+      return static_cast<T>(a * b);
+    case Reduction::Max:
+      return std::max(a, b);
+    case Reduction::Min:
+      return std::min(a, b);
   }
   return b;
 }
@@ -217,7 +239,8 @@ std::vector<TensorMeta> inferScatterElements(const ShapeContext& ctx) {
     ctx.error(fmt::format("updates {} must have the shape of indices {}", shapeToString(updates.shape),
                           shapeToString(indices.shape)));
   }
-  if (updates.dtype != data.dtype) ctx.error("updates must have the type of data");
+  if (updates.dtype != data.dtype)
+    ctx.error("updates must have the type of data");
   withNodeErrors(ctx, [&] {
     checkElementsShapes(data.shape, indices.shape, axis, "ScatterElements");
     reductionOf(ctx.attrs);
@@ -229,7 +252,8 @@ ComputeFn makeScatterElements(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis", 0);
   const Reduction reduction = reductionOf(init.attrs);
   return [axisAttr, reduction](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& data = ctx.input(0);
     const Tensor& indices = ctx.input(1);
     const Tensor& updates = ctx.input(2);
@@ -262,7 +286,8 @@ struct NdPlan {
 };
 
 NdPlan planNd(const Shape& data, const Shape& indices, std::int64_t batchDims, const char* op) {
-  if (indices.empty()) fail("{}: indices must have rank >= 1", op);
+  if (indices.empty())
+    fail("{}: indices must have rank >= 1", op);
   if (batchDims < 0 || batchDims >= static_cast<std::int64_t>(std::min(data.size(), indices.size()))) {
     fail("{}: batch_dims {} is out of range", op, batchDims);
   }
@@ -273,7 +298,8 @@ NdPlan planNd(const Shape& data, const Shape& indices, std::int64_t batchDims, c
     fail("{}: index tuples of length {} do not fit data {}", op, plan.k, shapeToString(data));
   }
   for (std::size_t i = 0; i < b; ++i) {
-    if (data[i] != indices[i]) fail("{}: batch dims of data {} and indices {} differ", op, shapeToString(data), shapeToString(indices));
+    if (data[i] != indices[i])
+      fail("{}: batch dims of data {} and indices {} differ", op, shapeToString(data), shapeToString(indices));
     plan.batch *= data[i];
   }
   plan.tuples = productOf(indices, b, indices.size() - 1);
@@ -294,8 +320,10 @@ std::vector<std::int64_t> ndOffsets(const Shape& data, const Tensor& indices, co
     for (std::int64_t j = 0; j < plan.k; ++j) {
       const std::size_t axis = b + static_cast<std::size_t>(j);
       std::int64_t v = raw[t * static_cast<std::size_t>(plan.k) + static_cast<std::size_t>(j)];
-      if (v < -data[axis] || v >= data[axis]) fail("{}: index {} is out of bounds for axis {} of size {}", op, v, axis, data[axis]);
-      if (v < 0) v += data[axis];
+      if (v < -data[axis] || v >= data[axis])
+        fail("{}: index {} is out of bounds for axis {} of size {}", op, v, axis, data[axis]);
+      if (v < 0)
+        v += data[axis];
       off += v * strides[axis];
     }
     offsets[t] = off;
@@ -305,22 +333,26 @@ std::vector<std::int64_t> ndOffsets(const Shape& data, const Tensor& indices, co
 
 std::vector<TensorMeta> inferGatherND(const ShapeContext& ctx) {
   const TensorMeta& data = ctx.input(0).meta;
-  if (ctx.input(1).meta.dtype != DType::Int64) ctx.error("indices must be int64");
-  return {TensorMeta{data.dtype, withNodeErrors(ctx, [&] {
-                       return planNd(data.shape, ctx.input(1).meta.shape, ctx.attrs.getInt("batch_dims", 0), "GatherND").out;
-                     })}};
+  if (ctx.input(1).meta.dtype != DType::Int64)
+    ctx.error("indices must be int64");
+  return {TensorMeta{
+      data.dtype, withNodeErrors(ctx, [&] {
+        return planNd(data.shape, ctx.input(1).meta.shape, ctx.attrs.getInt("batch_dims", 0), "GatherND").out;
+      })}};
 }
 
 ComputeFn makeGatherND(const KernelInit& init) {
   const std::int64_t batchDims = init.attrs.getInt("batch_dims", 0);
   return [batchDims](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& data = ctx.input(0);
     const NdPlan plan = planNd(data.shape(), ctx.input(1).shape(), batchDims, "GatherND");
     const auto offsets = ndOffsets(data.shape(), ctx.input(1), plan, static_cast<std::size_t>(batchDims), "GatherND");
     const std::size_t es = elemSizeOf(data);
     const auto sliceBytes = static_cast<std::size_t>(plan.sliceElems) * es;
-    if (sliceBytes == 0 || offsets.empty()) return;
+    if (sliceBytes == 0 || offsets.empty())
+      return;
     const std::int64_t batchElems = data.numel() / plan.batch;
     const auto* src = static_cast<const char*>(data.rawData());
     auto* dst = static_cast<char*>(ctx.output(0).rawData());
@@ -329,8 +361,8 @@ ComputeFn makeGatherND(const KernelInit& init) {
                 [&](std::int64_t begin, std::int64_t end) {
                   for (std::int64_t t = begin; t < end; ++t) {
                     const std::int64_t off = (t / plan.tuples) * batchElems + offsets[static_cast<std::size_t>(t)];
-                    std::memcpy(dst + static_cast<std::size_t>(t) * sliceBytes, src + static_cast<std::size_t>(off) * es,
-                                sliceBytes);
+                    std::memcpy(dst + static_cast<std::size_t>(t) * sliceBytes,
+                                src + static_cast<std::size_t>(off) * es, sliceBytes);
                   }
                 });
   };
@@ -339,7 +371,8 @@ ComputeFn makeGatherND(const KernelInit& init) {
 std::vector<TensorMeta> inferScatterND(const ShapeContext& ctx) {
   const TensorMeta& data = ctx.input(0).meta;
   const TensorMeta& updates = ctx.input(2).meta;
-  if (ctx.input(1).meta.dtype != DType::Int64) ctx.error("indices must be int64");
+  if (ctx.input(1).meta.dtype != DType::Int64)
+    ctx.error("indices must be int64");
   const NdPlan plan = withNodeErrors(ctx, [&] {
     reductionOf(ctx.attrs);
     return planNd(data.shape, ctx.input(1).meta.shape, 0, "ScatterND");
@@ -347,14 +380,16 @@ std::vector<TensorMeta> inferScatterND(const ShapeContext& ctx) {
   if (updates.shape != plan.out) {
     ctx.error(fmt::format("updates have shape {}, expected {}", shapeToString(updates.shape), shapeToString(plan.out)));
   }
-  if (updates.dtype != data.dtype) ctx.error("updates must have the type of data");
+  if (updates.dtype != data.dtype)
+    ctx.error("updates must have the type of data");
   return {data};
 }
 
 ComputeFn makeScatterND(const KernelInit& init) {
   const Reduction reduction = reductionOf(init.attrs);
   return [reduction](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& data = ctx.input(0);
     const Tensor& updates = ctx.input(2);
     Tensor& out = ctx.output(0);
@@ -365,8 +400,8 @@ ComputeFn makeScatterND(const KernelInit& init) {
     const auto* src = static_cast<const char*>(updates.rawData());
     auto* dst = static_cast<char*>(out.rawData());
     for (std::size_t t = 0; t < offsets.size(); ++t) {
-      reduceInto(dst + static_cast<std::size_t>(offsets[t]) * es, src + t * static_cast<std::size_t>(plan.sliceElems) * es,
-                 plan.sliceElems, data.dtype(), reduction);
+      reduceInto(dst + static_cast<std::size_t>(offsets[t]) * es,
+                 src + t * static_cast<std::size_t>(plan.sliceElems) * es, plan.sliceElems, data.dtype(), reduction);
     }
   };
 }
@@ -377,11 +412,14 @@ ComputeFn makeScatterND(const KernelInit& init) {
 std::vector<TensorMeta> inferOneHot(const ShapeContext& ctx) {
   const TensorMeta& indices = ctx.input(0).meta;
   const TensorMeta& values = ctx.input(2).meta;
-  if (values.numel() != 2) ctx.error(fmt::format("values must hold [off, on], not shape {}", shapeToString(values.shape)));
+  if (values.numel() != 2)
+    ctx.error(fmt::format("values must hold [off, on], not shape {}", shapeToString(values.shape)));
   const Tensor& depthTensor = ctx.constantInput(1);
-  if (depthTensor.numel() != 1) ctx.error("depth must be a scalar");
+  if (depthTensor.numel() != 1)
+    ctx.error("depth must be a scalar");
   const auto depth = static_cast<std::int64_t>(elementAsDouble(depthTensor));
-  if (depth <= 0) ctx.error(fmt::format("depth {} must be positive", depth));
+  if (depth <= 0)
+    ctx.error(fmt::format("depth {} must be positive", depth));
   const auto outRank = static_cast<std::int64_t>(indices.shape.size()) + 1;
   const auto axis = static_cast<std::size_t>(axisFrom(ctx, ctx.attrs.getInt("axis", -1), outRank));
   Shape out = indices.shape;
@@ -392,7 +430,8 @@ std::vector<TensorMeta> inferOneHot(const ShapeContext& ctx) {
 ComputeFn makeOneHot(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis", -1);
   return [axisAttr](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& indices = ctx.input(0);
     const Tensor& values = ctx.input(2);
     Tensor& out = ctx.output(0);
@@ -407,8 +446,10 @@ ComputeFn makeOneHot(const KernelInit& init) {
     fillElements(dst, off, out.numel(), es);
     for (std::size_t i = 0; i < idx.size(); ++i) {
       std::int64_t v = idx[i];
-      if (v < 0) v += depth;
-      if (v < 0 || v >= depth) continue;  // out of range: the whole one-hot vector stays off
+      if (v < 0)
+        v += depth;
+      if (v < 0 || v >= depth)
+        continue;  // out of range: the whole one-hot vector stays off
       const std::int64_t o = static_cast<std::int64_t>(i) / inner;
       const std::int64_t r = static_cast<std::int64_t>(i) % inner;
       std::memcpy(dst + static_cast<std::size_t>((o * depth + v) * inner + r) * es, on, es);

@@ -13,11 +13,14 @@ namespace strata::cpu::shape_detail {
 
 namespace {
 
-std::size_t elemSizeOf(const Tensor& t) { return dtypeSize(t.dtype()); }
+std::size_t elemSizeOf(const Tensor& t) {
+  return dtypeSize(t.dtype());
+}
 
 std::int64_t productOf(const Shape& shape, std::size_t begin, std::size_t end) {
   std::int64_t p = 1;
-  for (std::size_t i = begin; i < end; ++i) p *= shape[i];
+  for (std::size_t i = begin; i < end; ++i)
+    p *= shape[i];
   return p;
 }
 
@@ -35,9 +38,12 @@ std::vector<std::int64_t> transposePerm(const Attributes& attrs, std::int64_t ra
   }
   std::vector<bool> seen(perm.size(), false);
   for (auto& p : perm) {
-    if (p < -rank || p >= rank) fail("perm {} is not a permutation of 0..{}", listToString(perm), rank - 1);
-    if (p < 0) p += rank;
-    if (seen[static_cast<std::size_t>(p)]) fail("perm {} repeats axis {}", listToString(perm), p);
+    if (p < -rank || p >= rank)
+      fail("perm {} is not a permutation of 0..{}", listToString(perm), rank - 1);
+    if (p < 0)
+      p += rank;
+    if (seen[static_cast<std::size_t>(p)])
+      fail("perm {} repeats axis {}", listToString(perm), p);
     seen[static_cast<std::size_t>(p)] = true;
   }
   return perm;
@@ -45,16 +51,19 @@ std::vector<std::int64_t> transposePerm(const Attributes& attrs, std::int64_t ra
 
 std::vector<TensorMeta> inferTranspose(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
-  const auto perm = withNodeErrors(ctx, [&] { return transposePerm(ctx.attrs, static_cast<std::int64_t>(in.shape.size())); });
+  const auto perm =
+      withNodeErrors(ctx, [&] { return transposePerm(ctx.attrs, static_cast<std::int64_t>(in.shape.size())); });
   Shape out(perm.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) out[i] = in.shape[static_cast<std::size_t>(perm[i])];
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    out[i] = in.shape[static_cast<std::size_t>(perm[i])];
   return {TensorMeta{in.dtype, out}};
 }
 
 ComputeFn makeTranspose(const KernelInit& init) {
   const Attributes attrs = init.attrs;
   return [attrs](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& in = ctx.input(0);
     const auto perm = transposePerm(attrs, in.rank());
     transposeBytes(ctx.output(0).rawData(), in.rawData(), in.shape(), perm, elemSizeOf(in));
@@ -65,23 +74,28 @@ ComputeFn makeTranspose(const KernelInit& init) {
 // Concat and Split
 
 std::vector<TensorMeta> inferConcat(const ShapeContext& ctx) {
-  if (ctx.inputs.empty()) ctx.error("needs at least one input");
+  if (ctx.inputs.empty())
+    ctx.error("needs at least one input");
   const TensorMeta& first = ctx.input(0).meta;
   const auto rank = static_cast<std::int64_t>(first.shape.size());
-  if (rank == 0) ctx.error("cannot concatenate scalars");
+  if (rank == 0)
+    ctx.error("cannot concatenate scalars");
   const std::int64_t axisAttr = ctx.attrs.getInt("axis");
-  if (axisAttr < -rank || axisAttr >= rank) ctx.error(fmt::format("axis {} is out of range for rank {}", axisAttr, rank));
+  if (axisAttr < -rank || axisAttr >= rank)
+    ctx.error(fmt::format("axis {} is out of range for rank {}", axisAttr, rank));
   const auto axis = static_cast<std::size_t>(axisAttr < 0 ? axisAttr + rank : axisAttr);
   Shape out = first.shape;
   out[axis] = 0;
   for (std::size_t i = 0; i < ctx.inputs.size(); ++i) {
-    if (!ctx.hasInput(i)) ctx.error(fmt::format("input {} is missing", i));
+    if (!ctx.hasInput(i))
+      ctx.error(fmt::format("input {} is missing", i));
     const TensorMeta& m = ctx.input(i).meta;
     if (m.dtype != first.dtype) {
       ctx.error(fmt::format("input {} has type {}, input 0 has {}", i, dtypeName(m.dtype), dtypeName(first.dtype)));
     }
     bool ok = m.shape.size() == first.shape.size();
-    for (std::size_t k = 0; ok && k < m.shape.size(); ++k) ok = k == axis || m.shape[k] == first.shape[k];
+    for (std::size_t k = 0; ok && k < m.shape.size(); ++k)
+      ok = k == axis || m.shape[k] == first.shape[k];
     if (!ok) {
       ctx.error(fmt::format("input {} of shape {} does not match input 0 of shape {} outside axis {}", i,
                             shapeToString(m.shape), shapeToString(first.shape), axisAttr));
@@ -94,7 +108,8 @@ std::vector<TensorMeta> inferConcat(const ShapeContext& ctx) {
 ComputeFn makeConcat(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis");
   return [axisAttr](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     Tensor& out = ctx.output(0);
     const auto axis = static_cast<std::size_t>(normalizeAxis(axisAttr, out.rank()));
     const std::size_t es = elemSizeOf(out);
@@ -108,7 +123,8 @@ ComputeFn makeConcat(const KernelInit& init) {
       chunks.push_back(static_cast<std::size_t>(in->shape()[axis]) * inner);
     }
     auto* dst = static_cast<char*>(out.rawData());
-    if (rowBytes == 0 || outer == 0) return;
+    if (rowBytes == 0 || outer == 0)
+      return;
     if (outer == 1) {
       for (std::size_t j = 0; j < srcs.size(); ++j) {
         copyBytes(dst, srcs[j], chunks[j]);
@@ -121,7 +137,8 @@ ComputeFn makeConcat(const KernelInit& init) {
       for (std::int64_t o = begin; o < end; ++o) {
         char* d = dst + static_cast<std::size_t>(o) * rowBytes;
         for (std::size_t j = 0; j < srcs.size(); ++j) {
-          if (chunks[j] == 0) continue;
+          if (chunks[j] == 0)
+            continue;
           std::memcpy(d, srcs[j] + static_cast<std::size_t>(o) * chunks[j], chunks[j]);
           d += chunks[j];
         }
@@ -146,18 +163,24 @@ std::vector<std::int64_t> splitSizes(std::int64_t dim, const Tensor* splitInput,
     }
     std::int64_t sum = 0;
     for (std::int64_t s : sizes) {
-      if (s < 0) fail("split {} has a negative size", listToString(sizes));
+      if (s < 0)
+        fail("split {} has a negative size", listToString(sizes));
       sum += s;
     }
-    if (sum != dim) fail("split {} sums to {}, not to the axis size {}", listToString(sizes), sum, dim);
+    if (sum != dim)
+      fail("split {} sums to {}, not to the axis size {}", listToString(sizes), sum, dim);
     return sizes;
   }
   const auto n = static_cast<std::int64_t>(attrs.getInt("num_outputs", static_cast<std::int64_t>(outputCount)));
-  if (n <= 0) fail("cannot split into {} parts", n);
-  if (static_cast<std::size_t>(n) != outputCount) fail("num_outputs {} but the node has {} outputs", n, outputCount);
-  if (dim % n != 0 && !attrs.has("num_outputs")) fail("axis size {} does not split into {} equal parts", dim, n);
+  if (n <= 0)
+    fail("cannot split into {} parts", n);
+  if (static_cast<std::size_t>(n) != outputCount)
+    fail("num_outputs {} but the node has {} outputs", n, outputCount);
+  if (dim % n != 0 && !attrs.has("num_outputs"))
+    fail("axis size {} does not split into {} equal parts", dim, n);
   const std::int64_t part = (dim + n - 1) / n;
-  for (std::int64_t i = 0; i < n; ++i) sizes.push_back(std::clamp<std::int64_t>(dim - i * part, 0, part));
+  for (std::int64_t i = 0; i < n; ++i)
+    sizes.push_back(std::clamp<std::int64_t>(dim - i * part, 0, part));
   return sizes;
 }
 
@@ -165,10 +188,12 @@ std::vector<TensorMeta> inferSplit(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
   const auto rank = static_cast<std::int64_t>(in.shape.size());
   const std::int64_t axisAttr = ctx.attrs.getInt("axis", 0);
-  if (axisAttr < -rank || axisAttr >= rank) ctx.error(fmt::format("axis {} is out of range for rank {}", axisAttr, rank));
+  if (axisAttr < -rank || axisAttr >= rank)
+    ctx.error(fmt::format("axis {} is out of range for rank {}", axisAttr, rank));
   const auto axis = static_cast<std::size_t>(axisAttr < 0 ? axisAttr + rank : axisAttr);
   const Tensor* splitInput = ctx.hasInput(1) ? &ctx.constantInput(1) : nullptr;
-  const auto sizes = withNodeErrors(ctx, [&] { return splitSizes(in.shape[axis], splitInput, ctx.attrs, ctx.outputCount); });
+  const auto sizes =
+      withNodeErrors(ctx, [&] { return splitSizes(in.shape[axis], splitInput, ctx.attrs, ctx.outputCount); });
   std::vector<TensorMeta> outs;
   for (std::int64_t s : sizes) {
     TensorMeta m = in;
@@ -203,8 +228,8 @@ ComputeFn makeSplit(const KernelInit& init) {
           const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(chunk));
           parallelFor(0, outer, grain, [&](std::int64_t begin, std::int64_t end) {
             for (std::int64_t o = begin; o < end; ++o) {
-              std::memcpy(dst + static_cast<std::size_t>(o) * chunk, src + static_cast<std::size_t>(o) * rowBytes + offset,
-                          chunk);
+              std::memcpy(dst + static_cast<std::size_t>(o) * chunk,
+                          src + static_cast<std::size_t>(o) * rowBytes + offset, chunk);
             }
           });
         }
@@ -226,12 +251,14 @@ struct SlicePlan {
 SlicePlan planSlice(const Shape& shape, const std::vector<std::int64_t>& starts, const std::vector<std::int64_t>& ends,
                     std::vector<std::int64_t> axes, std::vector<std::int64_t> steps) {
   const auto rank = static_cast<std::int64_t>(shape.size());
-  if (starts.size() != ends.size()) fail("starts {} and ends {} differ in length", listToString(starts), listToString(ends));
+  if (starts.size() != ends.size())
+    fail("starts {} and ends {} differ in length", listToString(starts), listToString(ends));
   if (axes.empty()) {
     axes.resize(starts.size());
     std::iota(axes.begin(), axes.end(), std::int64_t{0});
   }
-  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (steps.empty())
+    steps.assign(starts.size(), 1);
   if (axes.size() != starts.size() || steps.size() != starts.size()) {
     fail("starts {}, ends {}, axes {} and steps {} differ in length", listToString(starts), listToString(ends),
          listToString(axes), listToString(steps));
@@ -239,17 +266,22 @@ SlicePlan planSlice(const Shape& shape, const std::vector<std::int64_t>& starts,
   SlicePlan plan{shape, std::vector<std::int64_t>(shape.size(), 0), std::vector<std::int64_t>(shape.size(), 1)};
   std::vector<bool> seen(shape.size(), false);
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (axes[i] < -rank || axes[i] >= rank) fail("axis {} is out of range for rank {}", axes[i], rank);
+    if (axes[i] < -rank || axes[i] >= rank)
+      fail("axis {} is out of range for rank {}", axes[i], rank);
     const auto axis = static_cast<std::size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
-    if (seen[axis]) fail("axis {} is repeated in axes {}", axes[i], listToString(axes));
+    if (seen[axis])
+      fail("axis {} is repeated in axes {}", axes[i], listToString(axes));
     seen[axis] = true;
     const std::int64_t dim = shape[axis];
     const std::int64_t step = steps[i];
-    if (step == 0) fail("step 0 on axis {}", axes[i]);
+    if (step == 0)
+      fail("step 0 on axis {}", axes[i]);
     std::int64_t start = starts[i];
     std::int64_t end = ends[i];
-    if (start < 0) start += dim;  // cannot overflow: dim >= 0 and start < 0
-    if (end < 0) end += dim;
+    if (start < 0)
+      start += dim;  // cannot overflow: dim >= 0 and start < 0
+    if (end < 0)
+      end += dim;
     std::int64_t count = 0;
     // Ceiling divisions written as 1 + (span - 1) / step so huge steps cannot overflow.
     if (step > 0) {
@@ -276,7 +308,9 @@ struct SliceOperands {
 
 SliceOperands sliceOperands(const std::vector<const Tensor*>& inputs, const Attributes& attrs) {
   SliceOperands ops;
-  auto get = [&](std::size_t i) { return i < inputs.size() && inputs[i] != nullptr ? toInt64Vector(*inputs[i]) : std::vector<std::int64_t>{}; };
+  auto get = [&](std::size_t i) {
+    return i < inputs.size() && inputs[i] != nullptr ? toInt64Vector(*inputs[i]) : std::vector<std::int64_t>{};
+  };
   if (inputs.size() >= 3) {
     ops.starts = get(1);
     ops.ends = get(2);
@@ -294,22 +328,26 @@ std::vector<TensorMeta> inferSlice(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
   std::vector<const Tensor*> inputs(ctx.inputs.size(), nullptr);
   for (std::size_t i = 1; i < ctx.inputs.size(); ++i) {
-    if (ctx.hasInput(i)) inputs[i] = &ctx.constantInput(i);
+    if (ctx.hasInput(i))
+      inputs[i] = &ctx.constantInput(i);
   }
   return withNodeErrors(ctx, [&] {
     const auto ops = sliceOperands(inputs, ctx.attrs);
-    return std::vector<TensorMeta>{TensorMeta{in.dtype, planSlice(in.shape, ops.starts, ops.ends, ops.axes, ops.steps).outShape}};
+    return std::vector<TensorMeta>{
+        TensorMeta{in.dtype, planSlice(in.shape, ops.starts, ops.ends, ops.axes, ops.steps).outShape}};
   });
 }
 
 ComputeFn makeSlice(const KernelInit& init) {
   const Attributes attrs = init.attrs;
   return [attrs](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& in = ctx.input(0);
     const auto ops = sliceOperands(ctx.inputs, attrs);
     const SlicePlan plan = planSlice(in.shape(), ops.starts, ops.ends, ops.axes, ops.steps);
-    if (numElements(plan.outShape) == 0) return;
+    if (numElements(plan.outShape) == 0)
+      return;
     const auto strides = contiguousStrides(in.shape());
     std::vector<std::int64_t> srcStrides(strides.size());
     std::int64_t offset = 0;
@@ -331,7 +369,8 @@ std::vector<std::int64_t> broadcastStrides(const Shape& in, const Shape& outShap
   const auto strides = contiguousStrides(in);
   std::vector<std::int64_t> result(outShape.size(), 0);
   const std::size_t offset = outShape.size() - in.size();
-  for (std::size_t k = 0; k < in.size(); ++k) result[offset + k] = in[k] == 1 ? 0 : strides[k];
+  for (std::size_t k = 0; k < in.size(); ++k)
+    result[offset + k] = in[k] == 1 ? 0 : strides[k];
   return result;
 }
 
@@ -342,7 +381,8 @@ std::vector<TensorMeta> inferExpand(const ShapeContext& ctx) {
 }
 
 void computeExpand(KernelContext& ctx) {
-  if (!ctx.hasOutput(0)) return;
+  if (!ctx.hasOutput(0))
+    return;
   const Tensor& in = ctx.input(0);
   Tensor& out = ctx.output(0);
   stridedCopy(out.rawData(), in.rawData(), out.shape(), broadcastStrides(in.shape(), out.shape()), elemSizeOf(in));
@@ -357,17 +397,20 @@ std::vector<TensorMeta> inferTile(const ShapeContext& ctx) {
   }
   Shape out = in.shape;
   for (std::size_t k = 0; k < out.size(); ++k) {
-    if (repeats[k] < 0) ctx.error(fmt::format("repeats {} has a negative entry", listToString(repeats)));
+    if (repeats[k] < 0)
+      ctx.error(fmt::format("repeats {} has a negative entry", listToString(repeats)));
     out[k] *= repeats[k];
   }
   return {TensorMeta{in.dtype, out}};
 }
 
 void computeTile(KernelContext& ctx) {
-  if (!ctx.hasOutput(0)) return;
+  if (!ctx.hasOutput(0))
+    return;
   const Tensor& in = ctx.input(0);
   Tensor& out = ctx.output(0);
-  if (out.numel() == 0) return;
+  if (out.numel() == 0)
+    return;
   // The output as an (repeat, dim) pair per axis, reading the input with stride 0 along the repeats.
   const auto strides = contiguousStrides(in.shape());
   Shape shape;
@@ -388,10 +431,14 @@ enum class PadMode { Constant, Reflect, Edge, Wrap };
 
 PadMode padMode(const Attributes& attrs) {
   const std::string mode = attrs.getString("mode", "constant");
-  if (mode == "constant") return PadMode::Constant;
-  if (mode == "reflect") return PadMode::Reflect;
-  if (mode == "edge") return PadMode::Edge;
-  if (mode == "wrap") return PadMode::Wrap;
+  if (mode == "constant")
+    return PadMode::Constant;
+  if (mode == "reflect")
+    return PadMode::Reflect;
+  if (mode == "edge")
+    return PadMode::Edge;
+  if (mode == "wrap")
+    return PadMode::Wrap;
   fail("unknown mode '{}' (expected constant, reflect, edge or wrap)", mode);
 }
 
@@ -413,7 +460,8 @@ std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> padAmounts(const
   }
   std::vector<std::int64_t> begin(shape.size(), 0), end(shape.size(), 0);
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (axes[i] < -rank || axes[i] >= rank) fail("axis {} is out of range for rank {}", axes[i], rank);
+    if (axes[i] < -rank || axes[i] >= rank)
+      fail("axis {} is out of range for rank {}", axes[i], rank);
     const auto a = static_cast<std::size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
     begin[a] = pads[i];
     end[a] = pads[i + axes.size()];
@@ -433,7 +481,8 @@ std::vector<TensorMeta> inferPad(const ShapeContext& ctx) {
     Shape out = in.shape;
     for (std::size_t k = 0; k < out.size(); ++k) {
       out[k] += begin[k] + end[k];
-      if (out[k] < 0) fail("pads make axis {} of input {} negative", k, shapeToString(in.shape));
+      if (out[k] < 0)
+        fail("pads make axis {} of input {} negative", k, shapeToString(in.shape));
       if (mode != PadMode::Constant && in.shape[k] == 0 && out[k] > 0) {
         fail("cannot pad the empty axis {} in a non-constant mode", k);
       }
@@ -445,13 +494,18 @@ std::vector<TensorMeta> inferPad(const ShapeContext& ctx) {
 // The input index that output index o of an axis reads, or -1 for the constant.
 std::int64_t padSource(std::int64_t o, std::int64_t begin, std::int64_t dim, PadMode mode) {
   const std::int64_t i = o - begin;
-  if (i >= 0 && i < dim) return i;
+  if (i >= 0 && i < dim)
+    return i;
   switch (mode) {
-    case PadMode::Constant: return -1;
-    case PadMode::Edge: return std::clamp<std::int64_t>(i, 0, dim - 1);
-    case PadMode::Wrap: return ((i % dim) + dim) % dim;
+    case PadMode::Constant:
+      return -1;
+    case PadMode::Edge:
+      return std::clamp<std::int64_t>(i, 0, dim - 1);
+    case PadMode::Wrap:
+      return ((i % dim) + dim) % dim;
     case PadMode::Reflect: {
-      if (dim == 1) return 0;
+      if (dim == 1)
+        return 0;
       const std::int64_t period = 2 * (dim - 1);
       const std::int64_t m = ((i % period) + period) % period;
       return m < dim ? m : period - m;
@@ -463,11 +517,13 @@ std::int64_t padSource(std::int64_t o, std::int64_t begin, std::int64_t dim, Pad
 ComputeFn makePad(const KernelInit& init) {
   const Attributes attrs = init.attrs;
   return [attrs](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& in = ctx.input(0);
     Tensor& out = ctx.output(0);
     const std::size_t es = elemSizeOf(in);
-    if (out.numel() == 0) return;
+    if (out.numel() == 0)
+      return;
     const PadMode mode = padMode(attrs);
     const auto [begin, end] = padAmounts(in.shape(), ctx.hasInput(1) ? &ctx.input(1) : nullptr,
                                          ctx.hasInput(3) ? &ctx.input(3) : nullptr, attrs);
@@ -525,7 +581,8 @@ ComputeFn makePad(const KernelInit& init) {
         for (std::size_t k = rank - 1; k-- > 0;) {
           const std::int64_t s = maps[k][static_cast<std::size_t>(rem % outShape[k])];
           rem /= outShape[k];
-          if (s < 0) constantRow = true;
+          if (s < 0)
+            constantRow = true;
           inRow += s * inStrides[k];
         }
         if (constantRow) {
@@ -537,7 +594,8 @@ ComputeFn makePad(const KernelInit& init) {
           if (r.inStart < 0) {
             fillElements(dr, value.data(), r.length, es);
           } else {
-            std::memcpy(dr, src + static_cast<std::size_t>(inRow + r.inStart) * es, static_cast<std::size_t>(r.length) * es);
+            std::memcpy(dr, src + static_cast<std::size_t>(inRow + r.inStart) * es,
+                        static_cast<std::size_t>(r.length) * es);
           }
         }
       }
@@ -555,12 +613,15 @@ struct BlockPlan {
 };
 
 BlockPlan planDepthToSpace(const Shape& in, const Attributes& attrs) {
-  if (in.size() != 4) fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
+  if (in.size() != 4)
+    fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
   const std::int64_t b = attrs.getInt("blocksize");
-  if (b <= 0) fail("blocksize {} must be positive", b);
+  if (b <= 0)
+    fail("blocksize {} must be positive", b);
   const std::string mode = attrs.getString("mode", "DCR");
   const std::int64_t n = in[0], c = in[1], h = in[2], w = in[3];
-  if (c % (b * b) != 0) fail("channels {} are not divisible by blocksize^2 = {}", c, b * b);
+  if (c % (b * b) != 0)
+    fail("channels {} are not divisible by blocksize^2 = {}", c, b * b);
   const std::int64_t oc = c / (b * b);
   BlockPlan plan;
   if (mode == "DCR") {
@@ -577,11 +638,14 @@ BlockPlan planDepthToSpace(const Shape& in, const Attributes& attrs) {
 }
 
 BlockPlan planSpaceToDepth(const Shape& in, const Attributes& attrs) {
-  if (in.size() != 4) fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
+  if (in.size() != 4)
+    fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
   const std::int64_t b = attrs.getInt("blocksize");
-  if (b <= 0) fail("blocksize {} must be positive", b);
+  if (b <= 0)
+    fail("blocksize {} must be positive", b);
   const std::int64_t n = in[0], c = in[1], h = in[2], w = in[3];
-  if (h % b != 0 || w % b != 0) fail("height {} and width {} must be divisible by blocksize {}", h, w, b);
+  if (h % b != 0 || w % b != 0)
+    fail("height {} and width {} must be divisible by blocksize {}", h, w, b);
   return BlockPlan{{n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4}, {n, c * b * b, h / b, w / b}};
 }
 
@@ -592,12 +656,14 @@ void addBlockOp(OpRegistry& registry, const std::string& type, BlockPlanner plan
       registry, type,
       [planner](const ShapeContext& ctx) {
         const TensorMeta& in = ctx.input(0).meta;
-        return std::vector<TensorMeta>{TensorMeta{in.dtype, withNodeErrors(ctx, [&] { return planner(in.shape, ctx.attrs).out; })}};
+        return std::vector<TensorMeta>{
+            TensorMeta{in.dtype, withNodeErrors(ctx, [&] { return planner(in.shape, ctx.attrs).out; })}};
       },
       [planner](const KernelInit& init) -> ComputeFn {
         const Attributes attrs = init.attrs;
         return [planner, attrs](KernelContext& ctx) {
-          if (!ctx.hasOutput(0)) return;
+          if (!ctx.hasOutput(0))
+            return;
           const Tensor& in = ctx.input(0);
           const BlockPlan plan = planner(in.shape(), attrs);
           transposeBytes(ctx.output(0).rawData(), in.rawData(), plan.view, plan.perm, elemSizeOf(in));
@@ -610,17 +676,20 @@ void addBlockOp(OpRegistry& registry, const std::string& type, BlockPlanner plan
 
 std::vector<TensorMeta> inferTrilu(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
-  if (in.shape.size() < 2) ctx.error(fmt::format("input must have rank >= 2, not {}", shapeToString(in.shape)));
+  if (in.shape.size() < 2)
+    ctx.error(fmt::format("input must have rank >= 2, not {}", shapeToString(in.shape)));
   return {in};
 }
 
 ComputeFn makeTrilu(const KernelInit& init) {
   const bool upper = init.attrs.getInt("upper", 1) != 0;
   return [upper](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& in = ctx.input(0);
     Tensor& out = ctx.output(0);
-    if (out.numel() == 0) return;
+    if (out.numel() == 0)
+      return;
     const std::int64_t k = ctx.hasInput(1) ? toInt64Vector(ctx.input(1)).at(0) : 0;
     const std::size_t es = elemSizeOf(in);
     const std::size_t rank = in.shape().size();

@@ -21,7 +21,8 @@ void checkBatchNormInputs(const std::vector<TensorMeta>& metas) {
   if (x.dtype != DType::Float32 && x.dtype != DType::Float64) {
     fail("only float32 and float64 are supported, X is {}", dtypeName(x.dtype));
   }
-  if (x.shape.size() < 2 || x.shape.size() > 5) fail("X must have rank 2 to 5, got {}", shapeToString(x.shape));
+  if (x.shape.size() < 2 || x.shape.size() > 5)
+    fail("X must have rank 2 to 5, got {}", shapeToString(x.shape));
   static constexpr const char* kNames[] = {"X", "scale", "B", "input_mean", "input_var"};
   for (std::size_t i = 1; i < 5; ++i) {
     if (metas[i].dtype != x.dtype) {
@@ -36,7 +37,8 @@ void checkBatchNormInputs(const std::vector<TensorMeta>& metas) {
 std::vector<TensorMeta> inferBatchNorm(const ShapeContext& ctx) {
   std::vector<TensorMeta> metas;
   for (std::size_t i = 0; i < 5; ++i) {
-    if (!ctx.hasInput(i)) ctx.error("BatchNormalization needs 5 inputs (X, scale, B, input_mean, input_var)");
+    if (!ctx.hasInput(i))
+      ctx.error("BatchNormalization needs 5 inputs (X, scale, B, input_mean, input_var)");
     metas.push_back(ctx.input(i).meta);
   }
   try {
@@ -44,16 +46,20 @@ std::vector<TensorMeta> inferBatchNorm(const ShapeContext& ctx) {
   } catch (const Error& e) {
     ctx.error(e.what());
   }
-  if (ctx.outputCount > 5) ctx.error("BatchNormalization has at most 5 outputs");
+  if (ctx.outputCount > 5)
+    ctx.error("BatchNormalization has at most 5 outputs");
   std::vector<TensorMeta> out{metas[0]};
   // Y, then running_mean and running_var (opset 14+; opset 9 also had saved_mean and saved_var): all [C].
-  for (std::size_t i = 1; i < ctx.outputCount; ++i) out.push_back(metas[1]);
+  for (std::size_t i = 1; i < ctx.outputCount; ++i)
+    out.push_back(metas[1]);
   return out;
 }
 
 // The double a float attribute most likely stands for: its shortest decimal form (1e-5f -> 1e-5, 0.9f -> 0.9).
 // ONNX stores epsilon and momentum as float32; PyTorch's float64 run uses the decimal values.
-double decimalOf(float value) { return std::strtod(fmt::format("{}", value).c_str(), nullptr); }
+double decimalOf(float value) {
+  return std::strtod(fmt::format("{}", value).c_str(), nullptr);
+}
 
 // BatchNormalization in float64 (oneDNN has none): the same semantics as the oneDNN path. Training mode normalises
 // with the batch statistics, the variance computed in two passes (mean first), biased as in ONNX's reference.
@@ -79,13 +85,15 @@ class BatchNormF64 {
           double sum = 0;
           for (std::int64_t n = 0; n < batch_; ++n) {
             const double* p = x + (n * channels_ + c) * inner_;
-            for (std::int64_t i = 0; i < inner_; ++i) sum += p[i];
+            for (std::int64_t i = 0; i < inner_; ++i)
+              sum += p[i];
           }
           const double m = sum / count;
           double squares = 0;
           for (std::int64_t n = 0; n < batch_; ++n) {
             const double* p = x + (n * channels_ + c) * inner_;
-            for (std::int64_t i = 0; i < inner_; ++i) squares += (p[i] - m) * (p[i] - m);
+            for (std::int64_t i = 0; i < inner_; ++i)
+              squares += (p[i] - m) * (p[i] - m);
           }
           mean[static_cast<std::size_t>(c)] = m;
           var[static_cast<std::size_t>(c)] = squares / count;
@@ -104,12 +112,14 @@ class BatchNormF64 {
                     const double b = bias[c];
                     const double* in = x + plane * inner_;
                     double* out = y + plane * inner_;
-                    for (std::int64_t i = 0; i < inner_; ++i) out[i] = (in[i] - m) * a + b;
+                    for (std::int64_t i = 0; i < inner_; ++i)
+                      out[i] = (in[i] - m) * a + b;
                   }
                 });
     if (!training_) {
       for (std::size_t i = 1; i <= 2; ++i) {
-        if (ctx.hasOutput(i)) ctx.output(i).copyFrom(ctx.input(i + 2));
+        if (ctx.hasOutput(i))
+          ctx.output(i).copyFrom(ctx.input(i + 2));
       }
       return;
     }
@@ -122,7 +132,8 @@ class BatchNormF64 {
           out[c] = inputStats[s][c] * momentum_ + (*batchStats[s])[static_cast<std::size_t>(c)] * (1.0 - momentum_);
         }
       }
-      if (ctx.hasOutput(3 + s)) std::copy(batchStats[s]->begin(), batchStats[s]->end(), ctx.output(3 + s).data<double>());
+      if (ctx.hasOutput(3 + s))
+        std::copy(batchStats[s]->begin(), batchStats[s]->end(), ctx.output(3 + s).data<double>());
     }
   }
 
@@ -137,7 +148,8 @@ class BatchNormKernel : public OpKernel {
  public:
   explicit BatchNormKernel(const KernelInit& init) {
     std::vector<TensorMeta> metas;
-    for (std::size_t i = 0; i < 5; ++i) metas.push_back(init.inputs.at(i).meta);
+    for (std::size_t i = 0; i < 5; ++i)
+      metas.push_back(init.inputs.at(i).meta);
     checkBatchNormInputs(metas);
     epsilon_ = init.attrs.getFloat("epsilon", 1e-5f);
     momentum_ = init.attrs.getFloat("momentum", 0.9f);
@@ -145,7 +157,8 @@ class BatchNormKernel : public OpKernel {
     training_ = init.attrs.getInt("training_mode", 0) != 0;
     channels_ = metas[0].shape[1];
     empty_ = metas[0].numel() == 0;
-    if (empty_) return;
+    if (empty_)
+      return;
     if (metas[0].dtype == DType::Float64) {
       f64_ = std::make_unique<BatchNormF64>(metas[0].shape, decimalOf(epsilon_), decimalOf(momentum_), training_);
       return;
@@ -175,7 +188,8 @@ class BatchNormKernel : public OpKernel {
     if (empty_) {
       // No samples: the batch statistics are undefined; keep the running ones.
       for (std::size_t i = 1; i <= 2; ++i) {
-        if (ctx.hasOutput(i)) ctx.output(i).copyFrom(ctx.input(i + 2));
+        if (ctx.hasOutput(i))
+          ctx.output(i).copyFrom(ctx.input(i + 2));
       }
       return;
     }
@@ -205,7 +219,8 @@ class BatchNormKernel : public OpKernel {
     if (!training_) {
       // Inference: ONNX (opset 14+) declares no statistics outputs; older graphs may still list them.
       for (std::size_t i = 1; i <= 2; ++i) {
-        if (ctx.hasOutput(i)) ctx.output(i).copyFrom(ctx.input(i + 2));
+        if (ctx.hasOutput(i))
+          ctx.output(i).copyFrom(ctx.input(i + 2));
       }
       return;
     }
@@ -221,7 +236,8 @@ class BatchNormKernel : public OpKernel {
         }
       }
       // Opset 9's saved_mean / saved_var outputs: the batch statistics themselves.
-      if (ctx.hasOutput(3 + s)) ctx.output(3 + s).copyFrom(s == 0 ? batchMean : batchVar);
+      if (ctx.hasOutput(3 + s))
+        ctx.output(3 + s).copyFrom(s == 0 ? batchMean : batchVar);
     }
   }
 
@@ -241,11 +257,14 @@ class BatchNormKernel : public OpKernel {
 
 std::vector<TensorMeta> inferInstanceNorm(const ShapeContext& ctx) {
   for (std::size_t i = 0; i < 3; ++i) {
-    if (!ctx.hasInput(i)) ctx.error("InstanceNormalization needs 3 inputs (input, scale, B)");
+    if (!ctx.hasInput(i))
+      ctx.error("InstanceNormalization needs 3 inputs (input, scale, B)");
   }
   const TensorMeta& x = ctx.input(0).meta;
-  if (x.dtype != DType::Float32) ctx.error("only float32 is supported, input is " + std::string(dtypeName(x.dtype)));
-  if (x.shape.size() < 3) ctx.error("input must have rank >= 3 (N, C, spatial...), got " + shapeToString(x.shape));
+  if (x.dtype != DType::Float32)
+    ctx.error("only float32 is supported, input is " + std::string(dtypeName(x.dtype)));
+  if (x.shape.size() < 3)
+    ctx.error("input must have rank >= 3 (N, C, spatial...), got " + shapeToString(x.shape));
   for (std::size_t i = 1; i < 3; ++i) {
     const TensorMeta& m = ctx.input(i).meta;
     if (m.dtype != DType::Float32 || m.shape != Shape{x.shape[1]}) {
@@ -270,15 +289,18 @@ void computeInstanceNorm(const KernelContext& ctx, float epsilon) {
       const float* in = src + p * size;
       float* out = dst + p * size;
       double sum = 0;
-      for (std::int64_t i = 0; i < size; ++i) sum += in[i];
+      for (std::int64_t i = 0; i < size; ++i)
+        sum += in[i];
       const double mean = size > 0 ? sum / static_cast<double>(size) : 0.0;
       double squares = 0;
-      for (std::int64_t i = 0; i < size; ++i) squares += (in[i] - mean) * (in[i] - mean);
+      for (std::int64_t i = 0; i < size; ++i)
+        squares += (in[i] - mean) * (in[i] - mean);
       const double var = size > 0 ? squares / static_cast<double>(size) : 0.0;
       const std::int64_t c = p % channels;
       const float a = static_cast<float>(scale[c] / std::sqrt(var + epsilon));
       const float b = static_cast<float>(bias[c] - mean * a);
-      for (std::int64_t i = 0; i < size; ++i) out[i] = in[i] * a + b;
+      for (std::int64_t i = 0; i < size; ++i)
+        out[i] = in[i] * a + b;
     }
   });
 }
@@ -287,16 +309,14 @@ void computeInstanceNorm(const KernelContext& ctx, float epsilon) {
 
 void registerDnnlNormOps(OpRegistry& registry) {
   registry.addSchema({"BatchNormalization", inferBatchNorm, true});
-  registry.addKernel("BatchNormalization", DeviceType::CPU,
-                     [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-                       return std::make_unique<BatchNormKernel>(init);
-                     });
+  registry.addKernel("BatchNormalization", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<BatchNormKernel>(init);
+  });
   registry.addSchema({"InstanceNormalization", inferInstanceNorm, true});
-  registry.addKernel("InstanceNormalization", DeviceType::CPU,
-                     [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-                       const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
-                       return makeFunctionKernel([epsilon](KernelContext& ctx) { computeInstanceNorm(ctx, epsilon); });
-                     });
+  registry.addKernel("InstanceNormalization", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
+    return makeFunctionKernel([epsilon](KernelContext& ctx) { computeInstanceNorm(ctx, epsilon); });
+  });
 }
 
 }  // namespace strata::cpu

@@ -76,7 +76,9 @@ void releaseDnnlScratchpad() {
   scratchpad.bytes = 0;
 }
 
-void bindDnnl(dnnl::memory& memory, const Tensor& tensor) { memory.set_data_handle(tensor.rawData()); }
+void bindDnnl(dnnl::memory& memory, const Tensor& tensor) {
+  memory.set_data_handle(tensor.rawData());
+}
 
 WindowGeometry resolveWindow(const Attributes& attrs, const std::vector<std::int64_t>& inputSpatial,
                              const std::vector<std::int64_t>& kernel, bool ceilMode) {
@@ -88,12 +90,17 @@ WindowGeometry resolveWindow(const Attributes& attrs, const std::vector<std::int
   }
   g.strides = attrs.getInts("strides", std::vector<std::int64_t>(n, 1));
   g.dilations = attrs.getInts("dilations", std::vector<std::int64_t>(n, 1));
-  if (g.strides.size() != n) fail("strides has {} values, expected {}", g.strides.size(), n);
-  if (g.dilations.size() != n) fail("dilations has {} values, expected {}", g.dilations.size(), n);
+  if (g.strides.size() != n)
+    fail("strides has {} values, expected {}", g.strides.size(), n);
+  if (g.dilations.size() != n)
+    fail("dilations has {} values, expected {}", g.dilations.size(), n);
   for (std::size_t i = 0; i < n; ++i) {
-    if (g.kernel[i] < 1) fail("kernel_shape[{}] is {}, must be positive", i, g.kernel[i]);
-    if (g.strides[i] < 1) fail("strides[{}] is {}, must be positive", i, g.strides[i]);
-    if (g.dilations[i] < 1) fail("dilations[{}] is {}, must be positive", i, g.dilations[i]);
+    if (g.kernel[i] < 1)
+      fail("kernel_shape[{}] is {}, must be positive", i, g.kernel[i]);
+    if (g.strides[i] < 1)
+      fail("strides[{}] is {}, must be positive", i, g.strides[i]);
+    if (g.dilations[i] < 1)
+      fail("dilations[{}] is {}, must be positive", i, g.dilations[i]);
   }
   const std::string autoPad = attrs.getString("auto_pad", "NOTSET");
   g.padBegin.assign(n, 0);
@@ -101,11 +108,13 @@ WindowGeometry resolveWindow(const Attributes& attrs, const std::vector<std::int
   g.output.assign(n, 0);
   if (autoPad == "NOTSET" || autoPad.empty()) {
     std::vector<std::int64_t> pads = attrs.getInts("pads", std::vector<std::int64_t>(2 * n, 0));
-    if (pads.size() != 2 * n) fail("pads has {} values, expected {} (begins then ends)", pads.size(), 2 * n);
+    if (pads.size() != 2 * n)
+      fail("pads has {} values, expected {} (begins then ends)", pads.size(), 2 * n);
     for (std::size_t i = 0; i < n; ++i) {
       g.padBegin[i] = pads[i];
       g.padEnd[i] = pads[n + i];
-      if (g.padBegin[i] < 0 || g.padEnd[i] < 0) fail("pads must not be negative, got {} and {}", pads[i], pads[n + i]);
+      if (g.padBegin[i] < 0 || g.padEnd[i] < 0)
+        fail("pads must not be negative, got {} and {}", pads[i], pads[n + i]);
       const std::int64_t extent = (g.kernel[i] - 1) * g.dilations[i] + 1;
       const std::int64_t span = inputSpatial[i] + g.padBegin[i] + g.padEnd[i] - extent;
       if (span < 0) {
@@ -114,7 +123,8 @@ WindowGeometry resolveWindow(const Attributes& attrs, const std::vector<std::int
       }
       std::int64_t out = (ceilMode ? (span + g.strides[i] - 1) / g.strides[i] : span / g.strides[i]) + 1;
       // Like PyTorch (and ONNX from opset 19 on): the last window must start inside the input or the left padding.
-      if (ceilMode && out > 1 && (out - 1) * g.strides[i] >= inputSpatial[i] + g.padBegin[i]) --out;
+      if (ceilMode && out > 1 && (out - 1) * g.strides[i] >= inputSpatial[i] + g.padBegin[i])
+        --out;
       g.output[i] = out;
     }
   } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
@@ -142,8 +152,7 @@ WindowGeometry resolveWindow(const Attributes& attrs, const std::vector<std::int
   return g;
 }
 
-std::int64_t dnnlPadEnd(const WindowGeometry& geometry, const std::vector<std::int64_t>& inputSpatial,
-                        std::size_t i) {
+std::int64_t dnnlPadEnd(const WindowGeometry& geometry, const std::vector<std::int64_t>& inputSpatial, std::size_t i) {
   const std::int64_t extent = (geometry.kernel[i] - 1) * geometry.dilations[i] + 1;
   return (geometry.output[i] - 1) * geometry.strides[i] + extent - inputSpatial[i] - geometry.padBegin[i];
 }

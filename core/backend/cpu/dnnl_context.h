@@ -77,8 +77,7 @@ WindowGeometry resolveWindow(const Attributes& attrs, const std::vector<std::int
                              const std::vector<std::int64_t>& kernel, bool ceilMode);
 
 // The right padding that makes oneDNN's output-size formula (floor) yield geometry.output along dim i.
-std::int64_t dnnlPadEnd(const WindowGeometry& geometry, const std::vector<std::int64_t>& inputSpatial,
-                        std::size_t i);
+std::int64_t dnnlPadEnd(const WindowGeometry& geometry, const std::vector<std::int64_t>& inputSpatial, std::size_t i);
 
 // ---- Float64 kernels: oneDNN has no f64, so these are plain loops (see Note [Float64 kernels]) ----
 

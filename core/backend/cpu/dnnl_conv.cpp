@@ -10,12 +10,15 @@ namespace {
 
 using dnnl::memory;
 
-std::vector<std::int64_t> spatialOf(const Shape& shape) { return {shape.begin() + 2, shape.end()}; }
+std::vector<std::int64_t> spatialOf(const Shape& shape) {
+  return {shape.begin() + 2, shape.end()};
+}
 
 // The kernel's spatial sizes: the kernel_shape attribute when given (it must agree with W), else W's dims 2...
 std::vector<std::int64_t> kernelShapeOf(const Attributes& attrs, const Shape& weight) {
   std::vector<std::int64_t> fromWeight(weight.begin() + 2, weight.end());
-  if (!attrs.has("kernel_shape")) return fromWeight;
+  if (!attrs.has("kernel_shape"))
+    return fromWeight;
   std::vector<std::int64_t> kernel = attrs.getInts("kernel_shape");
   if (kernel != fromWeight) {
     fail("kernel_shape {} does not match the weight's spatial dims {}", shapeToString(kernel),
@@ -35,7 +38,8 @@ ConvSetup resolveConv(const Attributes& attrs, const TensorMeta& x, const Tensor
   if (x.dtype != DType::Float32 && x.dtype != DType::Float64) {
     fail("only float32 and float64 are supported, X is {}", dtypeName(x.dtype));
   }
-  if (w.dtype != x.dtype) fail("W is {} but X is {}; they must match", dtypeName(w.dtype), dtypeName(x.dtype));
+  if (w.dtype != x.dtype)
+    fail("W is {} but X is {}; they must match", dtypeName(w.dtype), dtypeName(x.dtype));
   if (x.shape.size() < 3 || x.shape.size() > 5) {
     fail("X must have rank 3 to 5 (N, C, 1 to 3 spatial dims), got {}", shapeToString(x.shape));
   }
@@ -44,16 +48,19 @@ ConvSetup resolveConv(const Attributes& attrs, const TensorMeta& x, const Tensor
   }
   ConvSetup s;
   s.group = attrs.getInt("group", 1);
-  if (s.group < 1) fail("group must be positive, got {}", s.group);
+  if (s.group < 1)
+    fail("group must be positive, got {}", s.group);
   const std::int64_t channels = x.shape[1];
   const std::int64_t filters = w.shape[0];
   if (channels != w.shape[1] * s.group) {
     fail("X has {} input channels but W expects {} (W.shape[1] {} * group {})", channels, w.shape[1] * s.group,
          w.shape[1], s.group);
   }
-  if (filters % s.group != 0) fail("W has {} output channels, not divisible by group {}", filters, s.group);
+  if (filters % s.group != 0)
+    fail("W has {} output channels, not divisible by group {}", filters, s.group);
   if (bias != nullptr) {
-    if (bias->dtype != x.dtype) fail("B is {} but X is {}; they must match", dtypeName(bias->dtype), dtypeName(x.dtype));
+    if (bias->dtype != x.dtype)
+      fail("B is {} but X is {}; they must match", dtypeName(bias->dtype), dtypeName(x.dtype));
     if (bias->shape != Shape{filters}) {
       fail("B has shape {}, expected [{}] (one per output channel)", shapeToString(bias->shape), filters);
     }
@@ -65,7 +72,8 @@ ConvSetup resolveConv(const Attributes& attrs, const TensorMeta& x, const Tensor
 }
 
 std::vector<TensorMeta> inferConv(const ShapeContext& ctx) {
-  if (!ctx.hasInput(0) || !ctx.hasInput(1)) ctx.error("Conv needs inputs X and W");
+  if (!ctx.hasInput(0) || !ctx.hasInput(1))
+    ctx.error("Conv needs inputs X and W");
   try {
     const TensorMeta* bias = ctx.hasInput(2) ? &ctx.input(2).meta : nullptr;
     ConvSetup s = resolveConv(ctx.attrs, ctx.input(0).meta, ctx.input(1).meta, bias);
@@ -75,11 +83,14 @@ std::vector<TensorMeta> inferConv(const ShapeContext& ctx) {
   }
 }
 
-memory::dims toDims(const std::vector<std::int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+memory::dims toDims(const std::vector<std::int64_t>& v) {
+  return memory::dims(v.begin(), v.end());
+}
 
 memory::dims dnnlDilations(const std::vector<std::int64_t>& dilations) {
   memory::dims d;
-  for (std::int64_t v : dilations) d.push_back(v - 1);  // oneDNN counts dilation from 0
+  for (std::int64_t v : dilations)
+    d.push_back(v - 1);  // oneDNN counts dilation from 0
   return d;
 }
 
@@ -87,7 +98,8 @@ memory::dims dnnlDilations(const std::vector<std::int64_t>& dilations) {
 // Kept for deconvolution too, where ONNX's layout is (I, O/G, k...) and oneDNN's is (G, O/G, I/G, k...): those are
 // described with strides instead.
 Shape groupedWeightDims(const Shape& w, std::int64_t group) {
-  if (group == 1) return w;
+  if (group == 1)
+    return w;
   Shape dims{group, w[0] / group};
   dims.insert(dims.end(), w.begin() + 1, w.end());
   return dims;
@@ -103,7 +115,8 @@ class WeightCache {
   WeightCache() = default;
   WeightCache(const memory::desc& user, const memory::desc& preferred, std::int64_t numel)
       : needsReorder_(user != preferred), numel_(numel) {
-    if (!needsReorder_) return;
+    if (!needsReorder_)
+      return;
     userMemory_ = memory(user, dnnlEngine(), nullptr);
     cached_ = Tensor::empty(DType::UInt8, {static_cast<std::int64_t>(preferred.get_size())}, MemoryCategory::Workspace);
     cachedMemory_ = memory(preferred, dnnlEngine(), cached_.rawData());
@@ -112,7 +125,8 @@ class WeightCache {
 
   // The memory holding `weights` in the preferred layout, reordering only when the weights changed.
   void* get(const Tensor& weights) {
-    if (!needsReorder_) return weights.rawData();
+    if (!needsReorder_)
+      return weights.rawData();
     const void* ptr = weights.rawData();
     const std::uint64_t version = weights.storage()->version();
     if (ptr != cachedFrom_ || version != version_ || !everFilled_) {
@@ -138,7 +152,9 @@ class WeightCache {
   bool everFilled_ = false;
 };
 
-std::size_t alignUp(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+std::size_t alignUp(std::size_t bytes) {
+  return (bytes + 63) / 64 * 64;
+}
 
 // Note [Conv layouts]: Strata's tensors are plain NCHW, but every float32 convolution lets oneDNN pick its src/dst
 // layouts (blocked nChw16c or channels-last) and reorders around the primitive, with the copies in the shared
@@ -153,7 +169,8 @@ class ConvKernel : public OpKernel {
     hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
     ConvSetup s = resolveConv(init.attrs, x, w, hasBias_ ? &init.inputs[2].meta : nullptr);
     empty_ = numElements(s.output) == 0 || numElements(x.shape) == 0;
-    if (empty_) return;
+    if (empty_)
+      return;
     if (x.dtype == DType::Float64) {  // plain loops, no primitive
       f64_ = std::make_unique<ConvSetup>(s);
       xShape_ = x.shape;
@@ -163,7 +180,8 @@ class ConvKernel : public OpKernel {
 
     const std::size_t n = s.geometry.kernel.size();
     memory::dims padEnd(n);
-    for (std::size_t i = 0; i < n; ++i) padEnd[i] = dnnlPadEnd(s.geometry, spatialOf(x.shape), i);
+    for (std::size_t i = 0; i < n; ++i)
+      padEnd[i] = dnnlPadEnd(s.geometry, spatialOf(x.shape), i);
 
     const Shape weightDims = groupedWeightDims(w.shape, s.group);
     const memory::desc srcDesc = plainDesc(x.shape);
@@ -187,7 +205,8 @@ class ConvKernel : public OpKernel {
       src_ = memory(srcDesc, dnnlEngine(), nullptr);
       weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
       dst_ = memory(dstDesc, dnnlEngine(), nullptr);
-      if (hasBias_) bias_ = memory(biasDesc, dnnlEngine(), nullptr);
+      if (hasBias_)
+        bias_ = memory(biasDesc, dnnlEngine(), nullptr);
       // Scratchpad layout: [primitive scratchpads | blocked src | blocked dst].
       std::size_t offset = 0;
       if (pd.src_desc() != srcDesc) {
@@ -215,12 +234,14 @@ class ConvKernel : public OpKernel {
       }
       totalScratchBytes_ = offset;
       // Constant weights (the usual case after loading) are reordered now, at plan time, not on the first run.
-      if (init.inputs[1].constant != nullptr) weights_.get(*init.inputs[1].constant);
+      if (init.inputs[1].constant != nullptr)
+        weights_.get(*init.inputs[1].constant);
     });
   }
 
   void compute(KernelContext& ctx) override {
-    if (empty_) return;
+    if (empty_)
+      return;
     if (f64_ != nullptr) {
       convForwardF64(f64_->geometry, xShape_, wShape_, f64_->group, ctx.input(0).data<double>(),
                      ctx.input(1).data<double>(), hasBias_ ? ctx.input(2).data<double>() : nullptr,
@@ -236,7 +257,8 @@ class ConvKernel : public OpKernel {
       std::unordered_map<int, memory> args{{DNNL_ARG_FROM, src_}, {DNNL_ARG_TO, srcBlocked_}};
       executeDnnlAt(srcReorder_, args, scratch, scratchpadBytes_);
     }
-    if (reorderDst_) dstBlocked_.set_data_handle(scratch + dstOffset_);
+    if (reorderDst_)
+      dstBlocked_.set_data_handle(scratch + dstOffset_);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, reorderSrc_ ? srcBlocked_ : src_},
                                          {DNNL_ARG_WEIGHTS, weightMemory_},
                                          {DNNL_ARG_DST, reorderDst_ ? dstBlocked_ : dst_}};
@@ -257,8 +279,8 @@ class ConvKernel : public OpKernel {
   std::unique_ptr<ConvSetup> f64_;  // set for float64, which runs convForwardF64 instead of oneDNN
   Shape xShape_, wShape_;
   dnnl::convolution_forward primitive_;
-  std::size_t scratchpadBytes_ = 0;     // the largest of the conv's and the reorders' own scratchpads
-  std::size_t totalScratchBytes_ = 0;   // plus the blocked src/dst copies
+  std::size_t scratchpadBytes_ = 0;    // the largest of the conv's and the reorders' own scratchpads
+  std::size_t totalScratchBytes_ = 0;  // plus the blocked src/dst copies
   std::size_t srcOffset_ = 0;
   std::size_t dstOffset_ = 0;
   bool reorderSrc_ = false;
@@ -283,8 +305,10 @@ struct DeconvSetup {
 };
 
 DeconvSetup resolveDeconv(const Attributes& attrs, const TensorMeta& x, const TensorMeta& w, const TensorMeta* bias) {
-  if (x.dtype != DType::Float32) fail("only float32 is supported, X is {}", dtypeName(x.dtype));
-  if (w.dtype != DType::Float32) fail("only float32 is supported, W is {}", dtypeName(w.dtype));
+  if (x.dtype != DType::Float32)
+    fail("only float32 is supported, X is {}", dtypeName(x.dtype));
+  if (w.dtype != DType::Float32)
+    fail("only float32 is supported, W is {}", dtypeName(w.dtype));
   if (x.shape.size() < 3 || x.shape.size() > 5) {
     fail("X must have rank 3 to 5 (N, C, 1 to 3 spatial dims), got {}", shapeToString(x.shape));
   }
@@ -294,14 +318,17 @@ DeconvSetup resolveDeconv(const Attributes& attrs, const TensorMeta& x, const Te
   DeconvSetup s;
   const std::size_t n = x.shape.size() - 2;
   s.group = attrs.getInt("group", 1);
-  if (s.group < 1) fail("group must be positive, got {}", s.group);
+  if (s.group < 1)
+    fail("group must be positive, got {}", s.group);
   if (x.shape[1] != w.shape[0]) {
     fail("X has {} input channels but W (C, M/group, k...) has {}", x.shape[1], w.shape[0]);
   }
-  if (w.shape[0] % s.group != 0) fail("W has {} input channels, not divisible by group {}", w.shape[0], s.group);
+  if (w.shape[0] % s.group != 0)
+    fail("W has {} input channels, not divisible by group {}", w.shape[0], s.group);
   const std::int64_t filters = w.shape[1] * s.group;
   if (bias != nullptr) {
-    if (bias->dtype != DType::Float32) fail("only float32 is supported, B is {}", dtypeName(bias->dtype));
+    if (bias->dtype != DType::Float32)
+      fail("only float32 is supported, B is {}", dtypeName(bias->dtype));
     if (bias->shape != Shape{filters}) {
       fail("B has shape {}, expected [{}] (one per output channel)", shapeToString(bias->shape), filters);
     }
@@ -321,8 +348,10 @@ DeconvSetup resolveDeconv(const Attributes& attrs, const TensorMeta& x, const Te
   auto extentOf = [&](std::size_t i) { return (s.kernel[i] - 1) * s.dilations[i] + 1; };
   if (attrs.has("output_shape")) {
     std::vector<std::int64_t> requested = attrs.getInts("output_shape");
-    if (requested.size() == n + 2) requested.erase(requested.begin(), requested.begin() + 2);
-    if (requested.size() != n) fail("output_shape needs {} spatial values, got {}", n, requested.size());
+    if (requested.size() == n + 2)
+      requested.erase(requested.begin(), requested.begin() + 2);
+    if (requested.size() != n)
+      fail("output_shape needs {} spatial values, got {}", n, requested.size());
     for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t total = s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - requested[i];
       if (total < 0) {
@@ -351,16 +380,17 @@ DeconvSetup resolveDeconv(const Attributes& attrs, const TensorMeta& x, const Te
     }
     if (autoPad != "VALID") {
       std::vector<std::int64_t> pads = attrs.getInts("pads", std::vector<std::int64_t>(2 * n, 0));
-      if (pads.size() != 2 * n) fail("pads has {} values, expected {}", pads.size(), 2 * n);
+      if (pads.size() != 2 * n)
+        fail("pads has {} values, expected {}", pads.size(), 2 * n);
       for (std::size_t i = 0; i < n; ++i) {
         s.padBegin[i] = pads[i];
         s.padEnd[i] = pads[n + i];
       }
     }
     for (std::size_t i = 0; i < n; ++i) {
-      outSpatial[i] =
-          s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - s.padBegin[i] - s.padEnd[i];
-      if (outSpatial[i] < 1) fail("output spatial dim {} would be {}", i, outSpatial[i]);
+      outSpatial[i] = s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - s.padBegin[i] - s.padEnd[i];
+      if (outSpatial[i] < 1)
+        fail("output spatial dim {} would be {}", i, outSpatial[i]);
     }
   }
   s.output = {x.shape[0], filters};
@@ -369,7 +399,8 @@ DeconvSetup resolveDeconv(const Attributes& attrs, const TensorMeta& x, const Te
 }
 
 std::vector<TensorMeta> inferConvTranspose(const ShapeContext& ctx) {
-  if (!ctx.hasInput(0) || !ctx.hasInput(1)) ctx.error("ConvTranspose needs inputs X and W");
+  if (!ctx.hasInput(0) || !ctx.hasInput(1))
+    ctx.error("ConvTranspose needs inputs X and W");
   try {
     const TensorMeta* bias = ctx.hasInput(2) ? &ctx.input(2).meta : nullptr;
     DeconvSetup s = resolveDeconv(ctx.attrs, ctx.input(0).meta, ctx.input(1).meta, bias);
@@ -387,7 +418,8 @@ class ConvTransposeKernel : public OpKernel {
     hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
     DeconvSetup s = resolveDeconv(init.attrs, x, w, hasBias_ ? &init.inputs[2].meta : nullptr);
     empty_ = numElements(s.output) == 0 || numElements(x.shape) == 0;
-    if (empty_) return;
+    if (empty_)
+      return;
     const std::size_t n = s.kernel.size();
     // oneDNN's deconvolution output size is strides*(in-1) + extent - padBegin - padEnd; output_padding (and an
     // output_shape) shrink the end padding, possibly below zero, which oneDNN accepts.
@@ -422,10 +454,9 @@ class ConvTransposeKernel : public OpKernel {
     const memory::desc dstDesc = plainDesc(s.output);
     const memory::desc biasDesc = hasBias_ ? plainDesc({s.output[1]}) : memory::desc();
     withDnnlErrors(init.nodeName, "create the transposed convolution", [&] {
-      dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference,
-                                             dnnl::algorithm::deconvolution_direct, srcDesc, anyWeightDesc, biasDesc,
-                                             dstDesc, toDims(s.strides), dnnlDilations(s.dilations),
-                                             toDims(s.padBegin), padEnd);
+      dnnl::deconvolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct,
+                                             srcDesc, anyWeightDesc, biasDesc, dstDesc, toDims(s.strides),
+                                             dnnlDilations(s.dilations), toDims(s.padBegin), padEnd);
       dnnl::deconvolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
       primitive_ = dnnl::deconvolution_forward(pd);
       scratchpadBytes_ = pd.scratchpad_desc().get_size();
@@ -433,18 +464,20 @@ class ConvTransposeKernel : public OpKernel {
       src_ = memory(srcDesc, dnnlEngine(), nullptr);
       weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
       dst_ = memory(dstDesc, dnnlEngine(), nullptr);
-      if (hasBias_) bias_ = memory(biasDesc, dnnlEngine(), nullptr);
-      if (init.inputs[1].constant != nullptr) weights_.get(*init.inputs[1].constant);
+      if (hasBias_)
+        bias_ = memory(biasDesc, dnnlEngine(), nullptr);
+      if (init.inputs[1].constant != nullptr)
+        weights_.get(*init.inputs[1].constant);
     });
   }
 
   void compute(KernelContext& ctx) override {
-    if (empty_) return;
+    if (empty_)
+      return;
     bindDnnl(src_, ctx.input(0));
     weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
     bindDnnl(dst_, ctx.output(0));
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weightMemory_}, {DNNL_ARG_DST, dst_}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weightMemory_}, {DNNL_ARG_DST, dst_}};
     if (hasBias_) {
       bindDnnl(bias_, ctx.input(2));
       args[DNNL_ARG_BIAS] = bias_;
@@ -468,15 +501,13 @@ class ConvTransposeKernel : public OpKernel {
 
 void registerDnnlConvOps(OpRegistry& registry) {
   registry.addSchema({"Conv", inferConv, true});
-  registry.addKernel("Conv", DeviceType::CPU,
-                     [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-                       return std::make_unique<ConvKernel>(init);
-                     });
+  registry.addKernel("Conv", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<ConvKernel>(init);
+  });
   registry.addSchema({"ConvTranspose", inferConvTranspose, true});
-  registry.addKernel("ConvTranspose", DeviceType::CPU,
-                     [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-                       return std::make_unique<ConvTransposeKernel>(init);
-                     });
+  registry.addKernel("ConvTranspose", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<ConvTransposeKernel>(init);
+  });
 }
 
 }  // namespace strata::cpu

@@ -19,7 +19,8 @@ struct Geometry3 {
 
 Geometry3 promote(const WindowGeometry& g, const Shape& xShape) {
   const std::size_t n = g.kernel.size();
-  if (n < 1 || n > 3) fail("float64 Conv supports 1 to 3 spatial dims, got {}", n);
+  if (n < 1 || n > 3)
+    fail("float64 Conv supports 1 to 3 spatial dims, got {}", n);
   Geometry3 r{};
   const std::size_t lead = 3 - n;
   for (std::size_t i = 0; i < 3; ++i) {
@@ -40,7 +41,9 @@ Geometry3 promote(const WindowGeometry& g, const Shape& xShape) {
 }
 
 // ceil(a / b) for b > 0 and any a.
-std::int64_t ceilDiv(std::int64_t a, std::int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+std::int64_t ceilDiv(std::int64_t a, std::int64_t b) {
+  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
 
 // The output range [begin, end) along one dim whose input position o * stride - pad + offset lies in [0, in).
 void validRange(std::int64_t in, std::int64_t out, std::int64_t stride, std::int64_t pad, std::int64_t offset,
@@ -78,21 +81,23 @@ void im2colRow(const Geometry3& g, const double* plane, std::int64_t kd, std::in
       if (sw == 1) {
         std::memcpy(out + w0, src + w0, static_cast<std::size_t>(w1 - w0) * sizeof(double));
       } else {
-        for (std::int64_t ow = w0; ow < w1; ++ow) out[ow] = src[ow * sw];
+        for (std::int64_t ow = w0; ow < w1; ++ow)
+          out[ow] = src[ow * sw];
       }
       std::fill(out + w1, out + g.out[2], 0.0);
     }
   }
 }
 
-constexpr std::int64_t kRowBlock = 32;   // output channels per GEMM task
-constexpr std::int64_t kColBlock = 256;  // output positions per GEMM task (one C row chunk: 2 KiB, stays in L1)
+constexpr std::int64_t kRowBlock = 32;     // output channels per GEMM task
+constexpr std::int64_t kColBlock = 256;    // output positions per GEMM task (one C row chunk: 2 KiB, stays in L1)
 constexpr std::int64_t kDepthBlock = 128;  // reduction block: a 128 x 256 panel of B (256 KiB) stays in L2
 
 // C[rows, cols] = bias (per row, or 0) + A[rows, depth] * B[depth, cols]; leading dimensions lda, ldb, ldc.
 void gemmTile(std::int64_t rows, std::int64_t cols, std::int64_t depth, const double* a, std::int64_t lda,
               const double* b, std::int64_t ldb, double* c, std::int64_t ldc, const double* bias) {
-  for (std::int64_t i = 0; i < rows; ++i) std::fill(c + i * ldc, c + i * ldc + cols, bias != nullptr ? bias[i] : 0.0);
+  for (std::int64_t i = 0; i < rows; ++i)
+    std::fill(c + i * ldc, c + i * ldc + cols, bias != nullptr ? bias[i] : 0.0);
   for (std::int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
     const std::int64_t k1 = std::min(depth, k0 + kDepthBlock);
     for (std::int64_t i = 0; i < rows; ++i) {
@@ -106,12 +111,14 @@ void gemmTile(std::int64_t rows, std::int64_t cols, std::int64_t depth, const do
         const double* __restrict b1 = b0 + ldb;
         const double* __restrict b2 = b1 + ldb;
         const double* __restrict b3 = b2 + ldb;
-        for (std::int64_t j = 0; j < cols; ++j) cRow[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
+        for (std::int64_t j = 0; j < cols; ++j)
+          cRow[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
       }
       for (; k < k1; ++k) {
         const double a0 = aRow[k];
         const double* __restrict b0 = b + k * ldb;
-        for (std::int64_t j = 0; j < cols; ++j) cRow[j] += a0 * b0[j];
+        for (std::int64_t j = 0; j < cols; ++j)
+          cRow[j] += a0 * b0[j];
       }
     }
   }
@@ -131,18 +138,20 @@ void convForwardF64(const WindowGeometry& geometry, const Shape& xShape, const S
   const std::int64_t inVolume = g.in[0] * g.in[1] * g.in[2];
   const std::int64_t outVolume = g.out[0] * g.out[1] * g.out[2];
   const std::int64_t depth = cPerG * kernelVolume;  // GEMM reduction length: W's row length
-  if (batch == 0 || filters == 0 || outVolume == 0) return;
+  if (batch == 0 || filters == 0 || outVolume == 0)
+    return;
   bool pointwise = true;  // then X itself is the im2col matrix
-  for (int i = 0; i < 3; ++i) pointwise = pointwise && g.kernel[i] == 1 && g.stride[i] == 1 && g.pad[i] == 0 && g.out[i] == g.in[i];
+  for (int i = 0; i < 3; ++i)
+    pointwise = pointwise && g.kernel[i] == 1 && g.stride[i] == 1 && g.pad[i] == 0 && g.out[i] == g.in[i];
 
   // im2col for a chunk of images at a time, in the shared scratchpad, at most ~32 MiB unless one image needs more.
   const std::int64_t colPerImage = pointwise ? 0 : channels * kernelVolume * outVolume;
   const std::int64_t chunk =
-      pointwise ? batch : std::clamp<std::int64_t>((std::int64_t{4} << 20) / std::max<std::int64_t>(colPerImage, 1),
-                                                   1, batch);
-  double* col = pointwise ? nullptr
-                          : static_cast<double*>(dnnlScratchpad(static_cast<std::size_t>(chunk * colPerImage) *
-                                                                sizeof(double)));
+      pointwise ? batch
+                : std::clamp<std::int64_t>((std::int64_t{4} << 20) / std::max<std::int64_t>(colPerImage, 1), 1, batch);
+  double* col =
+      pointwise ? nullptr
+                : static_cast<double*>(dnnlScratchpad(static_cast<std::size_t>(chunk * colPerImage) * sizeof(double)));
   const std::int64_t rowBlocks = (mPerG + kRowBlock - 1) / kRowBlock;
   const std::int64_t colBlocks = (outVolume + kColBlock - 1) / kColBlock;
   for (std::int64_t n0 = 0; n0 < batch; n0 += chunk) {

@@ -18,7 +18,8 @@ bool isLoopType(DType dtype) {
 }
 
 void checkMatmulTypes(const TensorMeta& a, const TensorMeta& b) {
-  if (a.dtype != b.dtype) fail("A is {} but B is {}; they must match", dtypeName(a.dtype), dtypeName(b.dtype));
+  if (a.dtype != b.dtype)
+    fail("A is {} but B is {}; they must match", dtypeName(a.dtype), dtypeName(b.dtype));
   if (a.dtype != DType::Float32 && !isLoopType(a.dtype)) {
     fail("supported types are float32, float64, int32 and int64, got {}", dtypeName(a.dtype));
   }
@@ -39,8 +40,10 @@ struct GemmSetup {
 
 GemmSetup resolveGemm(const Attributes& attrs, const TensorMeta& a, const TensorMeta& b, const TensorMeta* c) {
   checkMatmulTypes(a, b);
-  if (a.shape.size() != 2) fail("A must be 2-D, got {}", shapeToString(a.shape));
-  if (b.shape.size() != 2) fail("B must be 2-D, got {}", shapeToString(b.shape));
+  if (a.shape.size() != 2)
+    fail("A must be 2-D, got {}", shapeToString(a.shape));
+  if (b.shape.size() != 2)
+    fail("B must be 2-D, got {}", shapeToString(b.shape));
   GemmSetup s;
   s.transA = attrs.getInt("transA", 0) != 0;
   s.transB = attrs.getInt("transB", 0) != 0;
@@ -55,11 +58,14 @@ GemmSetup resolveGemm(const Attributes& attrs, const TensorMeta& a, const Tensor
          shapeToString(a.shape), s.k, shapeToString(b.shape), kb, s.transA, s.transB);
   }
   if (c != nullptr) {
-    if (c->dtype != a.dtype) fail("C is {} but A is {}", dtypeName(c->dtype), dtypeName(a.dtype));
-    if (c->shape.size() > 2) fail("C must have rank <= 2, got {}", shapeToString(c->shape));
+    if (c->dtype != a.dtype)
+      fail("C is {} but A is {}", dtypeName(c->dtype), dtypeName(a.dtype));
+    if (c->shape.size() > 2)
+      fail("C must have rank <= 2, got {}", shapeToString(c->shape));
     s.hasC = true;
     s.c2d = c->shape;
-    while (s.c2d.size() < 2) s.c2d.insert(s.c2d.begin(), 1);
+    while (s.c2d.size() < 2)
+      s.c2d.insert(s.c2d.begin(), 1);
     if ((s.c2d[0] != 1 && s.c2d[0] != s.m) || (s.c2d[1] != 1 && s.c2d[1] != s.n)) {
       fail("C {} does not broadcast to the output [{}, {}]", shapeToString(c->shape), s.m, s.n);
     }
@@ -68,7 +74,8 @@ GemmSetup resolveGemm(const Attributes& attrs, const TensorMeta& a, const Tensor
 }
 
 std::vector<TensorMeta> inferGemm(const ShapeContext& ctx) {
-  if (!ctx.hasInput(0) || !ctx.hasInput(1)) ctx.error("Gemm needs inputs A and B");
+  if (!ctx.hasInput(0) || !ctx.hasInput(1))
+    ctx.error("Gemm needs inputs A and B");
   try {
     const TensorMeta* c = ctx.hasInput(2) ? &ctx.input(2).meta : nullptr;
     GemmSetup s = resolveGemm(ctx.attrs, ctx.input(0).meta, ctx.input(1).meta, c);
@@ -108,7 +115,8 @@ void accumulateRow(const T* pa, std::int64_t ak, const T* pb, std::int64_t bk, s
     for (std::int64_t kk = 0; kk < depth; ++kk) {
       const auto av = static_cast<Accumulator<T>>(pa[kk * ak]);
       const T* row = pb + kk * bk + j0;
-      for (std::int64_t j = 0; j < cols; ++j) out[j] += av * static_cast<Accumulator<T>>(row[j]);
+      for (std::int64_t j = 0; j < cols; ++j)
+        out[j] += av * static_cast<Accumulator<T>>(row[j]);
     }
   } else {
     for (std::int64_t j = 0; j < cols; ++j) {
@@ -128,7 +136,8 @@ void naiveGemm(const GemmSetup& s, const Tensor& a, const Tensor& b, const Tenso
   const T* pb = b.data<T>();
   T* py = y.data<T>();
   const bool useC = c != nullptr && s.beta != 0.0f;
-  if (useC) broadcastC<T>(s, *c, y, s.beta);
+  if (useC)
+    broadcastC<T>(s, *c, y, s.beta);
   const std::int64_t colBlocks = (s.n + kLoopColumns - 1) / kLoopColumns;
   // A(i, k) = pa[i * ai + k * ak], B(k, j) = pb[k * bk + j * bj].
   const std::int64_t ai = s.transA ? 1 : s.k, ak = s.transA ? s.m : 1;
@@ -155,10 +164,11 @@ class GemmKernel : public OpKernel {
  public:
   explicit GemmKernel(const KernelInit& init) {
     const bool hasC = init.inputs.size() > 2 && init.inputs[2].present;
-    setup_ = resolveGemm(init.attrs, init.inputs.at(0).meta, init.inputs.at(1).meta,
-                         hasC ? &init.inputs[2].meta : nullptr);
+    setup_ =
+        resolveGemm(init.attrs, init.inputs.at(0).meta, init.inputs.at(1).meta, hasC ? &init.inputs[2].meta : nullptr);
     dtype_ = init.inputs[0].meta.dtype;
-    if (dtype_ != DType::Float32 || setup_.m * setup_.n * setup_.k == 0) return;  // the loop handles these
+    if (dtype_ != DType::Float32 || setup_.m * setup_.n * setup_.k == 0)
+      return;  // the loop handles these
     const GemmSetup& s = setup_;
     // Transposes are strides, not copies.
     const memory::desc aDesc({s.m, s.k}, memory::data_type::f32,
@@ -173,7 +183,8 @@ class GemmKernel : public OpKernel {
       mode_ = CMode::Bias;
       biasDesc = plainDesc(s.c2d);
     } else {
-      if (s.alpha != 1.0f) attr.set_output_scales(0, {s.alpha});
+      if (s.alpha != 1.0f)
+        attr.set_output_scales(0, {s.alpha});
       if (s.hasC && s.beta != 0.0f) {
         // Y is prefilled with C; the sum post-op adds beta * Y to alpha * A'B'.
         mode_ = CMode::Sum;
@@ -191,7 +202,8 @@ class GemmKernel : public OpKernel {
       a_ = memory(aDesc, dnnlEngine(), nullptr);
       b_ = memory(bDesc, dnnlEngine(), nullptr);
       y_ = memory(yDesc, dnnlEngine(), nullptr);
-      if (mode_ == CMode::Bias) bias_ = memory(biasDesc, dnnlEngine(), nullptr);
+      if (mode_ == CMode::Bias)
+        bias_ = memory(biasDesc, dnnlEngine(), nullptr);
     });
     useDnnl_ = true;
   }
@@ -201,11 +213,20 @@ class GemmKernel : public OpKernel {
     Tensor& y = ctx.output(0);
     if (!useDnnl_) {
       switch (dtype_) {
-        case DType::Float32: naiveGemm<float>(setup_, ctx.input(0), ctx.input(1), c, y); break;
-        case DType::Float64: naiveGemm<double>(setup_, ctx.input(0), ctx.input(1), c, y); break;
-        case DType::Int32: naiveGemm<std::int32_t>(setup_, ctx.input(0), ctx.input(1), c, y); break;
-        case DType::Int64: naiveGemm<std::int64_t>(setup_, ctx.input(0), ctx.input(1), c, y); break;
-        default: fail("Gemm: unsupported dtype {}", dtypeName(dtype_));
+        case DType::Float32:
+          naiveGemm<float>(setup_, ctx.input(0), ctx.input(1), c, y);
+          break;
+        case DType::Float64:
+          naiveGemm<double>(setup_, ctx.input(0), ctx.input(1), c, y);
+          break;
+        case DType::Int32:
+          naiveGemm<std::int32_t>(setup_, ctx.input(0), ctx.input(1), c, y);
+          break;
+        case DType::Int64:
+          naiveGemm<std::int64_t>(setup_, ctx.input(0), ctx.input(1), c, y);
+          break;
+        default:
+          fail("Gemm: unsupported dtype {}", dtypeName(dtype_));
       }
       return;
     }
@@ -260,16 +281,21 @@ MatmulSetup resolveMatmul(const TensorMeta& a, const TensorMeta& b) {
   s.batchA.assign(am.begin(), am.end() - 2);
   s.batchB.assign(bm.begin(), bm.end() - 2);
   s.batch = broadcastShapes(s.batchA, s.batchB);
-  while (s.batchA.size() < s.batch.size()) s.batchA.insert(s.batchA.begin(), 1);
-  while (s.batchB.size() < s.batch.size()) s.batchB.insert(s.batchB.begin(), 1);
+  while (s.batchA.size() < s.batch.size())
+    s.batchA.insert(s.batchA.begin(), 1);
+  while (s.batchB.size() < s.batch.size())
+    s.batchB.insert(s.batchB.begin(), 1);
   s.output = s.batch;
-  if (a.shape.size() > 1) s.output.push_back(s.m);
-  if (b.shape.size() > 1) s.output.push_back(s.n);
+  if (a.shape.size() > 1)
+    s.output.push_back(s.m);
+  if (b.shape.size() > 1)
+    s.output.push_back(s.n);
   return s;
 }
 
 std::vector<TensorMeta> inferMatmul(const ShapeContext& ctx) {
-  if (!ctx.hasInput(0) || !ctx.hasInput(1)) ctx.error("MatMul needs inputs A and B");
+  if (!ctx.hasInput(0) || !ctx.hasInput(1))
+    ctx.error("MatMul needs inputs A and B");
   try {
     MatmulSetup s = resolveMatmul(ctx.input(0).meta, ctx.input(1).meta);
     return {TensorMeta{ctx.input(0).meta.dtype, s.output}};
@@ -313,7 +339,8 @@ void naiveMatmul(const MatmulSetup& s, const Tensor& a, const Tensor& b, Tensor&
       std::fill(acc, acc + cols, Accumulator<T>{0});
       accumulateRow<T>(pa + offA + i * s.k, 1, pb + offB, s.n, 1, s.k, j0, cols, acc);
       T* out = py + (bi * s.m + i) * s.n + j0;
-      for (std::int64_t j = 0; j < cols; ++j) out[j] = static_cast<T>(acc[j]);
+      for (std::int64_t j = 0; j < cols; ++j)
+        out[j] = static_cast<T>(acc[j]);
     }
   });
 }
@@ -325,7 +352,8 @@ class MatmulKernel : public OpKernel {
     dtype_ = init.inputs[0].meta.dtype;
     const MatmulSetup& s = setup_;
     const std::int64_t batches = numElements(s.batch);
-    if (dtype_ != DType::Float32 || batches * s.m * s.n * s.k == 0) return;  // the loop handles these
+    if (dtype_ != DType::Float32 || batches * s.m * s.n * s.k == 0)
+      return;  // the loop handles these
     memory::dims aDims, bDims, yDims;
     const bool sameBatch = s.batchA == s.batchB;
     const bool bShared = numElements(s.batchB) == 1;
@@ -372,13 +400,23 @@ class MatmulKernel : public OpKernel {
   void compute(KernelContext& ctx) override {
     Tensor& y = ctx.output(0);
     if (!useDnnl_) {
-      if (y.numel() == 0) return;
+      if (y.numel() == 0)
+        return;
       switch (dtype_) {
-        case DType::Float32: naiveMatmul<float>(setup_, ctx.input(0), ctx.input(1), y); break;
-        case DType::Float64: naiveMatmul<double>(setup_, ctx.input(0), ctx.input(1), y); break;
-        case DType::Int32: naiveMatmul<std::int32_t>(setup_, ctx.input(0), ctx.input(1), y); break;
-        case DType::Int64: naiveMatmul<std::int64_t>(setup_, ctx.input(0), ctx.input(1), y); break;
-        default: fail("MatMul: unsupported dtype {}", dtypeName(dtype_));
+        case DType::Float32:
+          naiveMatmul<float>(setup_, ctx.input(0), ctx.input(1), y);
+          break;
+        case DType::Float64:
+          naiveMatmul<double>(setup_, ctx.input(0), ctx.input(1), y);
+          break;
+        case DType::Int32:
+          naiveMatmul<std::int32_t>(setup_, ctx.input(0), ctx.input(1), y);
+          break;
+        case DType::Int64:
+          naiveMatmul<std::int64_t>(setup_, ctx.input(0), ctx.input(1), y);
+          break;
+        default:
+          fail("MatMul: unsupported dtype {}", dtypeName(dtype_));
       }
       return;
     }

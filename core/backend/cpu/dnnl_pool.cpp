@@ -36,13 +36,15 @@ PoolSetup resolvePool(const std::string& opType, const Attributes& attrs, const 
       x.dtype != DType::UInt8) {
     fail("X must be float32, float64, int8 or uint8, got {}", dtypeName(x.dtype));
   }
-  if (x.shape.size() < 3) fail("X must have rank >= 3 (N, C, spatial...), got {}", shapeToString(x.shape));
+  if (x.shape.size() < 3)
+    fail("X must have rank >= 3 (N, C, spatial...), got {}", shapeToString(x.shape));
   const std::vector<std::int64_t> spatial(x.shape.begin() + 2, x.shape.end());
   if (global) {
     Attributes none;
     s.geometry = resolveWindow(none, spatial, spatial, false);
   } else {
-    if (!attrs.has("kernel_shape")) fail("the kernel_shape attribute is required");
+    if (!attrs.has("kernel_shape"))
+      fail("the kernel_shape attribute is required");
     s.countIncludePad = attrs.getInt("count_include_pad", 0) != 0;
     s.storageOrder = attrs.getInt("storage_order", 0);
     s.geometry = resolveWindow(attrs, spatial, attrs.getInts("kernel_shape"), attrs.getInt("ceil_mode", 0) != 0);
@@ -53,13 +55,17 @@ PoolSetup resolvePool(const std::string& opType, const Attributes& attrs, const 
 }
 
 std::vector<TensorMeta> inferPool(const ShapeContext& ctx) {
-  if (!ctx.hasInput(0)) ctx.error(ctx.opType + " needs input X");
-  if (ctx.outputCount > 1 && ctx.opType != "MaxPool") ctx.error(ctx.opType + " has one output");
-  if (ctx.outputCount > 2) ctx.error("MaxPool has at most two outputs (Y, Indices)");
+  if (!ctx.hasInput(0))
+    ctx.error(ctx.opType + " needs input X");
+  if (ctx.outputCount > 1 && ctx.opType != "MaxPool")
+    ctx.error(ctx.opType + " has one output");
+  if (ctx.outputCount > 2)
+    ctx.error("MaxPool has at most two outputs (Y, Indices)");
   try {
     PoolSetup s = resolvePool(ctx.opType, ctx.attrs, ctx.input(0).meta);
     std::vector<TensorMeta> out{TensorMeta{ctx.input(0).meta.dtype, s.output}};
-    if (ctx.outputCount == 2) out.push_back(TensorMeta{DType::Int64, s.output});
+    if (ctx.outputCount == 2)
+      out.push_back(TensorMeta{DType::Int64, s.output});
     return out;
   } catch (const Error& e) {
     ctx.error(e.what());
@@ -81,7 +87,8 @@ void naivePool(const PoolSetup& s, const Tensor& x, Tensor& y, Tensor* indices) 
   const std::vector<std::int64_t> inStrides = contiguousStrides(in);
   // Column-major spatial strides for storage_order = 1.
   std::vector<std::int64_t> colStrides(n, 1);
-  for (std::size_t i = 1; i < n; ++i) colStrides[i] = colStrides[i - 1] * in[i - 1];
+  for (std::size_t i = 1; i < n; ++i)
+    colStrides[i] = colStrides[i - 1] * in[i - 1];
   const T* src = x.data<T>();
   T* dst = y.data<T>();
   std::int64_t* idx = indices != nullptr ? indices->data<std::int64_t>() : nullptr;
@@ -103,7 +110,8 @@ void naivePool(const PoolSetup& s, const Tensor& x, Tensor& y, Tensor* indices) 
           std::int64_t inside = 0;
           for (std::int64_t kk = 0; kk < g.kernel[d]; ++kk) {
             const std::int64_t pos = start + kk * g.dilations[d];
-            if (pos >= -g.padBegin[d] && pos < in[d] + g.padEnd[d]) ++inside;
+            if (pos >= -g.padBegin[d] && pos < in[d] + g.padEnd[d])
+              ++inside;
           }
           padded *= inside;
         }
@@ -128,7 +136,8 @@ void naivePool(const PoolSetup& s, const Tensor& x, Tensor& y, Tensor* indices) 
             }
           }
           for (std::size_t d = n; d-- > 0;) {  // next window position
-            if (++k[d] < g.kernel[d]) break;
+            if (++k[d] < g.kernel[d])
+              break;
             k[d] = 0;
           }
         }
@@ -140,9 +149,11 @@ void naivePool(const PoolSetup& s, const Tensor& x, Tensor& y, Tensor* indices) 
           value = divisor > 0 ? sum / static_cast<double>(divisor) : 0;
         }
         dst[plane * outPlane + oi] = static_cast<T>(value);
-        if (idx != nullptr) idx[plane * outPlane + oi] = bestIndex;
+        if (idx != nullptr)
+          idx[plane * outPlane + oi] = bestIndex;
         for (std::size_t d = n; d-- > 0;) {  // next output position
-          if (++o[d] < g.output[d]) break;
+          if (++o[d] < g.output[d])
+            break;
           o[d] = 0;
         }
       }
@@ -156,7 +167,8 @@ class PoolKernel : public OpKernel {
     const TensorMeta& x = init.inputs.at(0).meta;
     setup_ = resolvePool(opType, init.attrs, x);
     empty_ = numElements(setup_.output) == 0;
-    if (empty_ || x.dtype != DType::Float32 || x.shape.size() > 5) return;  // the direct loop handles these
+    if (empty_ || x.dtype != DType::Float32 || x.shape.size() > 5)
+      return;  // the direct loop handles these
     const WindowGeometry& g = setup_.geometry;
     const std::size_t n = g.kernel.size();
     const std::vector<std::int64_t> in(x.shape.begin() + 2, x.shape.end());
@@ -167,9 +179,11 @@ class PoolKernel : public OpKernel {
       extended = extended || padEnd[i] > g.padEnd[i];
     }
     // oneDNN would count the extra ceil_mode positions in the divisor.
-    if (setup_.kind == PoolKind::Average && setup_.countIncludePad && extended) return;
+    if (setup_.kind == PoolKind::Average && setup_.countIncludePad && extended)
+      return;
     memory::dims dilations;
-    for (std::int64_t d : g.dilations) dilations.push_back(d - 1);
+    for (std::int64_t d : g.dilations)
+      dilations.push_back(d - 1);
     const dnnl::algorithm algorithm = setup_.kind == PoolKind::Max ? dnnl::algorithm::pooling_max
                                       : setup_.countIncludePad     ? dnnl::algorithm::pooling_avg_include_padding
                                                                    : dnnl::algorithm::pooling_avg_exclude_padding;
@@ -193,7 +207,8 @@ class PoolKernel : public OpKernel {
   }
 
   void compute(KernelContext& ctx) override {
-    if (empty_) return;
+    if (empty_)
+      return;
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
     Tensor* indices = ctx.hasOutput(1) ? &ctx.output(1) : nullptr;
@@ -205,11 +220,20 @@ class PoolKernel : public OpKernel {
       return;
     }
     switch (x.dtype()) {
-      case DType::Float32: naivePool<float>(setup_, x, y, indices); break;
-      case DType::Float64: naivePool<double>(setup_, x, y, indices); break;
-      case DType::Int8: naivePool<std::int8_t>(setup_, x, y, indices); break;
-      case DType::UInt8: naivePool<std::uint8_t>(setup_, x, y, indices); break;
-      default: fail("pooling: unsupported dtype {}", dtypeName(x.dtype()));
+      case DType::Float32:
+        naivePool<float>(setup_, x, y, indices);
+        break;
+      case DType::Float64:
+        naivePool<double>(setup_, x, y, indices);
+        break;
+      case DType::Int8:
+        naivePool<std::int8_t>(setup_, x, y, indices);
+        break;
+      case DType::UInt8:
+        naivePool<std::uint8_t>(setup_, x, y, indices);
+        break;
+      default:
+        fail("pooling: unsupported dtype {}", dtypeName(x.dtype()));
     }
   }
 

@@ -24,7 +24,8 @@ struct Window3 {
 
 inline Window3 promoteWindow(const WindowGeometry& g, const Shape& xShape) {
   const std::size_t n = g.kernel.size();
-  if (n < 1 || n > 3) fail("1 to 3 spatial dims are supported, got {}", n);
+  if (n < 1 || n > 3)
+    fail("1 to 3 spatial dims are supported, got {}", n);
   Window3 r{};
   const std::size_t lead = 3 - n;
   for (std::size_t i = 0; i < 3; ++i) {
@@ -45,7 +46,9 @@ inline Window3 promoteWindow(const WindowGeometry& g, const Shape& xShape) {
 }
 
 // ceil(a / b) for b > 0 and any a.
-inline std::int64_t ceilDiv(std::int64_t a, std::int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+inline std::int64_t ceilDiv(std::int64_t a, std::int64_t b) {
+  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
 
 // The output range [begin, end) along one dim whose input position o * stride - pad + offset lies in [0, in).
 inline void validOutputRange(std::int64_t in, std::int64_t out, std::int64_t stride, std::int64_t pad,

@@ -15,7 +15,9 @@ using dnnl::memory;
 
 enum class ConvGradMode { Input, Weight, Both };
 
-memory::dims toDims(const std::vector<std::int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+memory::dims toDims(const std::vector<std::int64_t>& v) {
+  return memory::dims(v.begin(), v.end());
+}
 
 struct ConvGradSetup {
   DType dtype = DType::Float32;
@@ -29,18 +31,22 @@ ConvGradSetup resolveConvGrad(const Attributes& attrs, DType dtype, const Shape&
   if (dtype != DType::Float32 && dtype != DType::Float64) {
     fail("only float32 and float64 are supported, got {}", dtypeName(dtype));
   }
-  if (x.size() < 3 || x.size() > 5) fail("X must have rank 3 to 5, got {}", shapeToString(x));
-  if (w.size() != x.size()) fail("W {} must have the same rank as X {}", shapeToString(w), shapeToString(x));
+  if (x.size() < 3 || x.size() > 5)
+    fail("X must have rank 3 to 5, got {}", shapeToString(x));
+  if (w.size() != x.size())
+    fail("W {} must have the same rank as X {}", shapeToString(w), shapeToString(x));
   ConvGradSetup s;
   s.dtype = dtype;
   s.x = x;
   s.w = w;
   s.group = attrs.getInt("group", 1);
-  if (s.group < 1) fail("group must be positive, got {}", s.group);
+  if (s.group < 1)
+    fail("group must be positive, got {}", s.group);
   if (x[1] != w[1] * s.group) {
     fail("X has {} input channels but W {} with group {} expects {}", x[1], shapeToString(w), s.group, w[1] * s.group);
   }
-  if (w[0] % s.group != 0) fail("W has {} output channels, not divisible by group {}", w[0], s.group);
+  if (w[0] % s.group != 0)
+    fail("W has {} output channels, not divisible by group {}", w[0], s.group);
   std::vector<std::int64_t> kernel(w.begin() + 2, w.end());
   if (attrs.has("kernel_shape") && attrs.getInts("kernel_shape") != kernel) {
     fail("kernel_shape {} does not match the weight's spatial dims {}", shapeToString(attrs.getInts("kernel_shape")),
@@ -49,19 +55,22 @@ ConvGradSetup resolveConvGrad(const Attributes& attrs, DType dtype, const Shape&
   s.geometry = resolveWindow(attrs, std::vector<std::int64_t>(x.begin() + 2, x.end()), kernel, false);
   s.y = {x[0], w[0]};
   s.y.insert(s.y.end(), s.geometry.output.begin(), s.geometry.output.end());
-  if (dy != s.y) fail("dY has shape {} but the Conv output is {}", shapeToString(dy), shapeToString(s.y));
+  if (dy != s.y)
+    fail("dY has shape {} but the Conv output is {}", shapeToString(dy), shapeToString(s.y));
   return s;
 }
 
 Shape shapeAttr(const ShapeContext& ctx, const char* name) {
-  if (!ctx.attrs.has(name)) ctx.error(fmt::format("the {} attribute is required", name));
+  if (!ctx.attrs.has(name))
+    ctx.error(fmt::format("the {} attribute is required", name));
   return ctx.attrs.getInts(name);
 }
 
 std::vector<TensorMeta> inferConvGrad(ConvGradMode mode, const ShapeContext& ctx) {
   const std::size_t needed = mode == ConvGradMode::Both ? 3 : 2;
   for (std::size_t i = 0; i < needed; ++i) {
-    if (!ctx.hasInput(i)) ctx.error(fmt::format("{} needs {} inputs", ctx.opType, needed));
+    if (!ctx.hasInput(i))
+      ctx.error(fmt::format("{} needs {} inputs", ctx.opType, needed));
   }
   const TensorMeta& dy = ctx.input(0).meta;
   for (std::size_t i = 1; i < needed; ++i) {
@@ -71,9 +80,18 @@ std::vector<TensorMeta> inferConvGrad(ConvGradMode mode, const ShapeContext& ctx
   }
   Shape x, w;
   switch (mode) {
-    case ConvGradMode::Input: x = shapeAttr(ctx, "input_shape"); w = ctx.input(1).meta.shape; break;
-    case ConvGradMode::Weight: x = ctx.input(1).meta.shape; w = shapeAttr(ctx, "weight_shape"); break;
-    case ConvGradMode::Both: x = ctx.input(1).meta.shape; w = ctx.input(2).meta.shape; break;
+    case ConvGradMode::Input:
+      x = shapeAttr(ctx, "input_shape");
+      w = ctx.input(1).meta.shape;
+      break;
+    case ConvGradMode::Weight:
+      x = ctx.input(1).meta.shape;
+      w = shapeAttr(ctx, "weight_shape");
+      break;
+    case ConvGradMode::Both:
+      x = ctx.input(1).meta.shape;
+      w = ctx.input(2).meta.shape;
+      break;
   }
   try {
     resolveConvGrad(ctx.attrs, dy.dtype, x, w, dy.shape);
@@ -81,12 +99,15 @@ std::vector<TensorMeta> inferConvGrad(ConvGradMode mode, const ShapeContext& ctx
     ctx.error(e.what());
   }
   std::vector<TensorMeta> out;
-  if (mode != ConvGradMode::Weight) out.push_back({dy.dtype, x});
+  if (mode != ConvGradMode::Weight)
+    out.push_back({dy.dtype, x});
   if (mode != ConvGradMode::Input) {
     out.push_back({dy.dtype, w});
-    if (ctx.outputCount > out.size()) out.push_back({dy.dtype, {w[0]}});  // dB
+    if (ctx.outputCount > out.size())
+      out.push_back({dy.dtype, {w[0]}});  // dB
   }
-  if (ctx.outputCount > out.size()) ctx.error(fmt::format("{} has at most {} outputs", ctx.opType, out.size()));
+  if (ctx.outputCount > out.size())
+    ctx.error(fmt::format("{} has at most {} outputs", ctx.opType, out.size()));
   return out;
 }
 
@@ -123,7 +144,8 @@ void convGradInputF64(const ConvGradSetup& s, const double* dy, const double* w,
                   const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
                   const double* gRow = grad + (od * g.out[1] + oh) * g.out[2];
                   double* xRow = out + (id * g.in[1] + ih) * g.in[2] - g.pad[2] + kw * g.dilation[2];
-                  for (std::int64_t ow = w0; ow < w1; ++ow) xRow[ow * g.stride[2]] += weight * gRow[ow];
+                  for (std::int64_t ow = w0; ow < w1; ++ow)
+                    xRow[ow * g.stride[2]] += weight * gRow[ow];
                 }
               }
             }
@@ -166,7 +188,8 @@ void convGradWeightF64(const ConvGradSetup& s, const double* dy, const double* x
                   const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
                   const double* gRow = grad + (od * g.out[1] + oh) * g.out[2];
                   const double* xRow = plane + (id * g.in[1] + ih) * g.in[2] - g.pad[2] + kw * g.dilation[2];
-                  for (std::int64_t ow = w0; ow < w1; ++ow) sum += gRow[ow] * xRow[ow * g.stride[2]];
+                  for (std::int64_t ow = w0; ow < w1; ++ow)
+                    sum += gRow[ow] * xRow[ow * g.stride[2]];
                 }
               }
             }
@@ -176,12 +199,14 @@ void convGradWeightF64(const ConvGradSetup& s, const double* dy, const double* x
       }
     }
   });
-  if (db == nullptr) return;
+  if (db == nullptr)
+    return;
   for (std::int64_t m = 0; m < filters; ++m) {
     double sum = 0;
     for (std::int64_t n = 0; n < batch; ++n) {
       const double* grad = dy + (n * filters + m) * outVolume;
-      for (std::int64_t i = 0; i < outVolume; ++i) sum += grad[i];
+      for (std::int64_t i = 0; i < outVolume; ++i)
+        sum += grad[i];
     }
     db[m] = sum;
   }
@@ -194,13 +219,16 @@ void convGradWeightF64(const ConvGradSetup& s, const double* dy, const double* x
 
 // ONNX's (O, I/G, k...) weights as oneDNN's grouped (G, O/G, I/G, k...) when group > 1: the same bytes.
 Shape groupedWeightDims(const Shape& w, std::int64_t group) {
-  if (group == 1) return w;
+  if (group == 1)
+    return w;
   Shape dims{group, w[0] / group};
   dims.insert(dims.end(), w.begin() + 1, w.end());
   return dims;
 }
 
-std::size_t alignUp(std::size_t bytes) { return (bytes + 63) / 64 * 64; }
+std::size_t alignUp(std::size_t bytes) {
+  return (bytes + 63) / 64 * 64;
+}
 
 // A tensor in Strata's plain layout and, when the primitive wants another one, its copy in the scratchpad.
 struct LayoutCopy {
@@ -215,13 +243,13 @@ struct LayoutCopy {
   std::size_t init(const memory::desc& plainDesc, const memory::desc& target, bool toTarget) {
     plain = memory(plainDesc, dnnlEngine(), nullptr);
     needed = plainDesc != target;
-    if (!needed) return 0;
+    if (!needed)
+      return 0;
     converted = memory(target, dnnlEngine(), nullptr);
     bytes = target.get_size();
-    dnnl::reorder::primitive_desc pd = toTarget ? dnnl::reorder::primitive_desc(dnnlEngine(), plainDesc, dnnlEngine(),
-                                                                                target, userScratchpadAttr())
-                                                : dnnl::reorder::primitive_desc(dnnlEngine(), target, dnnlEngine(),
-                                                                                plainDesc, userScratchpadAttr());
+    dnnl::reorder::primitive_desc pd =
+        toTarget ? dnnl::reorder::primitive_desc(dnnlEngine(), plainDesc, dnnlEngine(), target, userScratchpadAttr())
+                 : dnnl::reorder::primitive_desc(dnnlEngine(), target, dnnlEngine(), plainDesc, userScratchpadAttr());
     reorder = dnnl::reorder(pd);
     return pd.scratchpad_desc().get_size();
   }
@@ -229,7 +257,8 @@ struct LayoutCopy {
   // The memory the primitive uses, bound to `tensor` (and converted into the scratchpad when `copyIn`).
   memory& bind(const Tensor& tensor, char* scratch, std::size_t scratchBytes, bool copyIn) {
     bindDnnl(plain, tensor);
-    if (!needed) return plain;
+    if (!needed)
+      return plain;
     converted.set_data_handle(scratch + offset);
     if (copyIn) {
       std::unordered_map<int, memory> args{{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, converted}};
@@ -240,7 +269,8 @@ struct LayoutCopy {
 
   // Copies the primitive's result back into the plain tensor (for outputs).
   void copyOut(char* scratch, std::size_t scratchBytes) {
-    if (!needed) return;
+    if (!needed)
+      return;
     std::unordered_map<int, memory> args{{DNNL_ARG_FROM, converted}, {DNNL_ARG_TO, plain}};
     executeDnnlAt(reorder, args, scratch, scratchBytes);
   }
@@ -277,7 +307,8 @@ class ConvGradKernel : public OpKernel {
     }
     setup_ = resolveConvGrad(init.attrs, dy.dtype, x, w, dy.shape);
     empty_ = numElements(setup_.x) == 0 || numElements(setup_.w) == 0 || numElements(setup_.y) == 0;
-    if (empty_ || setup_.dtype == DType::Float64) return;
+    if (empty_ || setup_.dtype == DType::Float64)
+      return;
     withDnnlErrors(init.nodeName, "create the convolution backward primitives", [&] { createPrimitives(); });
   }
 
@@ -290,7 +321,8 @@ class ConvGradKernel : public OpKernel {
     Tensor* db = wantBias ? &ctx.output(static_cast<std::size_t>(dbOut_)) : nullptr;
     if (empty_) {
       for (Tensor* t : {dx, dw, db}) {
-        if (t != nullptr && t->bytes() > 0) std::memset(t->rawData(), 0, t->bytes());
+        if (t != nullptr && t->bytes() > 0)
+          std::memset(t->rawData(), 0, t->bytes());
       }
       return;
     }
@@ -303,7 +335,8 @@ class ConvGradKernel : public OpKernel {
       if (dw != nullptr || db != nullptr) {
         // dW is computed even when only dB is wanted: a scratch tensor keeps the loop simple (tests only).
         Tensor scratch;
-        if (dw == nullptr) scratch = Tensor::empty(DType::Float64, setup_.w, MemoryCategory::Workspace);
+        if (dw == nullptr)
+          scratch = Tensor::empty(DType::Float64, setup_.w, MemoryCategory::Workspace);
         convGradWeightF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(xIndex_)).data<double>(),
                           dw != nullptr ? dw->data<double>() : scratch.data<double>(),
                           db != nullptr ? db->data<double>() : nullptr);
@@ -319,17 +352,21 @@ class ConvGradKernel : public OpKernel {
       dyConverted = dyWeights_.needed;
       memory& xMem = xWeights_.bind(ctx.input(static_cast<std::size_t>(xIndex_)), scratch, primBytes, true);
       Tensor dwScratch;  // dB alone still needs somewhere to put dW
-      if (dw == nullptr) dwScratch = Tensor::empty(DType::Float32, setup_.w, MemoryCategory::Workspace);
+      if (dw == nullptr)
+        dwScratch = Tensor::empty(DType::Float32, setup_.w, MemoryCategory::Workspace);
       memory& dwMem = dwWeights_.bind(dw != nullptr ? *dw : dwScratch, scratch, primBytes, false);
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, xMem}, {DNNL_ARG_DIFF_DST, dyMem}, {DNNL_ARG_DIFF_WEIGHTS, dwMem}};
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, xMem}, {DNNL_ARG_DIFF_DST, dyMem}, {DNNL_ARG_DIFF_WEIGHTS, dwMem}};
       Tensor dbScratch;
       if (hasBiasPrimitive_) {
-        if (db == nullptr) dbScratch = Tensor::empty(DType::Float32, {setup_.w[0]}, MemoryCategory::Workspace);
+        if (db == nullptr)
+          dbScratch = Tensor::empty(DType::Float32, {setup_.w[0]}, MemoryCategory::Workspace);
         bindDnnl(dbMemory_, db != nullptr ? *db : dbScratch);
         args[DNNL_ARG_DIFF_BIAS] = dbMemory_;
       }
       executeDnnlAt(weightsPrimitive_, args, scratch, primBytes);
-      if (dw != nullptr) dwWeights_.copyOut(scratch, primBytes);
+      if (dw != nullptr)
+        dwWeights_.copyOut(scratch, primBytes);
     }
     if (dx != nullptr) {
       memory* dyMem = nullptr;
@@ -340,7 +377,8 @@ class ConvGradKernel : public OpKernel {
       }
       memory& wMem = wData_.bind(ctx.input(static_cast<std::size_t>(wIndex_)), scratch, primBytes, true);
       memory& dxMem = dxData_.bind(*dx, scratch, primBytes, false);
-      std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, *dyMem}, {DNNL_ARG_WEIGHTS, wMem}, {DNNL_ARG_DIFF_SRC, dxMem}};
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_DIFF_DST, *dyMem}, {DNNL_ARG_WEIGHTS, wMem}, {DNNL_ARG_DIFF_SRC, dxMem}};
       executeDnnlAt(dataPrimitive_, args, scratch, primBytes);
       dxData_.copyOut(scratch, primBytes);
     }
@@ -386,7 +424,8 @@ class ConvGradKernel : public OpKernel {
       primBytes = std::max(primBytes, dyWeights_.init(yPlain, pd.diff_dst_desc(), true));
       primBytes = std::max(primBytes, xWeights_.init(xPlain, pd.src_desc(), true));
       primBytes = std::max(primBytes, dwWeights_.init(wPlain, pd.diff_weights_desc(), false));
-      if (hasBiasPrimitive_) dbMemory_ = memory(biasDesc, dnnlEngine(), nullptr);
+      if (hasBiasPrimitive_)
+        dbMemory_ = memory(biasDesc, dnnlEngine(), nullptr);
       dyRegion = std::max(dyRegion, alignUp(dyWeights_.bytes));
       activationRegion = std::max(activationRegion, alignUp(xWeights_.bytes));
     }
@@ -399,7 +438,8 @@ class ConvGradKernel : public OpKernel {
       primBytes = std::max(primBytes, dyData_.init(yPlain, pd.diff_dst_desc(), true));
       primBytes = std::max(primBytes, wData_.init(wPlain, pd.weights_desc(), true));
       primBytes = std::max(primBytes, dxData_.init(xPlain, pd.diff_src_desc(), false));
-      shareDy_ = wantWeights && dyWeights_.needed && dyData_.needed && pd.diff_dst_desc() == dyWeights_.converted.get_desc();
+      shareDy_ =
+          wantWeights && dyWeights_.needed && dyData_.needed && pd.diff_dst_desc() == dyWeights_.converted.get_desc();
       dyRegion = std::max(dyRegion, alignUp(dyData_.bytes));
       activationRegion = std::max(activationRegion, alignUp(dxData_.bytes));
     }
@@ -418,12 +458,12 @@ class ConvGradKernel : public OpKernel {
 
   ConvGradSetup setup_;
   bool empty_ = false;
-  int xIndex_ = -1, wIndex_ = -1;           // input positions of X and W (dY is input 0)
+  int xIndex_ = -1, wIndex_ = -1;             // input positions of X and W (dY is input 0)
   int dxOut_ = -1, dwOut_ = -1, dbOut_ = -1;  // output positions, -1 when the op has no such output
   dnnl::convolution_backward_weights weightsPrimitive_;
   dnnl::convolution_backward_data dataPrimitive_;
   bool hasBiasPrimitive_ = false;
-  bool shareDy_ = false;  // both passes take dY in the same converted layout: convert it once
+  bool shareDy_ = false;                         // both passes take dY in the same converted layout: convert it once
   LayoutCopy dyWeights_, xWeights_, dwWeights_;  // the weights pass
   LayoutCopy dyData_, wData_, dxData_;           // the data pass
   memory dbMemory_;

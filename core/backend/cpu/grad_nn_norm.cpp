@@ -33,8 +33,10 @@ std::vector<TensorMeta> inferBatchNormGrad(const ShapeContext& ctx) {
   if (dy.dtype != DType::Float32 && dy.dtype != DType::Float64) {
     ctx.error(fmt::format("only float32 and float64 are supported, dY is {}", dtypeName(dy.dtype)));
   }
-  if (x != dy) ctx.error(fmt::format("X {} and dY {} differ", x.toString(), dy.toString()));
-  if (x.shape.size() < 2) ctx.error("X must have rank >= 2");
+  if (x != dy)
+    ctx.error(fmt::format("X {} and dY {} differ", x.toString(), dy.toString()));
+  if (x.shape.size() < 2)
+    ctx.error("X must have rank >= 2");
   for (std::size_t i = 2; i < needed; ++i) {
     const TensorMeta& m = ctx.input(i).meta;
     if (m.dtype != dy.dtype || m.shape != Shape{x.shape[1]}) {
@@ -46,7 +48,9 @@ std::vector<TensorMeta> inferBatchNormGrad(const ShapeContext& ctx) {
 }
 
 // The double a float attribute most likely stands for, as the float64 forward kernel reads it (dnnl_batchnorm.cpp).
-double decimalOf(float value) { return std::strtod(fmt::format("{}", value).c_str(), nullptr); }
+double decimalOf(float value) {
+  return std::strtod(fmt::format("{}", value).c_str(), nullptr);
+}
 
 constexpr std::int64_t kSumBlock = 2048;  // elements summed in T before the total moves to double
 
@@ -110,8 +114,10 @@ void batchNormGrad(const KernelContext& ctx, bool training, double epsilon) {
       }
       const double invStd = 1.0 / std::sqrt(variance + epsilon);
       const double gradScale = sumDyCentred * invStd;
-      if (dscale != nullptr) dscale[ch] = static_cast<T>(gradScale);
-      if (dbias != nullptr) dbias[ch] = static_cast<T>(sums.dy);
+      if (dscale != nullptr)
+        dscale[ch] = static_cast<T>(gradScale);
+      if (dbias != nullptr)
+        dbias[ch] = static_cast<T>(sums.dy);
       const double ca = static_cast<double>(scale[ch]) * invStd;
       double cb = 0, cc = 0;
       if (training && count > 0) {
@@ -124,7 +130,8 @@ void batchNormGrad(const KernelContext& ctx, bool training, double epsilon) {
       c[static_cast<std::size_t>(ch)] = static_cast<T>(cc);
     }
   });
-  if (!ctx.hasOutput(0)) return;
+  if (!ctx.hasOutput(0))
+    return;
   T* dx = ctx.output(0).data<T>();
   parallelFor(0, batch * channels, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(inner, 1)),
               [&](std::int64_t begin, std::int64_t end) {
@@ -135,9 +142,11 @@ void batchNormGrad(const KernelContext& ctx, bool training, double epsilon) {
                   const T* in = x + plane * inner;
                   T* out = dx + plane * inner;
                   if (cb == T{0} && cc == T{0}) {
-                    for (std::int64_t i = 0; i < inner; ++i) out[i] = ca * g[i];
+                    for (std::int64_t i = 0; i < inner; ++i)
+                      out[i] = ca * g[i];
                   } else {
-                    for (std::int64_t i = 0; i < inner; ++i) out[i] = ca * g[i] + cb * in[i] + cc;
+                    for (std::int64_t i = 0; i < inner; ++i)
+                      out[i] = ca * g[i] + cb * in[i] + cc;
                   }
                 }
               });
@@ -147,20 +156,21 @@ void batchNormGrad(const KernelContext& ctx, bool training, double epsilon) {
 
 void registerNormGradOps(OpRegistry& registry) {
   registry.addSchema({"BatchNormalizationGrad", inferBatchNormGrad, true});
-  registry.addKernel("BatchNormalizationGrad", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    const bool training = init.attrs.getInt("training_mode", 0) != 0;
-    const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
-    const DType dtype = init.inputs.at(0).meta.dtype;
-    // Each dtype reads epsilon as its forward kernel does.
-    const double eps = dtype == DType::Float64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
-    return makeFunctionKernel([training, eps, dtype](KernelContext& ctx) {
-      if (dtype == DType::Float64) {
-        batchNormGrad<double>(ctx, training, eps);
-      } else {
-        batchNormGrad<float>(ctx, training, eps);
-      }
-    });
-  });
+  registry.addKernel("BatchNormalizationGrad", DeviceType::CPU,
+                     [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+                       const bool training = init.attrs.getInt("training_mode", 0) != 0;
+                       const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
+                       const DType dtype = init.inputs.at(0).meta.dtype;
+                       // Each dtype reads epsilon as its forward kernel does.
+                       const double eps = dtype == DType::Float64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
+                       return makeFunctionKernel([training, eps, dtype](KernelContext& ctx) {
+                         if (dtype == DType::Float64) {
+                           batchNormGrad<double>(ctx, training, eps);
+                         } else {
+                           batchNormGrad<float>(ctx, training, eps);
+                         }
+                       });
+                     });
 }
 
 }  // namespace strata::cpu::grad_nn

@@ -28,8 +28,10 @@ PoolGradSetup resolvePoolGrad(const Attributes& attrs, DType dtype, const Shape&
   if (dtype != DType::Float32 && dtype != DType::Float64) {
     fail("only float32 and float64 are supported, got {}", dtypeName(dtype));
   }
-  if (x.size() < 3 || x.size() > 5) fail("X must have rank 3 to 5, got {}", shapeToString(x));
-  if (!attrs.has("kernel_shape")) fail("the kernel_shape attribute is required");
+  if (x.size() < 3 || x.size() > 5)
+    fail("X must have rank 3 to 5, got {}", shapeToString(x));
+  if (!attrs.has("kernel_shape"))
+    fail("the kernel_shape attribute is required");
   PoolGradSetup s;
   s.x = x;
   s.countIncludePad = attrs.getInt("count_include_pad", 0) != 0;
@@ -37,22 +39,26 @@ PoolGradSetup resolvePoolGrad(const Attributes& attrs, DType dtype, const Shape&
                              attrs.getInt("ceil_mode", 0) != 0);
   s.y = {x[0], x[1]};
   s.y.insert(s.y.end(), s.geometry.output.begin(), s.geometry.output.end());
-  if (dy != s.y) fail("dY has shape {} but the pooling output is {}", shapeToString(dy), shapeToString(s.y));
+  if (dy != s.y)
+    fail("dY has shape {} but the pooling output is {}", shapeToString(dy), shapeToString(s.y));
   return s;
 }
 
 std::vector<TensorMeta> inferPoolGrad(bool isMax, const ShapeContext& ctx) {
   const std::size_t needed = isMax ? 2 : 1;
   for (std::size_t i = 0; i < needed; ++i) {
-    if (!ctx.hasInput(i)) ctx.error(fmt::format("{} needs {} inputs", ctx.opType, needed));
+    if (!ctx.hasInput(i))
+      ctx.error(fmt::format("{} needs {} inputs", ctx.opType, needed));
   }
   const TensorMeta& dy = ctx.input(0).meta;
   Shape x;
   if (isMax) {
-    if (ctx.input(1).meta.dtype != dy.dtype) ctx.error("X and dY must have the same dtype");
+    if (ctx.input(1).meta.dtype != dy.dtype)
+      ctx.error("X and dY must have the same dtype");
     x = ctx.input(1).meta.shape;
   } else {
-    if (!ctx.attrs.has("input_shape")) ctx.error("the input_shape attribute is required");
+    if (!ctx.attrs.has("input_shape"))
+      ctx.error("the input_shape attribute is required");
     x = ctx.attrs.getInts("input_shape");
   }
   try {
@@ -101,7 +107,8 @@ void maxPoolGrad(const PoolGradSetup& s, const T* dy, const T* x, T* dx) {
                 }
               }
             }
-            if (best >= 0) out[best] += grad[(od * g.out[1] + oh) * g.out[2] + ow];
+            if (best >= 0)
+              out[best] += grad[(od * g.out[1] + oh) * g.out[2] + ow];
           }
         }
       }
@@ -116,7 +123,8 @@ std::int64_t paddedCount(std::int64_t in, std::int64_t kernel, std::int64_t dila
   std::int64_t count = 0;
   for (std::int64_t k = 0; k < kernel; ++k) {
     const std::int64_t pos = start + k * dilation;
-    if (pos >= -padBegin && pos < in + padEnd) ++count;
+    if (pos >= -padBegin && pos < in + padEnd)
+      ++count;
   }
   return count;
 }
@@ -127,7 +135,8 @@ void averagePoolGrad(const PoolGradSetup& s, const T* dy, T* dx) {
   // Explicit end pads promoted like the rest (leading dims have none).
   std::int64_t padEnd[3] = {0, 0, 0};
   const std::size_t lead = 3 - s.geometry.kernel.size();
-  for (std::size_t i = lead; i < 3; ++i) padEnd[i] = s.geometry.padEnd[i - lead];
+  for (std::size_t i = lead; i < 3; ++i)
+    padEnd[i] = s.geometry.padEnd[i - lead];
   const std::int64_t inVolume = g.inVolume(), outVolume = g.outVolume();
   parallelFor(0, s.x[0] * s.x[1], 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t plane = begin; plane < end; ++plane) {
@@ -149,16 +158,17 @@ void averagePoolGrad(const PoolGradSetup& s, const T* dy, T* dx) {
             std::int64_t kw0, kw1;
             validKernelRange(g.in[2], g.kernel[2], g.dilation[2], sw, kw0, kw1);
             const std::int64_t divisor =
-                s.countIncludePad
-                    ? pd * ph * paddedCount(g.in[2], g.kernel[2], g.dilation[2], sw, g.pad[2], padEnd[2])
-                    : (kd1 - kd0) * (kh1 - kh0) * (kw1 - kw0);
-            if (divisor == 0) continue;
+                s.countIncludePad ? pd * ph * paddedCount(g.in[2], g.kernel[2], g.dilation[2], sw, g.pad[2], padEnd[2])
+                                  : (kd1 - kd0) * (kh1 - kh0) * (kw1 - kw0);
+            if (divisor == 0)
+              continue;
             const T value = grad[(od * g.out[1] + oh) * g.out[2] + ow] / static_cast<T>(divisor);
             for (std::int64_t kd = kd0; kd < kd1; ++kd) {
               const std::int64_t id = sd + kd * g.dilation[0];
               for (std::int64_t kh = kh0; kh < kh1; ++kh) {
                 T* row = out + (id * g.in[1] + sh + kh * g.dilation[1]) * g.in[2] + sw;
-                for (std::int64_t kw = kw0; kw < kw1; ++kw) row[kw * g.dilation[2]] += value;
+                for (std::int64_t kw = kw0; kw < kw1; ++kw)
+                  row[kw * g.dilation[2]] += value;
               }
             }
           }
@@ -179,7 +189,8 @@ class PoolGradKernel : public OpKernel {
 
   void compute(KernelContext& ctx) override {
     Tensor& dx = ctx.output(0);
-    if (dx.numel() == 0) return;
+    if (dx.numel() == 0)
+      return;
     if (numElements(setup_.y) == 0) {
       std::memset(dx.rawData(), 0, dx.bytes());
       return;

@@ -28,7 +28,8 @@ constexpr std::int64_t kColumnBlock = 1024;
 
 std::int64_t productOf(const Shape& shape, std::size_t begin, std::size_t end) {
   std::int64_t p = 1;
-  for (std::size_t i = begin; i < end; ++i) p *= shape[i];
+  for (std::size_t i = begin; i < end; ++i)
+    p *= shape[i];
   return p;
 }
 
@@ -40,7 +41,8 @@ bool isFloatType(DType dtype) {
 Shape shapeAttr(const Attributes& attrs) {
   Shape shape = attrs.getInts("shape");
   for (std::int64_t d : shape) {
-    if (d < 0) fail("shape {} has a negative dimension", listToString(shape));
+    if (d < 0)
+      fail("shape {} has a negative dimension", listToString(shape));
   }
   return shape;
 }
@@ -66,23 +68,26 @@ void addInto(T* d, const T* s, std::int64_t count) {
 // spread over the threads by vocabulary row, and repeated indices sum in index order (deterministic).
 void scatterAddRows(void* dst, const void* src, std::int64_t outer, std::int64_t srcRows, std::int64_t dstRows,
                     std::int64_t inner, const std::vector<std::int64_t>& rowMap, DType dtype) {
-  if (outer == 0 || srcRows == 0 || dstRows == 0 || inner == 0) return;
+  if (outer == 0 || srcRows == 0 || dstRows == 0 || inner == 0)
+    return;
   std::vector<std::int64_t> first(static_cast<std::size_t>(dstRows) + 1, 0);
   for (std::int64_t to : rowMap) {
-    if (to >= 0) ++first[static_cast<std::size_t>(to) + 1];
+    if (to >= 0)
+      ++first[static_cast<std::size_t>(to) + 1];
   }
   std::partial_sum(first.begin(), first.end(), first.begin());
   std::vector<std::int64_t> sources(static_cast<std::size_t>(first.back()));
   std::vector<std::int64_t> fill(first.begin(), first.end() - 1);
   for (std::int64_t r = 0; r < srcRows; ++r) {
     const std::int64_t to = rowMap[static_cast<std::size_t>(r)];
-    if (to >= 0) sources[static_cast<std::size_t>(fill[static_cast<std::size_t>(to)]++)] = r;
+    if (to >= 0)
+      sources[static_cast<std::size_t>(fill[static_cast<std::size_t>(to)]++)] = r;
   }
   const std::int64_t blocks = (inner + kColumnBlock - 1) / kColumnBlock;
   const std::int64_t blockLen = (inner + blocks - 1) / blocks;
   // A task reads about (srcRows / dstRows) rows of blockLen elements.
-  const std::int64_t work = std::max<std::int64_t>(1, (srcRows + dstRows - 1) / dstRows * blockLen *
-                                                          static_cast<std::int64_t>(dtypeSize(dtype)));
+  const std::int64_t work = std::max<std::int64_t>(
+      1, (srcRows + dstRows - 1) / dstRows * blockLen * static_cast<std::int64_t>(dtypeSize(dtype)));
   const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / work);
   visitDType(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -98,7 +103,8 @@ void scatterAddRows(void* dst, const void* src, std::int64_t outer, std::int64_t
           const auto to = static_cast<std::size_t>(row % dstRows);
           const std::int64_t c0 = block * blockLen;
           const std::int64_t len = std::min(blockLen, inner - c0);
-          if (len <= 0) continue;
+          if (len <= 0)
+            continue;
           T* drow = d + row * inner + c0;
           for (std::int64_t k = first[to]; k < first[to + 1]; ++k) {
             addInto(drow, s + (o * srcRows + sources[static_cast<std::size_t>(k)]) * inner + c0, len);
@@ -125,12 +131,14 @@ struct SlicePlan {
 SlicePlan planSlice(const Shape& shape, const std::vector<std::int64_t>& starts, const std::vector<std::int64_t>& ends,
                     std::vector<std::int64_t> axes, std::vector<std::int64_t> steps) {
   const auto rank = static_cast<std::int64_t>(shape.size());
-  if (starts.size() != ends.size()) fail("starts {} and ends {} differ in length", listToString(starts), listToString(ends));
+  if (starts.size() != ends.size())
+    fail("starts {} and ends {} differ in length", listToString(starts), listToString(ends));
   if (axes.empty()) {
     axes.resize(starts.size());
     std::iota(axes.begin(), axes.end(), std::int64_t{0});
   }
-  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (steps.empty())
+    steps.assign(starts.size(), 1);
   if (axes.size() != starts.size() || steps.size() != starts.size()) {
     fail("starts {}, ends {}, axes {} and steps {} differ in length", listToString(starts), listToString(ends),
          listToString(axes), listToString(steps));
@@ -138,17 +146,22 @@ SlicePlan planSlice(const Shape& shape, const std::vector<std::int64_t>& starts,
   SlicePlan plan{shape, std::vector<std::int64_t>(shape.size(), 0), std::vector<std::int64_t>(shape.size(), 1)};
   std::vector<bool> seen(shape.size(), false);
   for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (axes[i] < -rank || axes[i] >= rank) fail("axis {} is out of range for rank {}", axes[i], rank);
+    if (axes[i] < -rank || axes[i] >= rank)
+      fail("axis {} is out of range for rank {}", axes[i], rank);
     const auto axis = static_cast<std::size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
-    if (seen[axis]) fail("axis {} is repeated in axes {}", axes[i], listToString(axes));
+    if (seen[axis])
+      fail("axis {} is repeated in axes {}", axes[i], listToString(axes));
     seen[axis] = true;
     const std::int64_t dim = shape[axis];
     const std::int64_t step = steps[i];
-    if (step == 0) fail("step 0 on axis {}", axes[i]);
+    if (step == 0)
+      fail("step 0 on axis {}", axes[i]);
     std::int64_t start = starts[i];
     std::int64_t end = ends[i];
-    if (start < 0) start += dim;
-    if (end < 0) end += dim;
+    if (start < 0)
+      start += dim;
+    if (end < 0)
+      end += dim;
     std::int64_t count = 0;
     if (step > 0) {
       start = std::clamp<std::int64_t>(start, 0, dim);
@@ -193,7 +206,8 @@ std::vector<TensorMeta> inferSliceGrad(const ShapeContext& ctx) {
   const TensorMeta& dy = ctx.input(0).meta;
   std::vector<const Tensor*> inputs(ctx.inputs.size(), nullptr);
   for (std::size_t i = 1; i < ctx.inputs.size(); ++i) {
-    if (ctx.hasInput(i)) inputs[i] = &ctx.constantInput(i);
+    if (ctx.hasInput(i))
+      inputs[i] = &ctx.constantInput(i);
   }
   return withNodeErrors(ctx, [&] {
     const Shape shape = shapeAttr(ctx.attrs);
@@ -211,7 +225,8 @@ std::vector<TensorMeta> inferSliceGrad(const ShapeContext& ctx) {
 // elements and may be negative; the view must not overlap itself (true for slices).
 void stridedScatter(char* dst, const char* src, const Shape& shape, const std::vector<std::int64_t>& dstStrides,
                     std::size_t elemSize) {
-  if (numElements(shape) == 0) return;
+  if (numElements(shape) == 0)
+    return;
   if (shape.empty()) {
     std::memcpy(dst, src, elemSize);
     return;
@@ -238,7 +253,8 @@ void stridedScatter(char* dst, const char* src, const Shape& shape, const std::v
         continue;
       }
       for (std::int64_t i = 0; i < n; ++i) {
-        std::memcpy(d + static_cast<std::ptrdiff_t>(i * inner) * es, s + static_cast<std::size_t>(i) * elemSize, elemSize);
+        std::memcpy(d + static_cast<std::ptrdiff_t>(i * inner) * es, s + static_cast<std::size_t>(i) * elemSize,
+                    elemSize);
       }
     }
   });
@@ -247,14 +263,16 @@ void stridedScatter(char* dst, const char* src, const Shape& shape, const std::v
 ComputeFn makeSliceGrad(const KernelInit& init) {
   const Attributes attrs = init.attrs;
   return [attrs](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& dy = ctx.input(0);
     Tensor& dx = ctx.output(0);
     const std::size_t es = dtypeSize(dx.dtype());
     std::memset(dx.rawData(), 0, dx.bytes());
     const auto ops = sliceOperands(ctx.inputs, attrs);
     const SlicePlan plan = planSlice(dx.shape(), ops.starts, ops.ends, ops.axes, ops.steps);
-    if (numElements(plan.outShape) == 0) return;
+    if (numElements(plan.outShape) == 0)
+      return;
     const auto strides = contiguousStrides(dx.shape());
     std::vector<std::int64_t> dstStrides(strides.size());
     std::int64_t offset = 0;
@@ -273,13 +291,15 @@ ComputeFn makeSliceGrad(const KernelInit& init) {
 std::vector<TensorMeta> inferGatherGrad(const ShapeContext& ctx) {
   const TensorMeta& dy = ctx.input(0).meta;
   const TensorMeta& indices = ctx.input(1).meta;
-  if (!isFloatType(dy.dtype)) ctx.error(fmt::format("the gradient must be floating-point, not {}", dtypeName(dy.dtype)));
+  if (!isFloatType(dy.dtype))
+    ctx.error(fmt::format("the gradient must be floating-point, not {}", dtypeName(dy.dtype)));
   if (indices.dtype != DType::Int64 && indices.dtype != DType::Int32) {
     ctx.error(fmt::format("indices must be int32 or int64, not {}", dtypeName(indices.dtype)));
   }
   return withNodeErrors(ctx, [&] {
     const Shape shape = shapeAttr(ctx.attrs);
-    const auto axis = static_cast<std::size_t>(normalizeAxis(ctx.attrs.getInt("axis", 0), static_cast<std::int64_t>(shape.size())));
+    const auto axis =
+        static_cast<std::size_t>(normalizeAxis(ctx.attrs.getInt("axis", 0), static_cast<std::int64_t>(shape.size())));
     Shape expected(shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(axis));
     expected.insert(expected.end(), indices.shape.begin(), indices.shape.end());
     expected.insert(expected.end(), shape.begin() + static_cast<std::ptrdiff_t>(axis) + 1, shape.end());
@@ -294,7 +314,8 @@ std::vector<TensorMeta> inferGatherGrad(const ShapeContext& ctx) {
 ComputeFn makeGatherGrad(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis", 0);
   return [axisAttr](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& dy = ctx.input(0);
     Tensor& dx = ctx.output(0);
     std::memset(dx.rawData(), 0, dx.bytes());
@@ -303,8 +324,10 @@ ComputeFn makeGatherGrad(const KernelInit& init) {
     // Validated here, before the parallel loop (exceptions must not escape worker threads).
     auto idx = toInt64Vector(ctx.input(1));
     for (auto& v : idx) {
-      if (v < -dim || v >= dim) fail("GatherGrad: index {} is out of bounds for an axis of size {}", v, dim);
-      if (v < 0) v += dim;
+      if (v < -dim || v >= dim)
+        fail("GatherGrad: index {} is out of bounds for an axis of size {}", v, dim);
+      if (v < 0)
+        v += dim;
     }
     scatterAddRows(dx.rawData(), dy.rawData(), productOf(dx.shape(), 0, axis), static_cast<std::int64_t>(idx.size()),
                    dim, productOf(dx.shape(), axis + 1, dx.shape().size()), idx, dx.dtype());
@@ -321,23 +344,32 @@ enum class PadMode { Constant, Reflect, Edge, Wrap };
 
 PadMode padMode(const Attributes& attrs) {
   const std::string mode = attrs.getString("mode", "constant");
-  if (mode == "constant") return PadMode::Constant;
-  if (mode == "reflect") return PadMode::Reflect;
-  if (mode == "edge") return PadMode::Edge;
-  if (mode == "wrap") return PadMode::Wrap;
+  if (mode == "constant")
+    return PadMode::Constant;
+  if (mode == "reflect")
+    return PadMode::Reflect;
+  if (mode == "edge")
+    return PadMode::Edge;
+  if (mode == "wrap")
+    return PadMode::Wrap;
   fail("unknown mode '{}' (expected constant, reflect, edge or wrap)", mode);
 }
 
 // The input index that output index o of an axis reads, or -1 for the constant (as the Pad kernel).
 std::int64_t padSource(std::int64_t o, std::int64_t begin, std::int64_t dim, PadMode mode) {
   const std::int64_t i = o - begin;
-  if (i >= 0 && i < dim) return i;
+  if (i >= 0 && i < dim)
+    return i;
   switch (mode) {
-    case PadMode::Constant: return -1;
-    case PadMode::Edge: return std::clamp<std::int64_t>(i, 0, dim - 1);
-    case PadMode::Wrap: return ((i % dim) + dim) % dim;
+    case PadMode::Constant:
+      return -1;
+    case PadMode::Edge:
+      return std::clamp<std::int64_t>(i, 0, dim - 1);
+    case PadMode::Wrap:
+      return ((i % dim) + dim) % dim;
     case PadMode::Reflect: {
-      if (dim == 1) return 0;
+      if (dim == 1)
+        return 0;
       const std::int64_t period = 2 * (dim - 1);
       const std::int64_t m = ((i % period) + period) % period;
       return m < dim ? m : period - m;
@@ -367,7 +399,8 @@ PadGradPlan planPadGrad(const Attributes& attrs) {
   plan.outShape = plan.shape;
   for (std::size_t k = 0; k < rank; ++k) {
     plan.outShape[k] += plan.begin[k] + plan.end[k];
-    if (plan.outShape[k] < 0) fail("pads {} make axis {} of {} negative", listToString(pads), k, shapeToString(plan.shape));
+    if (plan.outShape[k] < 0)
+      fail("pads {} make axis {} of {} negative", listToString(pads), k, shapeToString(plan.shape));
     if (plan.mode != PadMode::Constant && plan.shape[k] == 0 && plan.outShape[k] > 0) {
       fail("cannot pad the empty axis {} in a non-constant mode", k);
     }
@@ -377,7 +410,8 @@ PadGradPlan planPadGrad(const Attributes& attrs) {
 
 std::vector<TensorMeta> inferPadGrad(const ShapeContext& ctx) {
   const TensorMeta& dy = ctx.input(0).meta;
-  if (!isFloatType(dy.dtype)) ctx.error(fmt::format("the gradient must be floating-point, not {}", dtypeName(dy.dtype)));
+  if (!isFloatType(dy.dtype))
+    ctx.error(fmt::format("the gradient must be floating-point, not {}", dtypeName(dy.dtype)));
   return withNodeErrors(ctx, [&] {
     const PadGradPlan plan = planPadGrad(ctx.attrs);
     if (plan.outShape != dy.shape) {
@@ -391,14 +425,16 @@ std::vector<TensorMeta> inferPadGrad(const ShapeContext& ctx) {
 ComputeFn makePadGrad(const KernelInit& init) {
   const PadGradPlan plan = planPadGrad(init.attrs);
   return [plan](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Tensor& dy = ctx.input(0);
     Tensor& dx = ctx.output(0);
     const DType dtype = dx.dtype();
     const std::size_t rank = plan.shape.size();
     std::vector<std::size_t> folds;  // axes whose padding must be folded back
     for (std::size_t k = 0; k < rank; ++k) {
-      if (plan.begin[k] != 0 || plan.end[k] != 0) folds.push_back(k);
+      if (plan.begin[k] != 0 || plan.end[k] != 0)
+        folds.push_back(k);
     }
     if (folds.empty()) {
       copyBytes(dx.rawData(), dy.rawData(), dy.bytes());

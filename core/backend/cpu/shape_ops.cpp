@@ -29,8 +29,12 @@ template <typename T>
 double asDouble(T value) {
   return static_cast<double>(value);
 }
-double asDouble(Half value) { return halfToFloat(value.bits); }
-double asDouble(BFloat16Bits value) { return bfloat16ToFloat(value.bits); }
+double asDouble(Half value) {
+  return halfToFloat(value.bits);
+}
+double asDouble(BFloat16Bits value) {
+  return bfloat16ToFloat(value.bits);
+}
 
 // Copies `count` elements of E bytes (E == 0: elemSize bytes) from a strided source into contiguous dst.
 template <std::size_t E>
@@ -50,11 +54,21 @@ void copyRow(char* dst, const char* src, std::int64_t count, std::int64_t stride
     return;
   }
   switch (elemSize) {
-    case 1: copyRowT<1>(dst, src, count, stride, elemSize); break;
-    case 2: copyRowT<2>(dst, src, count, stride, elemSize); break;
-    case 4: copyRowT<4>(dst, src, count, stride, elemSize); break;
-    case 8: copyRowT<8>(dst, src, count, stride, elemSize); break;
-    default: copyRowT<0>(dst, src, count, stride, elemSize); break;
+    case 1:
+      copyRowT<1>(dst, src, count, stride, elemSize);
+      break;
+    case 2:
+      copyRowT<2>(dst, src, count, stride, elemSize);
+      break;
+    case 4:
+      copyRowT<4>(dst, src, count, stride, elemSize);
+      break;
+    case 8:
+      copyRowT<8>(dst, src, count, stride, elemSize);
+      break;
+    default:
+      copyRowT<0>(dst, src, count, stride, elemSize);
+      break;
   }
 }
 
@@ -79,7 +93,8 @@ void copyTileT(char* dst, const char* src, std::int64_t a0, std::int64_t a1, std
 // 8x8 transpose of 4-byte elements in registers: dst row r = src column r.
 void transpose8x8(const float* src, std::int64_t srcStride, float* dst, std::int64_t dstStride) {
   __m256 r[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * srcStride);
+  for (int i = 0; i < 8; ++i)
+    r[i] = _mm256_loadu_ps(src + i * srcStride);
   __m256 t[8];
   for (int i = 0; i < 4; ++i) {
     t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -118,15 +133,27 @@ void copyTile4(char* dst, const char* src, std::int64_t a0, std::int64_t a1, std
 void copyTile(char* dst, const char* src, std::int64_t a0, std::int64_t a1, std::int64_t b0, std::int64_t b1,
               std::int64_t dstStrideA, std::int64_t srcStrideB, std::size_t elemSize) {
   switch (elemSize) {
-    case 1: copyTileT<1>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
-    case 2: copyTileT<2>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
+    case 1:
+      copyTileT<1>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize);
+      break;
+    case 2:
+      copyTileT<2>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize);
+      break;
 #ifdef __AVX__
-    case 4: copyTile4(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB); break;
+    case 4:
+      copyTile4(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB);
+      break;
 #else
-    case 4: copyTileT<4>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
+    case 4:
+      copyTileT<4>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize);
+      break;
 #endif
-    case 8: copyTileT<8>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
-    default: copyTileT<0>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize); break;
+    case 8:
+      copyTileT<8>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize);
+      break;
+    default:
+      copyTileT<0>(dst, src, a0, a1, b0, b1, dstStrideA, srcStrideB, elemSize);
+      break;
   }
 }
 
@@ -134,14 +161,16 @@ void copyTile(char* dst, const char* src, std::int64_t a0, std::int64_t a1, std:
 
 void addOp(OpRegistry& registry, const std::string& type, ShapeFn infer, ComputeFactory factory) {
   registry.addSchema(OpSchema{type, std::move(infer), true});
-  registry.addKernel(type, DeviceType::CPU,
-                     [factory = std::move(factory)](const KernelInit& init) { return makeFunctionKernel(factory(init)); });
+  registry.addKernel(type, DeviceType::CPU, [factory = std::move(factory)](const KernelInit& init) {
+    return makeFunctionKernel(factory(init));
+  });
 }
 
 std::vector<std::int64_t> toInt64Vector(const Tensor& tensor) {
   const std::int64_t n = tensor.numel();
   std::vector<std::int64_t> values(static_cast<std::size_t>(n));
-  if (n == 0) return values;
+  if (n == 0)
+    return values;
   if (tensor.dtype() == DType::Int64) {
     std::memcpy(values.data(), tensor.rawData(), static_cast<std::size_t>(n) * sizeof(std::int64_t));
     return values;
@@ -149,7 +178,8 @@ std::vector<std::int64_t> toInt64Vector(const Tensor& tensor) {
   visitDType(tensor.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* data = tensor.data<T>();
-    for (std::int64_t i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(asDouble(data[i]));
+    for (std::int64_t i = 0; i < n; ++i)
+      values[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(asDouble(data[i]));
   });
   return values;
 }
@@ -185,7 +215,8 @@ void storeFromDouble(DType dtype, void* dst, double value) {
 }
 
 void copyBytes(void* dst, const void* src, std::size_t bytes) {
-  if (bytes == 0 || dst == src) return;
+  if (bytes == 0 || dst == src)
+    return;
   constexpr auto kChunk = static_cast<std::size_t>(kParallelBytes);
   if (bytes < 2 * kChunk) {
     std::memcpy(dst, src, bytes);
@@ -200,7 +231,8 @@ void copyBytes(void* dst, const void* src, std::size_t bytes) {
 }
 
 void fillElements(void* dst, const void* value, std::int64_t count, std::size_t elemSize) {
-  if (count <= 0) return;
+  if (count <= 0)
+    return;
   auto* d = static_cast<char*>(dst);
   const auto* v = static_cast<const char*>(value);
   const std::size_t total = static_cast<std::size_t>(count) * elemSize;
@@ -225,8 +257,10 @@ void stridedCopy(void* dst, const void* src, const Shape& shape, const std::vect
   Shape dims;
   std::vector<std::int64_t> strides;
   for (std::size_t k = 0; k < shape.size(); ++k) {
-    if (shape[k] == 0) return;
-    if (shape[k] == 1) continue;
+    if (shape[k] == 0)
+      return;
+    if (shape[k] == 1)
+      continue;
     if (!dims.empty() && strides.back() == srcStrides[k] * shape[k]) {
       dims.back() *= shape[k];
       strides.back() = srcStrides[k];
@@ -246,7 +280,8 @@ void stridedCopy(void* dst, const void* src, const Shape& shape, const std::vect
   const std::int64_t inner = strides.back();
   const std::size_t rowBytes = static_cast<std::size_t>(n) * elemSize;
   std::int64_t rows = 1;
-  for (std::size_t k = 0; k < outer; ++k) rows *= dims[k];
+  for (std::size_t k = 0; k < outer; ++k)
+    rows *= dims[k];
   if (rows == 1 && inner == 1) {
     copyBytes(d, s, rowBytes);
     return;
@@ -267,7 +302,8 @@ void stridedCopy(void* dst, const void* src, const Shape& shape, const std::vect
               elemSize);
       for (std::size_t k = outer; k-- > 0;) {
         offset += strides[k];
-        if (++idx[k] < dims[k]) break;
+        if (++idx[k] < dims[k])
+          break;
         offset -= strides[k] * dims[k];
         idx[k] = 0;
       }
@@ -278,7 +314,8 @@ void stridedCopy(void* dst, const void* src, const Shape& shape, const std::vect
 void transposeBytes(void* dst, const void* src, const Shape& inShape, const std::vector<std::int64_t>& perm,
                     std::size_t elemSize) {
   const std::int64_t count = numElements(inShape);
-  if (count == 0) return;
+  if (count == 0)
+    return;
   const std::size_t rank = inShape.size();
   // Drop unit axes; they do not move data.
   std::vector<std::int64_t> newIndex(rank, -1);
@@ -292,7 +329,8 @@ void transposeBytes(void* dst, const void* src, const Shape& inShape, const std:
   std::vector<std::int64_t> p;
   for (std::size_t i = 0; i < rank; ++i) {
     const std::int64_t a = newIndex[static_cast<std::size_t>(perm[i])];
-    if (a >= 0) p.push_back(a);
+    if (a >= 0)
+      p.push_back(a);
   }
   // Merge output axes that are consecutive input axes: (first input axis, axis count) per output group.
   std::vector<std::pair<std::int64_t, std::int64_t>> groups;
@@ -306,13 +344,15 @@ void transposeBytes(void* dst, const void* src, const Shape& inShape, const std:
   const std::size_t r = groups.size();
   std::vector<std::size_t> order(r);
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return groups[x].first < groups[y].first; });
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t x, std::size_t y) { return groups[x].first < groups[y].first; });
   Shape gIn(r);
   std::vector<std::int64_t> gPerm(r);
   for (std::size_t j = 0; j < r; ++j) {
     const auto& g = groups[order[j]];
     gIn[j] = 1;
-    for (std::int64_t a = g.first; a < g.first + g.second; ++a) gIn[j] *= dims[static_cast<std::size_t>(a)];
+    for (std::int64_t a = g.first; a < g.first + g.second; ++a)
+      gIn[j] *= dims[static_cast<std::size_t>(a)];
     gPerm[order[j]] = static_cast<std::int64_t>(j);
   }
   if (r <= 1) {
@@ -335,14 +375,16 @@ void transposeBytes(void* dst, const void* src, const Shape& inShape, const std:
   // that stay in cache.
   const auto outStrides = contiguousStrides(outShape);
   std::size_t q = 0;
-  while (gPerm[q] != static_cast<std::int64_t>(r - 1)) ++q;
+  while (gPerm[q] != static_cast<std::int64_t>(r - 1))
+    ++q;
   const std::int64_t da = gIn[r - 1];
   const std::int64_t db = outShape[r - 1];
   const std::int64_t dstStrideA = outStrides[q];
   const std::int64_t srcStrideB = srcStrides[r - 1];
   std::vector<std::int64_t> batchDims, batchIn, batchOut;
   for (std::size_t i = 0; i + 1 < r; ++i) {
-    if (i == q) continue;
+    if (i == q)
+      continue;
     batchDims.push_back(outShape[i]);
     batchIn.push_back(srcStrides[i]);
     batchOut.push_back(outStrides[i]);
@@ -351,7 +393,8 @@ void transposeBytes(void* dst, const void* src, const Shape& inShape, const std:
   const std::int64_t tilesA = (da + kTile - 1) / kTile;
   const std::int64_t tilesB = (db + kTile - 1) / kTile;
   const std::int64_t batches = numElements(batchDims);
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / (kTile * kTile * static_cast<std::int64_t>(elemSize)));
+  const std::int64_t grain =
+      std::max<std::int64_t>(1, kParallelBytes / (kTile * kTile * static_cast<std::int64_t>(elemSize)));
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   parallelFor(0, batches * tilesA * tilesB, grain, [&](std::int64_t begin, std::int64_t end) {
@@ -385,10 +428,12 @@ using namespace shape_detail;
 ComputeFactory copyInputKernel() {
   return [](const KernelInit&) -> ComputeFn {
     return [](KernelContext& ctx) {
-      if (!ctx.hasOutput(0)) return;
+      if (!ctx.hasOutput(0))
+        return;
       const Tensor& in = ctx.input(0);
       Tensor& out = ctx.output(0);
-      if (in.bytes() != out.bytes()) fail("{} bytes cannot be copied into an output of {} bytes", in.bytes(), out.bytes());
+      if (in.bytes() != out.bytes())
+        fail("{} bytes cannot be copied into an output of {} bytes", in.bytes(), out.bytes());
       copyBytes(out.rawData(), in.rawData(), in.bytes());
     };
   };
@@ -396,7 +441,8 @@ ComputeFactory copyInputKernel() {
 
 // Axes from input `index` (opset 13+) or from the `axes` attribute (older opsets); empty when neither is given.
 std::vector<std::int64_t> axesOperand(const ShapeContext& ctx, std::size_t index) {
-  if (ctx.hasInput(index)) return toInt64Vector(ctx.constantInput(index));
+  if (ctx.hasInput(index))
+    return toInt64Vector(ctx.constantInput(index));
   return ctx.attrs.getInts("axes", {});
 }
 
@@ -418,11 +464,13 @@ std::vector<TensorMeta> inferReshape(const ShapeContext& ctx) {
   for (std::size_t i = 0; i < target.size(); ++i) {
     std::int64_t v = target[i];
     if (v == -1) {
-      if (inferAt >= 0) ctx.error(fmt::format("shape {} has more than one -1", listToString(target)));
+      if (inferAt >= 0)
+        ctx.error(fmt::format("shape {} has more than one -1", listToString(target)));
       inferAt = static_cast<std::int64_t>(i);
       continue;
     }
-    if (v < -1) ctx.error(fmt::format("shape {} has a negative dimension", listToString(target)));
+    if (v < -1)
+      ctx.error(fmt::format("shape {} has a negative dimension", listToString(target)));
     if (v == 0) {
       hasZero = true;
       if (!allowZero) {
@@ -442,8 +490,8 @@ std::vector<TensorMeta> inferReshape(const ShapeContext& ctx) {
   const std::int64_t total = numElements(in.shape);
   if (inferAt >= 0) {
     if (known == 0 || total % known != 0) {
-      ctx.error(fmt::format("cannot reshape {} ({} elements) to {}", shapeToString(in.shape), total,
-                            listToString(target)));
+      ctx.error(
+          fmt::format("cannot reshape {} ({} elements) to {}", shapeToString(in.shape), total, listToString(target)));
     }
     out[static_cast<std::size_t>(inferAt)] = total / known;
   } else if (known != total) {
@@ -457,11 +505,14 @@ std::vector<TensorMeta> inferFlatten(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
   const auto rank = static_cast<std::int64_t>(in.shape.size());
   std::int64_t axis = ctx.attrs.getInt("axis", 1);
-  if (axis < -rank || axis > rank) ctx.error(fmt::format("axis {} is out of range for rank {}", axis, rank));
-  if (axis < 0) axis += rank;
+  if (axis < -rank || axis > rank)
+    ctx.error(fmt::format("axis {} is out of range for rank {}", axis, rank));
+  if (axis < 0)
+    axis += rank;
   std::int64_t outer = 1;
   std::int64_t inner = 1;
-  for (std::int64_t i = 0; i < rank; ++i) (i < axis ? outer : inner) *= in.shape[static_cast<std::size_t>(i)];
+  for (std::int64_t i = 0; i < rank; ++i)
+    (i < axis ? outer : inner) *= in.shape[static_cast<std::size_t>(i)];
   return {TensorMeta{in.dtype, {outer, inner}}};
 }
 
@@ -480,11 +531,13 @@ std::vector<TensorMeta> inferSqueeze(const ShapeContext& ctx) {
       drop[static_cast<std::size_t>(a)] = true;
     }
   } else {
-    for (std::size_t a = 0; a < in.shape.size(); ++a) drop[a] = in.shape[a] == 1;
+    for (std::size_t a = 0; a < in.shape.size(); ++a)
+      drop[a] = in.shape[a] == 1;
   }
   Shape out;
   for (std::size_t a = 0; a < in.shape.size(); ++a) {
-    if (!drop[a]) out.push_back(in.shape[a]);
+    if (!drop[a])
+      out.push_back(in.shape[a]);
   }
   return {TensorMeta{in.dtype, out}};
 }
@@ -492,24 +545,28 @@ std::vector<TensorMeta> inferSqueeze(const ShapeContext& ctx) {
 std::vector<TensorMeta> inferUnsqueeze(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
   const auto axes = axesOperand(ctx, 1);
-  if (axes.empty()) ctx.error("needs axes");
+  if (axes.empty())
+    ctx.error("needs axes");
   const auto outRank = static_cast<std::int64_t>(in.shape.size() + axes.size());
   std::vector<bool> inserted(static_cast<std::size_t>(outRank), false);
   for (std::int64_t axis : axes) {
     const std::int64_t a = normalizeAxisOrError(ctx, axis, outRank, "axis");
-    if (inserted[static_cast<std::size_t>(a)]) ctx.error(fmt::format("axis {} is repeated in axes", axis));
+    if (inserted[static_cast<std::size_t>(a)])
+      ctx.error(fmt::format("axis {} is repeated in axes", axis));
     inserted[static_cast<std::size_t>(a)] = true;
   }
   Shape out;
   std::size_t next = 0;
-  for (std::size_t a = 0; a < inserted.size(); ++a) out.push_back(inserted[a] ? 1 : in.shape[next++]);
+  for (std::size_t a = 0; a < inserted.size(); ++a)
+    out.push_back(inserted[a] ? 1 : in.shape[next++]);
   return {TensorMeta{in.dtype, out}};
 }
 
 // Opset 15's start/end: negative counts from the back, then both clamp to [0, rank].
 std::pair<std::int64_t, std::int64_t> shapeRange(const Attributes& attrs, std::int64_t rank) {
   auto clampAxis = [rank](std::int64_t v) {
-    if (v < 0) v += rank;
+    if (v < 0)
+      v += rank;
     return std::clamp<std::int64_t>(v, 0, rank);
   };
   const std::int64_t start = clampAxis(attrs.getInt("start", 0));
@@ -526,33 +583,41 @@ std::vector<TensorMeta> inferShape(const ShapeContext& ctx) {
 ComputeFn makeShapeKernel(const KernelInit& init) {
   const Attributes attrs = init.attrs;
   return [attrs](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     const Shape& shape = ctx.input(0).shape();
     const auto [start, end] = shapeRange(attrs, static_cast<std::int64_t>(shape.size()));
     auto* out = ctx.output(0).data<std::int64_t>();
-    for (std::int64_t i = start; i < end; ++i) out[i - start] = shape[static_cast<std::size_t>(i)];
+    for (std::int64_t i = start; i < end; ++i)
+      out[i - start] = shape[static_cast<std::size_t>(i)];
   };
 }
 
 // Constant's value as a tensor, from whichever value attribute is set.
 Tensor constantValue(const Attributes& attrs) {
-  if (attrs.has("value")) return attrs.getTensor("value");
-  if (attrs.has("value_float")) return Tensor::scalar(attrs.getFloat("value_float"));
-  if (attrs.has("value_int")) return Tensor::scalar(attrs.getInt("value_int"));
+  if (attrs.has("value"))
+    return attrs.getTensor("value");
+  if (attrs.has("value_float"))
+    return Tensor::scalar(attrs.getFloat("value_float"));
+  if (attrs.has("value_int"))
+    return Tensor::scalar(attrs.getInt("value_int"));
   if (attrs.has("value_floats")) {
     const auto values = attrs.getFloats("value_floats");
     Tensor t = Tensor::empty(DType::Float32, {static_cast<std::int64_t>(values.size())});
-    if (!values.empty()) std::memcpy(t.rawData(), values.data(), values.size() * sizeof(float));
+    if (!values.empty())
+      std::memcpy(t.rawData(), values.data(), values.size() * sizeof(float));
     return t;
   }
   if (attrs.has("value_ints")) {
     const auto values = attrs.getInts("value_ints");
     Tensor t = Tensor::empty(DType::Int64, {static_cast<std::int64_t>(values.size())});
-    if (!values.empty()) std::memcpy(t.rawData(), values.data(), values.size() * sizeof(std::int64_t));
+    if (!values.empty())
+      std::memcpy(t.rawData(), values.data(), values.size() * sizeof(std::int64_t));
     return t;
   }
   for (const char* unsupported : {"value_string", "value_strings", "sparse_value"}) {
-    if (attrs.has(unsupported)) fail("Constant: attribute {} is not supported (no string or sparse tensors)", unsupported);
+    if (attrs.has(unsupported))
+      fail("Constant: attribute {} is not supported (no string or sparse tensors)", unsupported);
   }
   fail("Constant: needs one of the attributes value, value_float(s), value_int(s)");
 }
@@ -568,30 +633,35 @@ std::vector<TensorMeta> inferConstant(const ShapeContext& ctx) {
 ComputeFn makeConstantKernel(const KernelInit& init) {
   const Tensor value = constantValue(init.attrs);
   return [value](KernelContext& ctx) {
-    if (ctx.hasOutput(0)) copyBytes(ctx.output(0).rawData(), value.rawData(), value.bytes());
+    if (ctx.hasOutput(0))
+      copyBytes(ctx.output(0).rawData(), value.rawData(), value.bytes());
   };
 }
 
 // ConstantOfShape's fill value: the `value` attribute (a one-element tensor) or float 0.
 Tensor fillValue(const Attributes& attrs) {
-  if (attrs.has("value")) return attrs.getTensor("value");
+  if (attrs.has("value"))
+    return attrs.getTensor("value");
   return Tensor::scalar(0.0F);
 }
 
 std::vector<TensorMeta> inferConstantOfShape(const ShapeContext& ctx) {
   const Shape shape = toInt64Vector(ctx.constantInput(0));
   for (std::int64_t d : shape) {
-    if (d < 0) ctx.error(fmt::format("shape {} has a negative dimension", listToString(shape)));
+    if (d < 0)
+      ctx.error(fmt::format("shape {} has a negative dimension", listToString(shape)));
   }
   const Tensor value = fillValue(ctx.attrs);
-  if (value.numel() != 1) ctx.error(fmt::format("value must hold one element, not {}", value.numel()));
+  if (value.numel() != 1)
+    ctx.error(fmt::format("value must hold one element, not {}", value.numel()));
   return {TensorMeta{value.dtype(), shape}};
 }
 
 ComputeFn makeConstantOfShapeKernel(const KernelInit& init) {
   const Tensor value = fillValue(init.attrs);
   return [value](KernelContext& ctx) {
-    if (!ctx.hasOutput(0)) return;
+    if (!ctx.hasOutput(0))
+      return;
     Tensor& out = ctx.output(0);
     fillElements(out.rawData(), value.rawData(), out.numel(), dtypeSize(out.dtype()));
   };
@@ -607,29 +677,37 @@ std::int64_t rangeCount(const Tensor& start, const Tensor& limit, const Tensor& 
     const std::int64_t s = toInt64Vector(start).at(0);
     const std::int64_t l = toInt64Vector(limit).at(0);
     const std::int64_t d = toInt64Vector(delta).at(0);
-    if (d == 0) fail("delta is 0");
+    if (d == 0)
+      fail("delta is 0");
     const std::int64_t span = l - s;
-    if ((span > 0) != (d > 0) || span == 0) return 0;
+    if ((span > 0) != (d > 0) || span == 0)
+      return 0;
     // Ceiling division for same-sign operands.
     return d > 0 ? (span + d - 1) / d : (span + d + 1) / d;
   }
   const double s = elementAsDouble(start);
   const double l = elementAsDouble(limit);
   const double d = elementAsDouble(delta);
-  if (d == 0.0) fail("delta is 0");
+  if (d == 0.0)
+    fail("delta is 0");
   const double n = std::ceil((l - s) / d);
-  if (!(n > 0.0)) return 0;
-  if (n > static_cast<double>(std::numeric_limits<std::int32_t>::max())) fail("{} elements is too many", n);
+  if (!(n > 0.0))
+    return 0;
+  if (n > static_cast<double>(std::numeric_limits<std::int32_t>::max()))
+    fail("{} elements is too many", n);
   return static_cast<std::int64_t>(n);
 }
 
 std::vector<TensorMeta> inferRange(const ShapeContext& ctx) {
   const DType dtype = ctx.input(0).meta.dtype;
-  if (!rangeTypeSupported(dtype)) ctx.error(fmt::format("type {} is not supported", dtypeName(dtype)));
+  if (!rangeTypeSupported(dtype))
+    ctx.error(fmt::format("type {} is not supported", dtypeName(dtype)));
   for (std::size_t i = 0; i < 3; ++i) {
     const TensorMeta& meta = ctx.input(i).meta;
-    if (meta.dtype != dtype) ctx.error("start, limit and delta must have the same type");
-    if (meta.numel() != 1) ctx.error(fmt::format("input {} must be a scalar, not of shape {}", i, shapeToString(meta.shape)));
+    if (meta.dtype != dtype)
+      ctx.error("start, limit and delta must have the same type");
+    if (meta.numel() != 1)
+      ctx.error(fmt::format("input {} must be a scalar, not of shape {}", i, shapeToString(meta.shape)));
   }
   try {
     return {TensorMeta{dtype, {rangeCount(ctx.constantInput(0), ctx.constantInput(1), ctx.constantInput(2))}}};
@@ -639,7 +717,8 @@ std::vector<TensorMeta> inferRange(const ShapeContext& ctx) {
 }
 
 void computeRange(KernelContext& ctx) {
-  if (!ctx.hasOutput(0)) return;
+  if (!ctx.hasOutput(0))
+    return;
   Tensor& out = ctx.output(0);
   const Tensor& start = ctx.input(0);
   const Tensor& delta = ctx.input(2);
@@ -648,18 +727,22 @@ void computeRange(KernelContext& ctx) {
     const std::int64_t s = toInt64Vector(start).at(0);
     const std::int64_t d = toInt64Vector(delta).at(0);
     if (out.dtype() == DType::Int64) {
-      for (std::int64_t i = 0; i < n; ++i) out.data<std::int64_t>()[i] = s + i * d;
+      for (std::int64_t i = 0; i < n; ++i)
+        out.data<std::int64_t>()[i] = s + i * d;
     } else {
-      for (std::int64_t i = 0; i < n; ++i) out.data<std::int32_t>()[i] = static_cast<std::int32_t>(s + i * d);
+      for (std::int64_t i = 0; i < n; ++i)
+        out.data<std::int32_t>()[i] = static_cast<std::int32_t>(s + i * d);
     }
     return;
   }
   const double s = elementAsDouble(start);
   const double d = elementAsDouble(delta);
   if (out.dtype() == DType::Float64) {
-    for (std::int64_t i = 0; i < n; ++i) out.data<double>()[i] = s + static_cast<double>(i) * d;
+    for (std::int64_t i = 0; i < n; ++i)
+      out.data<double>()[i] = s + static_cast<double>(i) * d;
   } else {
-    for (std::int64_t i = 0; i < n; ++i) out.data<float>()[i] = static_cast<float>(s + static_cast<double>(i) * d);
+    for (std::int64_t i = 0; i < n; ++i)
+      out.data<float>()[i] = static_cast<float>(s + static_cast<double>(i) * d);
   }
 }
 
@@ -677,9 +760,12 @@ void registerShapeOps(OpRegistry& registry) {
   addOp(registry, "Shape", inferShape, makeShapeKernel);
   addOp(
       registry, "Size",
-      [](const ShapeContext&) { return std::vector<TensorMeta>{TensorMeta{DType::Int64, {}}}; },
+      [](const ShapeContext&) {
+        return std::vector<TensorMeta>{TensorMeta{DType::Int64, {}}};
+      },
       stateless([](KernelContext& ctx) {
-        if (ctx.hasOutput(0)) *ctx.output(0).data<std::int64_t>() = ctx.input(0).numel();
+        if (ctx.hasOutput(0))
+          *ctx.output(0).data<std::int64_t>() = ctx.input(0).numel();
       }));
   addOp(registry, "Constant", inferConstant, makeConstantKernel);
   addOp(registry, "ConstantOfShape", inferConstantOfShape, makeConstantOfShapeKernel);

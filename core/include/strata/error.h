@@ -20,9 +20,9 @@ template <typename... Args>
 
 }  // namespace strata
 
-#define STRATA_CHECK(cond, ...)      \
-  do {                               \
-    if (!(cond)) {                   \
-      ::strata::fail(__VA_ARGS__);   \
-    }                                \
+#define STRATA_CHECK(cond, ...)    \
+  do {                             \
+    if (!(cond)) {                 \
+      ::strata::fail(__VA_ARGS__); \
+    }                              \
   } while (false)

@@ -52,8 +52,8 @@ struct KernelContext {
   std::vector<const Tensor*> inputs;  // nullptr for absent optional inputs
   std::vector<Tensor*> outputs;       // nullptr for outputs nobody reads
   bool training = false;
-  std::uint64_t step = 0;             // counts runs; seeds per-step randomness such as dropout masks
-  Stream* stream = nullptr;           // where device work is enqueued (the CPU stream runs it at once)
+  std::uint64_t step = 0;    // counts runs; seeds per-step randomness such as dropout masks
+  Stream* stream = nullptr;  // where device work is enqueued (the CPU stream runs it at once)
 
   const Tensor& input(std::size_t i) const;
   bool hasInput(std::size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }

@@ -26,9 +26,9 @@ struct ProgramValue {
 struct ProgramStep {
   std::string nodeName;
   std::string opType;
-  std::vector<int> inputs;        // value ids; -1 for absent optional inputs
-  std::vector<int> outputs;       // value ids; -1 for outputs nobody reads
-  std::vector<int> releaseAfter;  // intermediate values whose last use is this step
+  std::vector<int> inputs;          // value ids; -1 for absent optional inputs
+  std::vector<int> outputs;         // value ids; -1 for outputs nobody reads
+  std::vector<int> releaseAfter;    // intermediate values whose last use is this step
   std::vector<int> gradientsReady;  // parameter indices whose gradient is final after this step
   NodePhase phase = NodePhase::Forward;
   int sourceNode = -1;  // forward nodes: their own index; backward nodes: the forward node they differentiate

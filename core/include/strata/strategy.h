@@ -119,26 +119,25 @@ class StrategyAdapter final : public StrategyHandle {
 
 // Entry points of a plugin library. The factory writes a message into `error` (at most errorSize bytes,
 // NUL-terminated) and returns nullptr when the strategy cannot be created.
-#define STRATA_EXPORT_STRATEGY(ImplClass, pluginName, pluginVersion, pluginDescription)                         \
-  extern "C" __attribute__((visibility("default"))) const ::strata::StrategyInfo* strata_strategy_info()        \
-      noexcept {                                                                                                \
-    static const ::strata::StrategyInfo info{pluginName, pluginVersion, pluginDescription,                      \
-                                             ::strata::kStrategyAbiVersion};                                    \
-    return &info;                                                                                               \
-  }                                                                                                             \
-  extern "C" __attribute__((visibility("default"))) ::strata::StrategyHandle* strata_create_strategy(          \
-      char* error, std::size_t errorSize) noexcept {                                                            \
-    try {                                                                                                       \
-      return new ::strata::StrategyAdapter<ImplClass>();                                                        \
-    } catch (const std::exception& e) {                                                                         \
-      if (error != nullptr && errorSize > 0) {                                                                  \
-        std::strncpy(error, e.what(), errorSize - 1);                                                           \
-        error[errorSize - 1] = '\0';                                                                            \
-      }                                                                                                         \
-      return nullptr;                                                                                           \
-    }                                                                                                           \
-  }                                                                                                             \
-  extern "C" __attribute__((visibility("default"))) void strata_destroy_strategy(                               \
-      ::strata::StrategyHandle* handle) noexcept {                                                              \
-    delete handle;                                                                                              \
+#define STRATA_EXPORT_STRATEGY(ImplClass, pluginName, pluginVersion, pluginDescription)                             \
+  extern "C" __attribute__((visibility("default"))) const ::strata::StrategyInfo* strata_strategy_info() noexcept { \
+    static const ::strata::StrategyInfo info{pluginName, pluginVersion, pluginDescription,                          \
+                                             ::strata::kStrategyAbiVersion};                                        \
+    return &info;                                                                                                   \
+  }                                                                                                                 \
+  extern "C" __attribute__((visibility("default"))) ::strata::StrategyHandle* strata_create_strategy(               \
+      char* error, std::size_t errorSize) noexcept {                                                                \
+    try {                                                                                                           \
+      return new ::strata::StrategyAdapter<ImplClass>();                                                            \
+    } catch (const std::exception& e) {                                                                             \
+      if (error != nullptr && errorSize > 0) {                                                                      \
+        std::strncpy(error, e.what(), errorSize - 1);                                                               \
+        error[errorSize - 1] = '\0';                                                                                \
+      }                                                                                                             \
+      return nullptr;                                                                                               \
+    }                                                                                                               \
+  }                                                                                                                 \
+  extern "C" __attribute__((visibility("default"))) void strata_destroy_strategy(                                   \
+      ::strata::StrategyHandle* handle) noexcept {                                                                  \
+    delete handle;                                                                                                  \
   }

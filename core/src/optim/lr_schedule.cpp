@@ -8,9 +8,12 @@
 namespace strata {
 
 LrScheduleKind parseLrScheduleKind(const std::string& name) {
-  if (name == "constant") return LrScheduleKind::Constant;
-  if (name == "step") return LrScheduleKind::Step;
-  if (name == "cosine") return LrScheduleKind::Cosine;
+  if (name == "constant")
+    return LrScheduleKind::Constant;
+  if (name == "step")
+    return LrScheduleKind::Step;
+  if (name == "cosine")
+    return LrScheduleKind::Cosine;
   fail("unknown learning-rate schedule '{}' (choose constant, step or cosine)", name);
 }
 
@@ -20,7 +23,8 @@ double learningRateAt(const LrScheduleOptions& o, std::int64_t step) {
   }
   const std::int64_t t = step - o.warmupSteps;
   switch (o.kind) {
-    case LrScheduleKind::Constant: return o.baseLr;
+    case LrScheduleKind::Constant:
+      return o.baseLr;
     case LrScheduleKind::Step:
       return o.stepSize > 0 ? o.baseLr * std::pow(o.gamma, static_cast<double>(t / o.stepSize)) : o.baseLr;
     case LrScheduleKind::Cosine: {

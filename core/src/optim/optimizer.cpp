@@ -74,15 +74,17 @@ void forFloatGroup(const Tensor& t, Fn&& fn) {
 }  // namespace
 
 OptimizerKind parseOptimizerKind(const std::string& name) {
-  if (name == "sgd") return OptimizerKind::Sgd;
-  if (name == "adam") return OptimizerKind::Adam;
-  if (name == "adamw") return OptimizerKind::AdamW;
+  if (name == "sgd")
+    return OptimizerKind::Sgd;
+  if (name == "adam")
+    return OptimizerKind::Adam;
+  if (name == "adamw")
+    return OptimizerKind::AdamW;
   fail("unknown optimizer '{}' (choose sgd, adam or adamw)", name);
 }
 
 Optimizer::Optimizer(ParameterStore& store, const OptimizerOptions& options) : store_(store), options_(options) {
-  const std::size_t buffersPerGroup =
-      options.kind == OptimizerKind::Sgd ? (options.momentum != 0.0 ? 1 : 0) : 2;
+  const std::size_t buffersPerGroup = options.kind == OptimizerKind::Sgd ? (options.momentum != 0.0 ? 1 : 0) : 2;
   for (std::size_t k = 0; k < buffersPerGroup; ++k) {
     for (std::size_t g = 0; g < store.groupCount(); ++g) {
       const Tensor& flat = store.flatParameters(g);
@@ -116,9 +118,8 @@ double Optimizer::step(double lr) {
   ++steps_;
   const double norm = options_.maxGradNorm > 0 ? globalGradNorm() : 0.0;
   // PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below one.
-  const double scale = options_.maxGradNorm > 0 && norm > options_.maxGradNorm
-                           ? options_.maxGradNorm / (norm + 1e-6)
-                           : 1.0;
+  const double scale =
+      options_.maxGradNorm > 0 && norm > options_.maxGradNorm ? options_.maxGradNorm / (norm + 1e-6) : 1.0;
   const std::size_t groups = store_.groupCount();
   for (std::size_t g = 0; g < groups; ++g) {
     const Tensor& param = store_.flatParameters(g);
@@ -129,8 +130,8 @@ double Optimizer::step(double lr) {
         T* buf = state_.empty() ? nullptr : state_[g].data<T>();
         sgdUpdate(param.data<T>(), grad.data<T>(), buf, param.numel(), options_, lr, scale, steps_ == 1);
       } else {
-        adamUpdate(param.data<T>(), grad.data<T>(), state_[g].data<T>(), state_[groups + g].data<T>(),
-                   param.numel(), options_, lr, scale, steps_);
+        adamUpdate(param.data<T>(), grad.data<T>(), state_[g].data<T>(), state_[groups + g].data<T>(), param.numel(),
+                   options_, lr, scale, steps_);
       }
     });
   }

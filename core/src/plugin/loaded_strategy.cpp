@@ -42,8 +42,7 @@ void LoadedStrategy::teardown() {
 }
 
 void LoadedStrategy::check(const char* hook, const std::string& message) const {
-  STRATA_CHECK(message.empty(), "strategy '{}' ({}) failed in {}: {}", info_.name, info_.file.string(), hook,
-               message);
+  STRATA_CHECK(message.empty(), "strategy '{}' ({}) failed in {}: {}", info_.name, info_.file.string(), hook, message);
 }
 
 }  // namespace strata

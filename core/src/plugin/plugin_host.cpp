@@ -8,10 +8,10 @@
 #include <system_error>
 #include <utility>
 
-#include <boost/dll/runtime_symbol_info.hpp>
-#include <boost/dll/shared_library.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
 
 #include "strata/error.h"
 #include "strata/plugin_host.h"
@@ -84,9 +84,10 @@ template <typename Fn>
 Fn* resolve(const boost::dll::shared_library& library, const fs::path& file, const char* symbol) {
   if (!library.has(symbol)) {
     const char* reason = ::dlerror();
-    fail("unable to resolve symbol {} in library {}: {} (the file is not a Strata strategy plugin; plugins export "
-         "their entry points with STRATA_EXPORT_STRATEGY)",
-         symbol, file.string(), reason != nullptr ? reason : "symbol not exported");
+    fail(
+        "unable to resolve symbol {} in library {}: {} (the file is not a Strata strategy plugin; plugins export "
+        "their entry points with STRATA_EXPORT_STRATEGY)",
+        symbol, file.string(), reason != nullptr ? reason : "symbol not exported");
   }
   return &library.get<Fn>(symbol);
 }
@@ -182,9 +183,10 @@ fs::path PluginHost::find(const std::string& name) const {
       looked.push_back(candidate.parent_path());
     }
   }
-  fail("strategy plugin '{}' not found: no file {} in any of the directories searched: {} (add a directory with "
-       "--plugin-dir or STRATA_PLUGIN_PATH)",
-       name, fileName, joinPaths(looked));
+  fail(
+      "strategy plugin '{}' not found: no file {} in any of the directories searched: {} (add a directory with "
+      "--plugin-dir or STRATA_PLUGIN_PATH)",
+      name, fileName, joinPaths(looked));
 }
 
 PluginInfo PluginHost::inspect(const fs::path& file) const {

@@ -10,23 +10,29 @@
 namespace strata::gradients {
 namespace {
 
-std::vector<int> noGrads(const GradientBuilder& b) { return std::vector<int>(b.node().inputs.size(), kNoValue); }
+std::vector<int> noGrads(const GradientBuilder& b) {
+  return std::vector<int>(b.node().inputs.size(), kNoValue);
+}
 
-bool wants(const GradientBuilder& b, std::size_t i) { return b.input(i) != kNoValue && b.needsInputGrad(i); }
+bool wants(const GradientBuilder& b, std::size_t i) {
+  return b.input(i) != kNoValue && b.needsInputGrad(i);
+}
 
 // The forward attributes named in `names` that the node sets.
 Attributes copyAttrs(const Attributes& from, std::initializer_list<const char*> names) {
   Attributes to;
   for (const char* name : names) {
     auto it = from.all().find(name);
-    if (it != from.all().end()) to.set(name, it->second);
+    if (it != from.all().end())
+      to.set(name, it->second);
   }
   return to;
 }
 
 Attributes ints(std::initializer_list<std::pair<const char*, std::int64_t>> values) {
   Attributes attrs;
-  for (const auto& [name, value] : values) attrs.set(name, value);
+  for (const auto& [name, value] : values)
+    attrs.set(name, value);
   return attrs;
 }
 
@@ -34,7 +40,8 @@ Attributes ints(std::initializer_list<std::pair<const char*, std::int64_t>> valu
 int biasGrad(GradientBuilder& b, int dy) {
   std::vector<std::int64_t> axes{0};
   const std::size_t rank = b.meta(dy).shape.size();
-  for (std::size_t i = 2; i < rank; ++i) axes.push_back(static_cast<std::int64_t>(i));
+  for (std::size_t i = 2; i < rank; ++i)
+    axes.push_back(static_cast<std::int64_t>(i));
   return b.emit1("ReduceSum", {dy, b.int64s(axes)}, ints({{"keepdims", 0}}));
 }
 
@@ -43,31 +50,34 @@ int biasGrad(GradientBuilder& b, int dy) {
 std::vector<int> convGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue) return grads;
+  if (dy == kNoValue)
+    return grads;
   const int x = b.input(0), w = b.input(1);
   const bool needX = wants(b, 0), needW = wants(b, 1), needB = wants(b, 2);
-  Attributes attrs =
-      copyAttrs(b.node().attrs, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  Attributes attrs = copyAttrs(b.node().attrs, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
   if (needX && needW) {
     // One node for both: dY is converted to oneDNN's layout once (grad_nn_conv.cpp).
     const std::vector<int> outs = b.emit("ConvGrad", {dy, x, w}, attrs, needB ? 3 : 2);
     grads[0] = outs[0];
     grads[1] = outs[1];
-    if (needB) grads[2] = outs[2];
+    if (needB)
+      grads[2] = outs[2];
     return grads;
   }
   if (needW) {
     attrs.set("weight_shape", b.meta(w).shape);
     const std::vector<int> outs = b.emit("ConvGradWeight", {dy, x}, attrs, needB ? 2 : 1);
     grads[1] = outs[0];
-    if (needB) grads[2] = outs[1];
+    if (needB)
+      grads[2] = outs[1];
     return grads;
   }
   if (needX) {
     attrs.set("input_shape", b.meta(x).shape);
     grads[0] = b.emit1("ConvGradInput", {dy, w}, attrs);
   }
-  if (needB) grads[2] = biasGrad(b, dy);
+  if (needB)
+    grads[2] = biasGrad(b, dy);
   return grads;
 }
 
@@ -77,7 +87,8 @@ std::vector<int> convGradient(GradientBuilder& b) {
 std::vector<int> convTransposeGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue) return grads;
+  if (dy == kNoValue)
+    return grads;
   const Attributes& forward = b.node().attrs;
   if (forward.has("output_shape") || forward.getString("auto_pad", "NOTSET") != "NOTSET") {
     fail("node '{}': the ConvTranspose gradient supports explicit pads only (no output_shape or auto_pad)",
@@ -85,27 +96,33 @@ std::vector<int> convTransposeGradient(GradientBuilder& b) {
   }
   const int x = b.input(0), w = b.input(1);
   Attributes attrs = copyAttrs(forward, {"dilations", "group", "kernel_shape", "pads", "strides"});
-  if (wants(b, 0)) grads[0] = b.emit1("Conv", {dy, w}, attrs);
+  if (wants(b, 0))
+    grads[0] = b.emit1("Conv", {dy, w}, attrs);
   if (wants(b, 1)) {
     Attributes weightAttrs = attrs;
     weightAttrs.set("weight_shape", b.meta(w).shape);
     grads[1] = b.emit1("ConvGradWeight", {x, dy}, weightAttrs);
   }
-  if (wants(b, 2)) grads[2] = biasGrad(b, dy);
+  if (wants(b, 2))
+    grads[2] = biasGrad(b, dy);
   return grads;
 }
 
 // ---- Pooling ----
 
-std::vector<std::int64_t> spatialDims(const Shape& shape) { return {shape.begin() + 2, shape.end()}; }
+std::vector<std::int64_t> spatialDims(const Shape& shape) {
+  return {shape.begin() + 2, shape.end()};
+}
 
 std::vector<int> maxPoolGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
   const int dy = b.outputGrad(0);  // Indices (output 1) carries no gradient
-  if (dy == kNoValue || !wants(b, 0)) return grads;
+  if (dy == kNoValue || !wants(b, 0))
+    return grads;
   Attributes attrs =
       copyAttrs(b.node().attrs, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides"});
-  if (b.node().opType == "GlobalMaxPool") attrs.set("kernel_shape", spatialDims(b.meta(b.input(0)).shape));
+  if (b.node().opType == "GlobalMaxPool")
+    attrs.set("kernel_shape", spatialDims(b.meta(b.input(0)).shape));
   grads[0] = b.emit1("MaxPoolGrad", {dy, b.input(0)}, attrs);
   return grads;
 }
@@ -113,11 +130,13 @@ std::vector<int> maxPoolGradient(GradientBuilder& b) {
 std::vector<int> averagePoolGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !wants(b, 0)) return grads;
+  if (dy == kNoValue || !wants(b, 0))
+    return grads;
   const Shape x = b.meta(b.input(0)).shape;
-  Attributes attrs = copyAttrs(b.node().attrs, {"auto_pad", "ceil_mode", "count_include_pad", "dilations",
-                                                "kernel_shape", "pads", "strides"});
-  if (b.node().opType == "GlobalAveragePool") attrs.set("kernel_shape", spatialDims(x));
+  Attributes attrs = copyAttrs(
+      b.node().attrs, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"});
+  if (b.node().opType == "GlobalAveragePool")
+    attrs.set("kernel_shape", spatialDims(x));
   attrs.set("input_shape", x);
   grads[0] = b.emit1("AveragePoolGrad", {dy}, attrs);
   return grads;
@@ -130,7 +149,8 @@ std::vector<int> averagePoolGradient(GradientBuilder& b) {
 std::vector<int> batchNormGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !(wants(b, 0) || wants(b, 1) || wants(b, 2))) return grads;
+  if (dy == kNoValue || !(wants(b, 0) || wants(b, 1) || wants(b, 2)))
+    return grads;
   const bool training = b.node().attrs.getInt("training_mode", 0) != 0;
   Attributes attrs;
   attrs.set("epsilon", b.node().attrs.getFloat("epsilon", 1e-5f));
@@ -142,7 +162,8 @@ std::vector<int> batchNormGradient(GradientBuilder& b) {
   }
   const std::vector<int> outs = b.emit("BatchNormalizationGrad", inputs, attrs, 3);
   for (std::size_t i = 0; i < 3; ++i) {
-    if (wants(b, i)) grads[i] = outs[i];
+    if (wants(b, i))
+      grads[i] = outs[i];
   }
   return grads;
 }
@@ -152,23 +173,27 @@ std::vector<int> batchNormGradient(GradientBuilder& b) {
 std::vector<int> instanceNormGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !(wants(b, 0) || wants(b, 1) || wants(b, 2))) return grads;
+  if (dy == kNoValue || !(wants(b, 0) || wants(b, 1) || wants(b, 2)))
+    return grads;
   const int x = b.input(0), scale = b.input(1);
   const Shape xShape = b.meta(x).shape;  // a copy: meta() references move as values are emitted
   const std::int64_t batch = xShape[0], channels = xShape[1];
   const Shape flat{1, batch * channels, numElements(xShape) / std::max<std::int64_t>(1, batch * channels)};
-  const int tiled = b.emit1(
-      "Reshape", {b.emit1("Expand", {b.emit1("Reshape", {scale, b.int64s({1, channels})}), b.int64s({batch, channels})}),
-                  b.int64s({batch * channels})});
+  const int tiled =
+      b.emit1("Reshape",
+              {b.emit1("Expand", {b.emit1("Reshape", {scale, b.int64s({1, channels})}), b.int64s({batch, channels})}),
+               b.int64s({batch * channels})});
   Attributes attrs;
   attrs.set("epsilon", b.node().attrs.getFloat("epsilon", 1e-5f));
   attrs.set("training_mode", std::int64_t{1});
-  const std::vector<int> outs = b.emit(
-      "BatchNormalizationGrad", {b.emit1("Reshape", {dy, b.int64s(flat)}), b.emit1("Reshape", {x, b.int64s(flat)}), tiled},
-      attrs, 3);
-  if (wants(b, 0)) grads[0] = b.emit1("Reshape", {outs[0], b.int64s(xShape)});
+  const std::vector<int> outs =
+      b.emit("BatchNormalizationGrad",
+             {b.emit1("Reshape", {dy, b.int64s(flat)}), b.emit1("Reshape", {x, b.int64s(flat)}), tiled}, attrs, 3);
+  if (wants(b, 0))
+    grads[0] = b.emit1("Reshape", {outs[0], b.int64s(xShape)});
   for (std::size_t i = 1; i < 3; ++i) {
-    if (!wants(b, i)) continue;
+    if (!wants(b, i))
+      continue;
     const int perSample = b.emit1("Reshape", {outs[i], b.int64s({batch, channels})});
     grads[i] = b.emit1("ReduceSum", {perSample, b.int64s({0})}, ints({{"keepdims", 0}}));
   }
@@ -180,18 +205,22 @@ std::vector<int> instanceNormGradient(GradientBuilder& b) {
 std::vector<int> gemmGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue) return grads;
+  if (dy == kNoValue)
+    return grads;
   const Attributes& forward = b.node().attrs;
   const bool transA = forward.getInt("transA", 0) != 0, transB = forward.getInt("transB", 0) != 0;
   const float alpha = forward.getFloat("alpha", 1.0f), beta = forward.getFloat("beta", 1.0f);
   const int a = b.input(0), bm = b.input(1);
   auto gemm = [&](int lhs, int rhs, bool ta, bool tb) {
     Attributes attrs = ints({{"transA", ta ? 1 : 0}, {"transB", tb ? 1 : 0}});
-    if (alpha != 1.0f) attrs.set("alpha", alpha);
+    if (alpha != 1.0f)
+      attrs.set("alpha", alpha);
     return b.emit1("Gemm", {lhs, rhs}, attrs);
   };
-  if (wants(b, 0)) grads[0] = transA ? gemm(bm, dy, transB, true) : gemm(dy, bm, false, !transB);
-  if (wants(b, 1)) grads[1] = transB ? gemm(dy, a, true, transA) : gemm(a, dy, !transA, false);
+  if (wants(b, 0))
+    grads[0] = transA ? gemm(bm, dy, transB, true) : gemm(dy, bm, false, !transB);
+  if (wants(b, 1))
+    grads[1] = transB ? gemm(dy, a, true, transA) : gemm(a, dy, !transA, false);
   if (wants(b, 2)) {
     const Shape cShape = b.meta(b.input(2)).shape;  // a copy: sumToShape emits before it reads the shape
     const int summed = b.sumToShape(dy, cShape);
@@ -206,7 +235,8 @@ std::vector<int> gemmGradient(GradientBuilder& b) {
 int transposeLast2(GradientBuilder& b, int x) {
   const std::size_t rank = b.meta(x).shape.size();
   std::vector<std::int64_t> perm(rank);
-  for (std::size_t i = 0; i < rank; ++i) perm[i] = static_cast<std::int64_t>(i);
+  for (std::size_t i = 0; i < rank; ++i)
+    perm[i] = static_cast<std::int64_t>(i);
   std::swap(perm[rank - 1], perm[rank - 2]);
   Attributes attrs;
   attrs.set("perm", perm);
@@ -220,13 +250,16 @@ int reshape(GradientBuilder& b, int x, const Shape& shape) {
 std::vector<int> matmulGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue) return grads;
+  if (dy == kNoValue)
+    return grads;
   const int a = b.input(0), bm = b.input(1);
   const Shape aShape = b.meta(a).shape, bShape = b.meta(bm).shape, yShape = b.meta(dy).shape;
   const bool needA = wants(b, 0), needB = wants(b, 1);
   if (aShape.size() == 1 && bShape.size() == 1) {  // dot product: Y is a scalar
-    if (needA) grads[0] = b.emit1("Mul", {dy, bm});
-    if (needB) grads[1] = b.emit1("Mul", {dy, a});
+    if (needA)
+      grads[0] = b.emit1("Mul", {dy, bm});
+    if (needB)
+      grads[1] = b.emit1("Mul", {dy, a});
     return grads;
   }
   auto gemm = [&](int lhs, int rhs, bool ta, bool tb) {
@@ -238,8 +271,10 @@ std::vector<int> matmulGradient(GradientBuilder& b) {
     const std::int64_t k = aShape.back(), n = bShape[1];
     const std::int64_t rows = numElements(aShape) / std::max<std::int64_t>(1, k);
     const int dy2 = reshape(b, dy, {rows, n});
-    if (needA) grads[0] = reshape(b, gemm(dy2, bm, false, true), aShape);
-    if (needB) grads[1] = gemm(reshape(b, a, {rows, k}), dy2, true, false);
+    if (needA)
+      grads[0] = reshape(b, gemm(dy2, bm, false, true), aShape);
+    if (needB)
+      grads[1] = gemm(reshape(b, a, {rows, k}), dy2, true, false);
     return grads;
   }
   // Promote 1-D operands as numpy does: A [K] -> [1, K], B [K] -> [K, 1]; dY gains the matching unit dim.
@@ -269,8 +304,10 @@ std::vector<int> matmulGradient(GradientBuilder& b) {
 void registerNnGradients(GradientRegistry& registry) {
   registry.add("Conv", convGradient);
   registry.add("ConvTranspose", convTransposeGradient);
-  for (const char* type : {"MaxPool", "GlobalMaxPool"}) registry.add(type, maxPoolGradient);
-  for (const char* type : {"AveragePool", "GlobalAveragePool"}) registry.add(type, averagePoolGradient);
+  for (const char* type : {"MaxPool", "GlobalMaxPool"})
+    registry.add(type, maxPoolGradient);
+  for (const char* type : {"AveragePool", "GlobalAveragePool"})
+    registry.add(type, averagePoolGradient);
   registry.add("BatchNormalization", batchNormGradient, {3, 4});
   registry.add("InstanceNormalization", instanceNormGradient);
   registry.add("Gemm", gemmGradient);

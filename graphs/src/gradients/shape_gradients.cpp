@@ -25,7 +25,8 @@ std::vector<std::int64_t> toInts(const Tensor& t) {
     using T = decltype(tag);
     if constexpr (std::is_arithmetic_v<T>) {
       const T* data = t.data<T>();
-      for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int64_t>(data[i]);
+      for (std::size_t i = 0; i < values.size(); ++i)
+        values[i] = static_cast<std::int64_t>(data[i]);
     } else {
       fail("expected an integer tensor, got {}", dtypeName(t.dtype()));
     }
@@ -36,23 +37,30 @@ std::vector<std::int64_t> toInts(const Tensor& t) {
 // The plan-time value of input i as integers (shapes, axes, pads, repeats); shape inference already required it.
 std::vector<std::int64_t> constantInts(const GradientBuilder& b, std::size_t i, const char* what) {
   const Tensor* value = b.constantOf(b.input(i));
-  if (value == nullptr) ruleError(b, fmt::format("{} (input {}) is not a plan-time constant", what, i));
+  if (value == nullptr)
+    ruleError(b, fmt::format("{} (input {}) is not a plan-time constant", what, i));
   return toInts(*value);
 }
 
 std::int64_t normalizedAxis(const GradientBuilder& b, std::int64_t axis, std::int64_t rank) {
-  if (axis < -rank || axis >= rank) ruleError(b, fmt::format("axis {} is out of range for rank {}", axis, rank));
+  if (axis < -rank || axis >= rank)
+    ruleError(b, fmt::format("axis {} is out of range for rank {}", axis, rank));
   return axis < 0 ? axis + rank : axis;
 }
 
-std::vector<int> noGrads(const GradientBuilder& b) { return std::vector<int>(b.node().inputs.size(), kNoValue); }
+std::vector<int> noGrads(const GradientBuilder& b) {
+  return std::vector<int>(b.node().inputs.size(), kNoValue);
+}
 
 // Shapes and metas are copied out of the builder: emitting a node may grow its value table, which would leave a
 // reference into it dangling.
-Shape inputShape(const GradientBuilder& b, std::size_t i) { return b.meta(b.input(i)).shape; }
+Shape inputShape(const GradientBuilder& b, std::size_t i) {
+  return b.meta(b.input(i)).shape;
+}
 
 int reshapeTo(GradientBuilder& b, int grad, Shape shape) {
-  if (b.meta(grad).shape == shape) return grad;
+  if (b.meta(grad).shape == shape)
+    return grad;
   Attributes attrs;
   attrs.set("allowzero", std::int64_t{1});  // a 0 in the shape is a real empty dim, not "copy the input's"
   return b.emit1("Reshape", {grad, b.int64s(shape)}, std::move(attrs));
@@ -69,7 +77,8 @@ int zerosOf(GradientBuilder& b, TensorMeta meta) {
 std::vector<int> reshapeGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   grads[0] = reshapeTo(b, dy, inputShape(b, 0));
   return grads;
 }
@@ -77,14 +86,16 @@ std::vector<int> reshapeGrad(GradientBuilder& b) {
 std::vector<int> transposeGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   const auto rank = static_cast<std::int64_t>(inputShape(b, 0).size());
   std::vector<std::int64_t> perm = b.node().attrs.getInts("perm", {});
   if (perm.empty()) {
     perm.resize(static_cast<std::size_t>(rank));
     std::iota(perm.rbegin(), perm.rend(), std::int64_t{0});
   }
-  if (static_cast<std::int64_t>(perm.size()) != rank) ruleError(b, "perm does not match the input rank");
+  if (static_cast<std::int64_t>(perm.size()) != rank)
+    ruleError(b, "perm does not match the input rank");
   std::vector<std::int64_t> inverse(perm.size());
   bool identity = true;
   for (std::size_t i = 0; i < perm.size(); ++i) {
@@ -106,7 +117,8 @@ std::vector<int> transposeGrad(GradientBuilder& b) {
 std::vector<int> concatGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue) return grads;
+  if (dy == kNoValue)
+    return grads;
   const std::size_t n = b.node().inputs.size();
   const auto rank = static_cast<std::int64_t>(inputShape(b, 0).size());
   const std::int64_t axis = normalizedAxis(b, b.node().attrs.getInt("axis"), rank);
@@ -114,9 +126,11 @@ std::vector<int> concatGrad(GradientBuilder& b) {
   std::size_t needed = 0;
   for (std::size_t i = 0; i < n; ++i) {
     sizes[i] = inputShape(b, i)[static_cast<std::size_t>(axis)];
-    if (b.needsInputGrad(i)) ++needed;
+    if (b.needsInputGrad(i))
+      ++needed;
   }
-  if (needed == 0) return grads;
+  if (needed == 0)
+    return grads;
   if (n == 1) {
     grads[0] = dy;
     return grads;
@@ -126,7 +140,8 @@ std::vector<int> concatGrad(GradientBuilder& b) {
     Attributes attrs;
     attrs.set("axis", axis);
     const auto parts = b.emit("Split", {dy, b.int64s(sizes)}, std::move(attrs), n);
-    for (std::size_t i = 0; i < n; ++i) grads[i] = parts[i];
+    for (std::size_t i = 0; i < n; ++i)
+      grads[i] = parts[i];
     return grads;
   }
   std::int64_t offset = 0;
@@ -142,13 +157,16 @@ std::vector<int> concatGrad(GradientBuilder& b) {
 // Split: the input's gradient is the output gradients concatenated; outputs nobody differentiates contribute zeros.
 std::vector<int> splitGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
-  if (!b.needsInputGrad(0)) return grads;
+  if (!b.needsInputGrad(0))
+    return grads;
   const std::size_t n = b.node().outputs.size();
   const auto rank = static_cast<std::int64_t>(inputShape(b, 0).size());
   const std::int64_t axis = normalizedAxis(b, b.node().attrs.getInt("axis", 0), rank);
   bool any = false;
-  for (std::size_t i = 0; i < n; ++i) any = any || b.outputGrad(i) != kNoValue;
-  if (!any) return grads;
+  for (std::size_t i = 0; i < n; ++i)
+    any = any || b.outputGrad(i) != kNoValue;
+  if (!any)
+    return grads;
   std::vector<int> parts;
   for (std::size_t i = 0; i < n; ++i) {
     const int dy = b.outputGrad(i);
@@ -156,9 +174,11 @@ std::vector<int> splitGrad(GradientBuilder& b) {
       parts.push_back(dy);
       continue;
     }
-    if (b.output(i) == kNoValue) ruleError(b, fmt::format("output {} is absent, so its size is unknown", i));
+    if (b.output(i) == kNoValue)
+      ruleError(b, fmt::format("output {} is absent, so its size is unknown", i));
     const TensorMeta meta = b.meta(b.output(i));
-    if (meta.shape[static_cast<std::size_t>(axis)] > 0) parts.push_back(zerosOf(b, meta));  // empty parts add nothing
+    if (meta.shape[static_cast<std::size_t>(axis)] > 0)
+      parts.push_back(zerosOf(b, meta));  // empty parts add nothing
   }
   if (parts.size() == 1) {
     grads[0] = reshapeTo(b, parts[0], inputShape(b, 0));
@@ -175,7 +195,8 @@ std::vector<int> splitGrad(GradientBuilder& b) {
 std::vector<int> sliceGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   const Attributes& fwd = b.node().attrs;
   const std::size_t inputCount = b.node().inputs.size();
   auto operand = [&](std::size_t i, const char* name) {
@@ -197,7 +218,8 @@ std::vector<int> sliceGrad(GradientBuilder& b) {
 std::vector<int> expandGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   grads[0] = b.sumToShape(dy, inputShape(b, 0));
   return grads;
 }
@@ -206,10 +228,12 @@ std::vector<int> expandGrad(GradientBuilder& b) {
 std::vector<int> tileGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   const Shape in = inputShape(b, 0);
   const auto repeats = constantInts(b, 1, "repeats");
-  if (repeats.size() != in.size()) ruleError(b, "repeats must have one entry per input axis");
+  if (repeats.size() != in.size())
+    ruleError(b, "repeats must have one entry per input axis");
   Shape view;
   std::vector<std::int64_t> axes;
   for (std::size_t k = 0; k < in.size(); ++k) {
@@ -238,7 +262,8 @@ std::vector<int> tileGrad(GradientBuilder& b) {
 std::vector<int> gatherGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   const Shape shape = inputShape(b, 0);
   Attributes attrs;
   attrs.set("axis", normalizedAxis(b, b.node().attrs.getInt("axis", 0), static_cast<std::int64_t>(shape.size())));
@@ -251,7 +276,8 @@ std::vector<int> gatherGrad(GradientBuilder& b) {
 std::vector<int> gatherElementsGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   Attributes attrs;
   attrs.set("axis", b.node().attrs.getInt("axis", 0));
   attrs.set("reduction", std::string("add"));
@@ -264,7 +290,8 @@ std::vector<int> gatherElementsGrad(GradientBuilder& b) {
 std::vector<int> padGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   const Shape shape = inputShape(b, 0);
   const auto rank = static_cast<std::int64_t>(shape.size());
   const std::size_t inputCount = b.node().inputs.size();
@@ -277,7 +304,8 @@ std::vector<int> padGrad(GradientBuilder& b) {
     axes.resize(shape.size());
     std::iota(axes.begin(), axes.end(), std::int64_t{0});
   }
-  if (pads.size() != 2 * axes.size()) ruleError(b, "pads must have two entries per padded axis");
+  if (pads.size() != 2 * axes.size())
+    ruleError(b, "pads must have two entries per padded axis");
   std::vector<std::int64_t> begin(shape.size(), 0), end(shape.size(), 0);
   for (std::size_t i = 0; i < axes.size(); ++i) {
     const auto a = static_cast<std::size_t>(normalizedAxis(b, axes[i], rank));
@@ -296,7 +324,8 @@ std::vector<int> padGrad(GradientBuilder& b) {
   if (mode == "constant" && nonNegative) {
     std::vector<std::int64_t> starts, ends, sliceAxes;
     for (std::size_t k = 0; k < shape.size(); ++k) {
-      if (begin[k] == 0 && end[k] == 0) continue;
+      if (begin[k] == 0 && end[k] == 0)
+        continue;
       starts.push_back(begin[k]);
       ends.push_back(begin[k] + shape[k]);
       sliceAxes.push_back(static_cast<std::int64_t>(k));
@@ -319,7 +348,8 @@ std::vector<int> padGrad(GradientBuilder& b) {
 std::vector<int> depthToSpaceGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   const std::int64_t block = b.node().attrs.getInt("blocksize");
   const std::string mode = b.node().attrs.getString("mode", "DCR");
   if (mode == "DCR") {
@@ -328,7 +358,8 @@ std::vector<int> depthToSpaceGrad(GradientBuilder& b) {
     grads[0] = b.emit1("SpaceToDepth", {dy}, std::move(attrs));
     return grads;
   }
-  if (mode != "CRD") ruleError(b, fmt::format("unknown mode '{}'", mode));
+  if (mode != "CRD")
+    ruleError(b, fmt::format("unknown mode '{}'", mode));
   // Forward CRD: y[n, c, h, i, w, j] = x[n, c, i, j, h, w] (y viewed 6-D).
   const Shape in = inputShape(b, 0);
   const std::int64_t n = in[0], c = in[1] / (block * block), h = in[2], w = in[3];
@@ -342,7 +373,8 @@ std::vector<int> depthToSpaceGrad(GradientBuilder& b) {
 std::vector<int> spaceToDepthGrad(GradientBuilder& b) {
   auto grads = noGrads(b);
   const int dy = b.outputGrad(0);
-  if (dy == kNoValue || !b.needsInputGrad(0)) return grads;
+  if (dy == kNoValue || !b.needsInputGrad(0))
+    return grads;
   Attributes attrs;
   attrs.set("blocksize", b.node().attrs.getInt("blocksize"));
   attrs.set("mode", std::string("DCR"));

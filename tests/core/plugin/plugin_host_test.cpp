@@ -1,8 +1,8 @@
 #include "strata/plugin_host.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>

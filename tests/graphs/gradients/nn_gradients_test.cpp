@@ -29,7 +29,8 @@ Tensor random64(const Shape& shape, unsigned seed, double low = -1.0, double hig
 
 Attributes attrs(std::initializer_list<std::pair<const char*, AttributeValue>> values) {
   Attributes a;
-  for (const auto& [name, value] : values) a.set(name, value);
+  for (const auto& [name, value] : values)
+    a.set(name, value);
   return a;
 }
 
@@ -41,7 +42,8 @@ GradientCheckOptions wrt(std::vector<std::size_t> inputs) {
 
 Tensor toFloat32(const Tensor& t) {
   Tensor out = Tensor::empty(DType::Float32, t.shape());
-  for (std::int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    out.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
   return out;
 }
 
@@ -52,7 +54,8 @@ void expectFloat32MatchesFloat64(const std::string& op, const std::vector<Tensor
   std::vector<Tensor> inputs32;
   std::vector<const Tensor*> p64, p32;
   inputs32.reserve(inputs64.size());
-  for (const Tensor& t : inputs64) inputs32.push_back(toFloat32(t));
+  for (const Tensor& t : inputs64)
+    inputs32.push_back(toFloat32(t));
   for (std::size_t i = 0; i < inputs64.size(); ++i) {
     p64.push_back(&inputs64[i]);
     p32.push_back(&inputs32[i]);
@@ -78,9 +81,9 @@ void expectFloat32MatchesFloat64(const std::string& op, const std::vector<Tensor
 // ---- Conv: finite differences ----
 
 TEST(NnGradientsTest, ConvWithBiasPadsStrides) {
-  expectGradientsMatchFiniteDifferences(
-      "Conv", {random64({2, 3, 7, 6}, 1), random64({4, 3, 3, 3}, 2), random64({4}, 3)},
-      attrs({{"pads", Ints{1, 0, 1, 2}}, {"strides", Ints{2, 1}}}));
+  expectGradientsMatchFiniteDifferences("Conv",
+                                        {random64({2, 3, 7, 6}, 1), random64({4, 3, 3, 3}, 2), random64({4}, 3)},
+                                        attrs({{"pads", Ints{1, 0, 1, 2}}, {"strides", Ints{2, 1}}}));
 }
 
 TEST(NnGradientsTest, ConvGroupsDilations) {
@@ -102,9 +105,8 @@ TEST(NnGradientsTest, ConvPointwiseAndAutoPad) {
 }
 
 TEST(NnGradientsTest, Conv1dAnd3d) {
-  expectGradientsMatchFiniteDifferences(
-      "Conv", {random64({2, 3, 9}, 13), random64({2, 3, 3}, 14), random64({2}, 15)},
-      attrs({{"pads", Ints{2, 1}}, {"strides", Ints{2}}, {"dilations", Ints{2}}}));
+  expectGradientsMatchFiniteDifferences("Conv", {random64({2, 3, 9}, 13), random64({2, 3, 3}, 14), random64({2}, 15)},
+                                        attrs({{"pads", Ints{2, 1}}, {"strides", Ints{2}}, {"dilations", Ints{2}}}));
   expectGradientsMatchFiniteDifferences(
       "Conv", {random64({1, 2, 4, 5, 4}, 16), random64({3, 2, 2, 3, 2}, 17), random64({3}, 18)},
       attrs({{"pads", Ints{1, 0, 1, 0, 1, 0}}, {"strides", Ints{1, 2, 1}}}));
@@ -127,22 +129,24 @@ TEST(NnGradientsTest, ConvTransposeFloat32) {
       "ConvTranspose",
       {randomTensor(DType::Float32, {1, 4, 3, 4}, 22), randomTensor(DType::Float32, {4, 1, 3, 3}, 23),
        randomTensor(DType::Float32, {2}, 24)},
-      attrs({{"group", std::int64_t{2}}, {"strides", Ints{2, 1}}, {"pads", Ints{1, 0, 0, 1}},
+      attrs({{"group", std::int64_t{2}},
+             {"strides", Ints{2, 1}},
+             {"pads", Ints{1, 0, 0, 1}},
              {"output_padding", Ints{1, 0}}}));
 }
 
 // ---- Pooling: finite differences (random inputs have no ties) ----
 
 TEST(NnGradientsTest, MaxPoolPadsStridesCeil) {
-  expectGradientsMatchFiniteDifferences("MaxPool", {random64({2, 3, 7, 6}, 30)},
-                                        attrs({{"kernel_shape", Ints{3, 2}}, {"strides", Ints{2, 2}},
-                                               {"pads", Ints{1, 0, 1, 1}}}));
-  expectGradientsMatchFiniteDifferences("MaxPool", {random64({1, 2, 6, 7}, 31)},
-                                        attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}},
-                                               {"ceil_mode", std::int64_t{1}}}));
-  expectGradientsMatchFiniteDifferences("MaxPool", {random64({1, 2, 8, 7}, 32)},
-                                        attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 2}},
-                                               {"pads", Ints{1, 1, 1, 1}}}));
+  expectGradientsMatchFiniteDifferences(
+      "MaxPool", {random64({2, 3, 7, 6}, 30)},
+      attrs({{"kernel_shape", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}}}));
+  expectGradientsMatchFiniteDifferences(
+      "MaxPool", {random64({1, 2, 6, 7}, 31)},
+      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", std::int64_t{1}}}));
+  expectGradientsMatchFiniteDifferences(
+      "MaxPool", {random64({1, 2, 8, 7}, 32)},
+      attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}));
 }
 
 TEST(NnGradientsTest, MaxPool1dAnd3dAndGlobal) {
@@ -157,10 +161,12 @@ TEST(NnGradientsTest, AveragePoolPadsAndCeilMode) {
   for (std::int64_t includePad : {0, 1}) {
     for (std::int64_t ceil : {0, 1}) {
       SCOPED_TRACE(::testing::Message() << "count_include_pad " << includePad << " ceil_mode " << ceil);
-      expectGradientsMatchFiniteDifferences(
-          "AveragePool", {random64({2, 2, 7, 6}, 40)},
-          attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}},
-                 {"count_include_pad", includePad}, {"ceil_mode", ceil}}));
+      expectGradientsMatchFiniteDifferences("AveragePool", {random64({2, 2, 7, 6}, 40)},
+                                            attrs({{"kernel_shape", Ints{3, 3}},
+                                                   {"strides", Ints{2, 2}},
+                                                   {"pads", Ints{1, 0, 1, 1}},
+                                                   {"count_include_pad", includePad},
+                                                   {"ceil_mode", ceil}}));
     }
   }
 }
@@ -168,9 +174,10 @@ TEST(NnGradientsTest, AveragePoolPadsAndCeilMode) {
 TEST(NnGradientsTest, AveragePool1dAnd3dAndGlobal) {
   expectGradientsMatchFiniteDifferences("AveragePool", {random64({2, 2, 9}, 41)},
                                         attrs({{"kernel_shape", Ints{2}}, {"strides", Ints{2}}}));
-  expectGradientsMatchFiniteDifferences("AveragePool", {random64({1, 2, 4, 5, 4}, 42)},
-                                        attrs({{"kernel_shape", Ints{2, 2, 2}}, {"pads", Ints{0, 1, 0, 1, 0, 1}},
-                                               {"count_include_pad", std::int64_t{1}}}));
+  expectGradientsMatchFiniteDifferences(
+      "AveragePool", {random64({1, 2, 4, 5, 4}, 42)},
+      attrs(
+          {{"kernel_shape", Ints{2, 2, 2}}, {"pads", Ints{0, 1, 0, 1, 0, 1}}, {"count_include_pad", std::int64_t{1}}}));
   expectGradientsMatchFiniteDifferences("GlobalAveragePool", {random64({2, 3, 4, 5}, 43)});
 }
 
@@ -179,22 +186,21 @@ TEST(NnGradientsTest, AveragePool1dAnd3dAndGlobal) {
 TEST(NnGradientsTest, BatchNormTraining) {
   const Attributes a = attrs({{"training_mode", std::int64_t{1}}, {"epsilon", 1e-3f}});
   // Running statistics are inputs 3 and 4: non-differentiable; only Y is projected into the loss.
-  expectGradientsMatchFiniteDifferences(
-      "BatchNormalization",
-      {random64({3, 4, 3, 2}, 50), random64({4}, 51), random64({4}, 52), random64({4}, 53), random64({4}, 54, 0.5, 1.5)},
-      a);
-  expectGradientsMatchFiniteDifferences(
-      "BatchNormalization",
-      {random64({5, 3}, 55, 2.0, 4.0), random64({3}, 56), random64({3}, 57), random64({3}, 58),
-       random64({3}, 59, 0.5, 1.5)},
-      a);
+  expectGradientsMatchFiniteDifferences("BatchNormalization",
+                                        {random64({3, 4, 3, 2}, 50), random64({4}, 51), random64({4}, 52),
+                                         random64({4}, 53), random64({4}, 54, 0.5, 1.5)},
+                                        a);
+  expectGradientsMatchFiniteDifferences("BatchNormalization",
+                                        {random64({5, 3}, 55, 2.0, 4.0), random64({3}, 56), random64({3}, 57),
+                                         random64({3}, 58), random64({3}, 59, 0.5, 1.5)},
+                                        a);
 }
 
 TEST(NnGradientsTest, BatchNormInference) {
-  expectGradientsMatchFiniteDifferences(
-      "BatchNormalization",
-      {random64({2, 3, 4, 3}, 60), random64({3}, 61), random64({3}, 62), random64({3}, 63), random64({3}, 64, 0.5, 1.5)},
-      attrs({{"epsilon", 1e-3f}}));
+  expectGradientsMatchFiniteDifferences("BatchNormalization",
+                                        {random64({2, 3, 4, 3}, 60), random64({3}, 61), random64({3}, 62),
+                                         random64({3}, 63), random64({3}, 64, 0.5, 1.5)},
+                                        attrs({{"epsilon", 1e-3f}}));
 }
 
 // InstanceNormalization runs float32 only: the loose float32 tolerances of the harness.
@@ -214,32 +220,36 @@ TEST(NnGradientsTest, GemmTransposesAlphaBetaBroadcastC) {
   for (std::int64_t ta : {0, 1}) {
     for (std::int64_t tb : {0, 1}) {
       for (std::size_t ci = 0; ci < cShapes.size(); ++ci) {
-        SCOPED_TRACE(::testing::Message() << "transA " << ta << " transB " << tb << " C " << shapeToString(cShapes[ci]));
+        SCOPED_TRACE(::testing::Message()
+                     << "transA " << ta << " transB " << tb << " C " << shapeToString(cShapes[ci]));
         const Shape aShape = ta != 0 ? Shape{k, m} : Shape{m, k};
         const Shape bShape = tb != 0 ? Shape{n, k} : Shape{k, n};
         const bool unitScales = ci % 2 == 0;
         expectGradientsMatchFiniteDifferences(
             "Gemm", {random64(aShape, seed++), random64(bShape, seed++), random64(cShapes[ci], seed++)},
-            attrs({{"transA", ta}, {"transB", tb}, {"alpha", unitScales ? 1.0f : 0.75f},
+            attrs({{"transA", ta},
+                   {"transB", tb},
+                   {"alpha", unitScales ? 1.0f : 0.75f},
                    {"beta", unitScales ? 1.0f : -1.5f}}));
       }
-      expectGradientsMatchFiniteDifferences(
-          "Gemm", {random64(ta != 0 ? Shape{k, m} : Shape{m, k}, seed++), random64(tb != 0 ? Shape{n, k} : Shape{k, n}, seed++)},
-          attrs({{"transA", ta}, {"transB", tb}, {"alpha", 2.0f}}));
+      expectGradientsMatchFiniteDifferences("Gemm",
+                                            {random64(ta != 0 ? Shape{k, m} : Shape{m, k}, seed++),
+                                             random64(tb != 0 ? Shape{n, k} : Shape{k, n}, seed++)},
+                                            attrs({{"transA", ta}, {"transB", tb}, {"alpha", 2.0f}}));
     }
   }
 }
 
 TEST(NnGradientsTest, MatMulShapes) {
   const std::vector<std::pair<Shape, Shape>> cases{
-      {{4}, {4}},                // dot product
-      {{4}, {4, 3}},             // vector x matrix
-      {{3, 4}, {4}},             // matrix x vector
-      {{4}, {2, 4, 3}},          // vector x batch
-      {{2, 3, 4}, {4}},          // batch x vector
-      {{3, 4}, {4, 5}},          // plain
-      {{2, 3, 4}, {4, 5}},       // batch x shared matrix (the Gemm path)
-      {{3, 4}, {2, 4, 5}},       // shared matrix x batch (dA summed over the batch)
+      {{4}, {4}},                 // dot product
+      {{4}, {4, 3}},              // vector x matrix
+      {{3, 4}, {4}},              // matrix x vector
+      {{4}, {2, 4, 3}},           // vector x batch
+      {{2, 3, 4}, {4}},           // batch x vector
+      {{3, 4}, {4, 5}},           // plain
+      {{2, 3, 4}, {4, 5}},        // batch x shared matrix (the Gemm path)
+      {{3, 4}, {2, 4, 5}},        // shared matrix x batch (dA summed over the batch)
       {{2, 1, 3, 4}, {3, 4, 2}},  // broadcast batch dims on both sides
       {{2, 3, 3, 4}, {2, 3, 4, 2}},
   };
@@ -260,14 +270,14 @@ struct ConvCase {
 
 std::vector<ConvCase> convCases() {
   return {
-      {{2, 16, 6, 5}, {8, 16, 1, 1}, {}},                                                            // plain layout
-      {{2, 8, 9, 8}, {16, 8, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}})},                             // blocked
-      {{2, 8, 9, 9}, {16, 8, 3, 3}, attrs({{"pads", Ints{1, 0, 1, 2}}, {"strides", Ints{2, 2}}})},     // strided
-      {{1, 6, 8, 7}, {9, 2, 3, 2}, attrs({{"group", std::int64_t{3}}, {"dilations", Ints{2, 1}}})},    // grouped
+      {{2, 16, 6, 5}, {8, 16, 1, 1}, {}},                                                                // plain layout
+      {{2, 8, 9, 8}, {16, 8, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}})},                                // blocked
+      {{2, 8, 9, 9}, {16, 8, 3, 3}, attrs({{"pads", Ints{1, 0, 1, 2}}, {"strides", Ints{2, 2}}})},       // strided
+      {{1, 6, 8, 7}, {9, 2, 3, 2}, attrs({{"group", std::int64_t{3}}, {"dilations", Ints{2, 1}}})},      // grouped
       {{2, 16, 7, 7}, {16, 1, 3, 3}, attrs({{"group", std::int64_t{16}}, {"pads", Ints{1, 1, 1, 1}}})},  // depthwise
-      {{2, 8, 8, 8}, {4, 8, 1, 1}, attrs({{"strides", Ints{2, 2}}})},                                  // strided 1x1
-      {{2, 3, 11, 10}, {8, 3, 7, 7}, attrs({{"pads", Ints{3, 3, 3, 3}}, {"strides", Ints{2, 2}}})},    // stem-like
-      {{2, 4, 12}, {6, 4, 3}, attrs({{"pads", Ints{1, 1}}})},                                          // 1-D
+      {{2, 8, 8, 8}, {4, 8, 1, 1}, attrs({{"strides", Ints{2, 2}}})},                                    // strided 1x1
+      {{2, 3, 11, 10}, {8, 3, 7, 7}, attrs({{"pads", Ints{3, 3, 3, 3}}, {"strides", Ints{2, 2}}})},      // stem-like
+      {{2, 4, 12}, {6, 4, 3}, attrs({{"pads", Ints{1, 1}}})},                                            // 1-D
       {{1, 4, 4, 5, 4}, {4, 4, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1, 1, 1}}})},                     // 3-D
   };
 }
@@ -295,8 +305,11 @@ TEST(NnGradientsTest, ConvGradKernelsFloat32MatchFloat64) {
 TEST(NnGradientsTest, PoolGradKernelsFloat32MatchFloat64) {
   const std::vector<Attributes> cases{
       attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
-      attrs({{"kernel_shape", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"ceil_mode", std::int64_t{1}},
-             {"pads", Ints{0, 1, 1, 0}}, {"count_include_pad", std::int64_t{1}}}),
+      attrs({{"kernel_shape", Ints{3, 2}},
+             {"strides", Ints{2, 2}},
+             {"ceil_mode", std::int64_t{1}},
+             {"pads", Ints{0, 1, 1, 0}},
+             {"count_include_pad", std::int64_t{1}}}),
       attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}),
   };
   unsigned seed = 300;
@@ -321,9 +334,14 @@ TEST(NnGradientsTest, PoolGradKernelsFloat32MatchFloat64) {
 TEST(NnGradientsTest, PoolGradKernelsMatchEagerFiniteDifferences) {
   const std::vector<Attributes> cases{
       attrs({{"kernel_shape", Ints{3, 2}}, {"strides", Ints{2, 2}}, {"pads", Ints{1, 0, 1, 1}}}),
-      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", std::int64_t{1}},
-             {"pads", Ints{1, 0, 0, 1}}, {"count_include_pad", std::int64_t{1}}}),
-      attrs({{"kernel_shape", Ints{3, 3}}, {"strides", Ints{2, 2}}, {"ceil_mode", std::int64_t{1}},
+      attrs({{"kernel_shape", Ints{3, 3}},
+             {"strides", Ints{2, 2}},
+             {"ceil_mode", std::int64_t{1}},
+             {"pads", Ints{1, 0, 0, 1}},
+             {"count_include_pad", std::int64_t{1}}}),
+      attrs({{"kernel_shape", Ints{3, 3}},
+             {"strides", Ints{2, 2}},
+             {"ceil_mode", std::int64_t{1}},
              {"pads", Ints{1, 0, 0, 1}}}),
       attrs({{"kernel_shape", Ints{2, 2}}, {"dilations", Ints{2, 2}}, {"pads", Ints{1, 1, 1, 1}}}),
       attrs({{"kernel_shape", Ints{6, 5}}}),  // global
@@ -331,7 +349,8 @@ TEST(NnGradientsTest, PoolGradKernelsMatchEagerFiniteDifferences) {
   unsigned seed = 500;
   for (const Attributes& a : cases) {
     for (const std::string op : {"MaxPool", "AveragePool"}) {
-      if (op == "AveragePool" && a.has("dilations")) continue;
+      if (op == "AveragePool" && a.has("dilations"))
+        continue;
       SCOPED_TRACE(op + " case " + std::to_string(seed));
       Tensor x = random64({2, 2, 6, 5}, seed++);
       const Tensor y = runOpEagerly(op, {&x}, a).at(0);
@@ -343,7 +362,8 @@ TEST(NnGradientsTest, PoolGradKernelsMatchEagerFiniteDifferences) {
       auto loss = [&] {
         const Tensor out = runOpEagerly(op, {&x}, a).at(0);
         double sum = 0;
-        for (std::int64_t i = 0; i < out.numel(); ++i) sum += out.data<double>()[i] * dy.data<double>()[i];
+        for (std::int64_t i = 0; i < out.numel(); ++i)
+          sum += out.data<double>()[i] * dy.data<double>()[i];
         return sum;
       };
       constexpr double kEps = 1e-6;
@@ -370,9 +390,8 @@ TEST(NnGradientsTest, MaxPoolGradTiesGoToFirstMaximum) {
     } else {
       std::fill(dy.data<double>(), dy.data<double>() + 2, 1.0);
     }
-    const Tensor dx = runOpEagerly("MaxPoolGrad", {&dy, &x},
-                                   attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}))
-                          .at(0);
+    const Tensor dx =
+        runOpEagerly("MaxPoolGrad", {&dy, &x}, attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}})).at(0);
     const std::vector<double> expected{1, 0, 1, 0, 0, 0, 0, 0};
     for (std::int64_t i = 0; i < 8; ++i) {
       const double v = dtype == DType::Float32 ? dx.data<float>()[i] : dx.data<double>()[i];
@@ -385,7 +404,8 @@ TEST(NnGradientsTest, BatchNormGradKernelFloat32MatchesFloat64) {
   // A large channel offset checks that the statistics do not cancel in float32.
   Tensor x = random64({4, 5, 6, 7}, 400);
   for (std::int64_t i = 0; i < x.numel(); ++i) {
-    if ((i / 42) % 5 == 2) x.data<double>()[i] += 100.0;
+    if ((i / 42) % 5 == 2)
+      x.data<double>()[i] += 100.0;
   }
   const Tensor dy = random64(x.shape(), 401);
   const Tensor scale = random64({5}, 402);

@@ -25,11 +25,14 @@ constexpr std::int64_t kInt64Max = std::numeric_limits<std::int64_t>::max();
 
 Tensor ints(const std::vector<std::int64_t>& values) {
   Tensor t = Tensor::empty(DType::Int64, {static_cast<std::int64_t>(values.size())});
-  if (!values.empty()) std::memcpy(t.rawData(), values.data(), values.size() * sizeof(std::int64_t));
+  if (!values.empty())
+    std::memcpy(t.rawData(), values.data(), values.size() * sizeof(std::int64_t));
   return t;
 }
 
-Tensor intsShaped(const std::vector<std::int64_t>& values, const Shape& shape) { return ints(values).reshape(shape); }
+Tensor intsShaped(const std::vector<std::int64_t>& values, const Shape& shape) {
+  return ints(values).reshape(shape);
+}
 
 template <typename T>
 Tensor values(const std::vector<T>& data, const Shape& shape) {
@@ -43,11 +46,14 @@ std::vector<T> toVector(const Tensor& t) {
   return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
 }
 
-Tensor random64(const Shape& shape, unsigned seed) { return randomTensor(DType::Float64, shape, seed); }
+Tensor random64(const Shape& shape, unsigned seed) {
+  return randomTensor(DType::Float64, shape, seed);
+}
 
 Attributes makeAttrs(std::initializer_list<std::pair<const std::string, AttributeValue>> list) {
   Attributes a;
-  for (const auto& [name, value] : list) a.set(name, value);
+  for (const auto& [name, value] : list)
+    a.set(name, value);
   return a;
 }
 
@@ -108,7 +114,8 @@ TEST(ShapeGradientsTest, SplitUneven) {
                                         makeAttrs({{"axis", std::int64_t{-1}}}), options);
   // num_outputs (opset 18): a smaller last part.
   expectGradientsMatchFiniteDifferences("Split", {random64({2, 7}, 25)},
-                                        makeAttrs({{"axis", std::int64_t{1}}, {"num_outputs", std::int64_t{3}}}), options);
+                                        makeAttrs({{"axis", std::int64_t{1}}, {"num_outputs", std::int64_t{3}}}),
+                                        options);
 }
 
 TEST(ShapeGradientsTest, Slice) {
@@ -118,11 +125,11 @@ TEST(ShapeGradientsTest, Slice) {
 
 TEST(ShapeGradientsTest, SliceNegativeAndStrided) {
   // Negative starts/ends, negative axes, strides of 2 and -1 / -2.
-  expectGradientsMatchFiniteDifferences("Slice", {random64({6, 5}, 28), ints({-1, 0}), ints({-7, 5}), ints({0, 1}),
-                                                  ints({-2, 2})});
+  expectGradientsMatchFiniteDifferences(
+      "Slice", {random64({6, 5}, 28), ints({-1, 0}), ints({-7, 5}), ints({0, 1}), ints({-2, 2})});
   expectGradientsMatchFiniteDifferences("Slice", {random64({3, 7}, 29), ints({-2}), ints({1}), ints({-1}), ints({-1})});
-  expectGradientsMatchFiniteDifferences("Slice", {random64({3, 8}, 30), ints({1, -8}), ints({kInt64Max, -1}),
-                                                  ints({-2, -1}), ints({1, 3})});
+  expectGradientsMatchFiniteDifferences(
+      "Slice", {random64({3, 8}, 30), ints({1, -8}), ints({kInt64Max, -1}), ints({-2, -1}), ints({1, 3})});
 }
 
 TEST(ShapeGradientsTest, Expand) {
@@ -146,7 +153,8 @@ TEST(ShapeGradientsTest, GatherRepeatedIndices) {
 }
 
 TEST(ShapeGradientsTest, GatherElementsRepeatedIndices) {
-  expectGradientsMatchFiniteDifferences("GatherElements", {random64({3, 4}, 38), intsShaped({0, 0, 3, 1, 2, 2}, {3, 2})},
+  expectGradientsMatchFiniteDifferences("GatherElements",
+                                        {random64({3, 4}, 38), intsShaped({0, 0, 3, 1, 2, 2}, {3, 2})},
                                         makeAttrs({{"axis", std::int64_t{1}}}));
   expectGradientsMatchFiniteDifferences("GatherElements", {random64({3, 2}, 39), intsShaped({2, -1, 0, 0}, {2, 2})},
                                         makeAttrs({{"axis", std::int64_t{-2}}}));
@@ -155,8 +163,8 @@ TEST(ShapeGradientsTest, GatherElementsRepeatedIndices) {
 TEST(ShapeGradientsTest, PadConstant) {
   expectGradientsMatchFiniteDifferences("Pad", {random64({2, 3}, 40), ints({1, 0, 2, 3})});
   // With a constant value (not differentiated) and axes (opset 18), negative axis.
-  expectGradientsMatchFiniteDifferences("Pad", {random64({2, 3, 2}, 41), ints({2, 1}), values<double>({0.5}, {}),
-                                                ints({-2})});
+  expectGradientsMatchFiniteDifferences("Pad",
+                                        {random64({2, 3, 2}, 41), ints({2, 1}), values<double>({0.5}, {}), ints({-2})});
   // Negative pads crop.
   expectGradientsMatchFiniteDifferences("Pad", {random64({4, 5}, 42), ints({-1, 2, 0, -2})});
 }
@@ -205,8 +213,8 @@ TEST(ShapeGradientsTest, Float32) {
   expectGradientsMatchFiniteDifferences("Gather", {randomTensor(DType::Float32, {5, 4}, 51), ints({4, 1, 4})});
   expectGradientsMatchFiniteDifferences("Pad", {randomTensor(DType::Float32, {3, 4}, 52), ints({1, 2, 2, 1})},
                                         makeAttrs({{"mode", std::string("reflect")}}));
-  expectGradientsMatchFiniteDifferences("Slice", {randomTensor(DType::Float32, {6}, 53), ints({5}), ints({0}),
-                                                  ints({0}), ints({-2})});
+  expectGradientsMatchFiniteDifferences(
+      "Slice", {randomTensor(DType::Float32, {6}, 53), ints({5}), ints({0}), ints({0}), ints({-2})});
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -220,7 +228,8 @@ class EagerBuilder : public GradientBuilder {
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       node_.inputs.push_back(add(std::move(inputs[i]), constantInput[i]));
     }
-    for (Tensor& t : outputs) node_.outputs.push_back(add(std::move(t), false));
+    for (Tensor& t : outputs)
+      node_.outputs.push_back(add(std::move(t), false));
   }
 
   const Node& node() const override { return node_; }
@@ -237,9 +246,11 @@ class EagerBuilder : public GradientBuilder {
                         std::size_t outputCount) override {
     ops_.push_back(opType);
     std::vector<const Tensor*> ptrs;
-    for (int v : inputs) ptrs.push_back(v == kNoValue ? nullptr : &tensor(v));
+    for (int v : inputs)
+      ptrs.push_back(v == kNoValue ? nullptr : &tensor(v));
     std::vector<int> ids;
-    for (Tensor& t : runOpEagerly(opType, ptrs, attrs, outputCount)) ids.push_back(add(std::move(t), false));
+    for (Tensor& t : runOpEagerly(opType, ptrs, attrs, outputCount))
+      ids.push_back(add(std::move(t), false));
     return ids;
   }
   int constant(Tensor value) override { return add(std::move(value), true); }
@@ -327,7 +338,7 @@ TEST(ShapeGradientsTest, TileWithAZeroRepeatHasAZeroGradient) {
 TEST(ShapeGradientsTest, RulesDeclareNonDifferentiableInputs) {
   const auto& registry = GradientRegistry::instance();
   const std::map<std::string, std::vector<std::size_t>> expected = {
-      {"Reshape", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}}, {"Split", {1}},        {"Slice", {1, 2, 3, 4}},
+      {"Reshape", {1}}, {"Squeeze", {1}}, {"Unsqueeze", {1}}, {"Split", {1}},          {"Slice", {1, 2, 3, 4}},
       {"Expand", {1}},  {"Tile", {1}},    {"Gather", {1}},    {"GatherElements", {1}}, {"Pad", {1, 2, 3}}};
   for (const auto& [op, inputs] : expected) {
     const GradientRuleInfo* info = registry.find(op);
@@ -347,10 +358,10 @@ TEST(ShapeGradientsTest, SliceGradKernelScattersIntoZeros) {
   const Tensor dy = values<float>({1.5F, 2.5F}, {2});
   const auto out = runOpEagerly("SliceGrad", {&dy},
                                 makeAttrs({{"starts", std::vector<std::int64_t>{-1}},
-                                       {"ends", std::vector<std::int64_t>{-5}},
-                                       {"axes", std::vector<std::int64_t>{0}},
-                                       {"steps", std::vector<std::int64_t>{-2}},
-                                       {"shape", std::vector<std::int64_t>{4}}}));
+                                           {"ends", std::vector<std::int64_t>{-5}},
+                                           {"axes", std::vector<std::int64_t>{0}},
+                                           {"steps", std::vector<std::int64_t>{-2}},
+                                           {"shape", std::vector<std::int64_t>{4}}}));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].shape(), (Shape{4}));
   EXPECT_EQ(toVector<float>(out[0]), (std::vector<float>{0, 2.5F, 0, 1.5F}));
@@ -372,8 +383,8 @@ TEST(ShapeGradientsTest, SliceGradKernelRejectsAMismatchedGradient) {
   const Tensor dy = values<float>({1, 2, 3}, {3});
   EXPECT_THROW(runOpEagerly("SliceGrad", {&dy},
                             makeAttrs({{"starts", std::vector<std::int64_t>{0}},
-                                   {"ends", std::vector<std::int64_t>{2}},
-                                   {"shape", std::vector<std::int64_t>{4}}})),
+                                       {"ends", std::vector<std::int64_t>{2}},
+                                       {"shape", std::vector<std::int64_t>{4}}})),
                Error);
 }
 
@@ -405,10 +416,12 @@ TEST(ShapeGradientsTest, GatherGradKernelLargeTableMatchesSerialSum) {
     counts[static_cast<std::size_t>((j * 7) % rows)] += 1.0;
   }
   Tensor dy = Tensor::empty(DType::Float64, {n, cols});
-  for (std::int64_t i = 0; i < dy.numel(); ++i) dy.data<double>()[i] = 1.0;
+  for (std::int64_t i = 0; i < dy.numel(); ++i)
+    dy.data<double>()[i] = 1.0;
   const Tensor idx = ints(indices);
-  const auto out = runOpEagerly("GatherGrad", {&dy, &idx},
-                                makeAttrs({{"axis", std::int64_t{0}}, {"shape", std::vector<std::int64_t>{rows, cols}}}));
+  const auto out =
+      runOpEagerly("GatherGrad", {&dy, &idx},
+                   makeAttrs({{"axis", std::int64_t{0}}, {"shape", std::vector<std::int64_t>{rows, cols}}}));
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t c = 0; c < cols; c += 997) {
       ASSERT_EQ(out[0].data<double>()[r * cols + c], counts[static_cast<std::size_t>(r)]) << r << ", " << c;
@@ -429,14 +442,14 @@ TEST(ShapeGradientsTest, PadGradKernelFoldsReflectAndEdge) {
   const Tensor dy = values<double>({1, 2, 3, 4, 5, 6}, {6});
   const auto reflect = runOpEagerly("PadGrad", {&dy},
                                     makeAttrs({{"mode", std::string("reflect")},
-                                           {"pads", std::vector<std::int64_t>{2, 1}},
-                                           {"shape", std::vector<std::int64_t>{3}}}));
+                                               {"pads", std::vector<std::int64_t>{2, 1}},
+                                               {"shape", std::vector<std::int64_t>{3}}}));
   EXPECT_EQ(toVector<double>(reflect[0]), (std::vector<double>{3, 2 + 4 + 6, 1 + 5}));
   // Forward edge: [a, a, a, b, c, c].
   const auto edge = runOpEagerly("PadGrad", {&dy},
                                  makeAttrs({{"mode", std::string("edge")},
-                                        {"pads", std::vector<std::int64_t>{2, 1}},
-                                        {"shape", std::vector<std::int64_t>{3}}}));
+                                            {"pads", std::vector<std::int64_t>{2, 1}},
+                                            {"shape", std::vector<std::int64_t>{3}}}));
   EXPECT_EQ(toVector<double>(edge[0]), (std::vector<double>{1 + 2 + 3, 4, 5 + 6}));
 }
 
@@ -445,8 +458,8 @@ TEST(ShapeGradientsTest, PadGradKernelTwoAxesAndCropping) {
   const Tensor dy = values<float>({1, 2, 4}, {3, 1});
   const auto out = runOpEagerly("PadGrad", {&dy},
                                 makeAttrs({{"mode", std::string("edge")},
-                                       {"pads", std::vector<std::int64_t>{1, 0, 0, -1}},
-                                       {"shape", std::vector<std::int64_t>{2, 2}}}));
+                                           {"pads", std::vector<std::int64_t>{1, 0, 0, -1}},
+                                           {"shape", std::vector<std::int64_t>{2, 2}}}));
   EXPECT_EQ(toVector<float>(out[0]), (std::vector<float>{3, 0, 4, 0}));
 }
 
@@ -454,8 +467,8 @@ TEST(ShapeGradientsTest, PadGradKernelRejectsAMismatchedGradient) {
   const Tensor dy = values<double>({1, 2, 3}, {3});
   EXPECT_THROW(runOpEagerly("PadGrad", {&dy},
                             makeAttrs({{"mode", std::string("edge")},
-                                   {"pads", std::vector<std::int64_t>{1, 1}},
-                                   {"shape", std::vector<std::int64_t>{2}}})),
+                                       {"pads", std::vector<std::int64_t>{1, 1}},
+                                       {"shape", std::vector<std::int64_t>{2}}})),
                Error);
 }
 

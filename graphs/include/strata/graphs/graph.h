@@ -15,10 +15,10 @@ inline constexpr int kNoValue = -1;
 // A value of the graph: a graph input, an initializer, a constant or a node output.
 struct Value {
   std::string name;
-  TensorMeta meta;          // dims of -1 are unknown until specialisation
-  Tensor constant;          // defined for initializers and folded constants
+  TensorMeta meta;             // dims of -1 are unknown until specialisation
+  Tensor constant;             // defined for initializers and folded constants
   bool isInitializer = false;  // came from the model's initializers (float ones are trainable parameters)
-  int producer = kNoValue;  // index of the node that produces it
+  int producer = kNoValue;     // index of the node that produces it
 };
 
 struct Node {

@@ -23,7 +23,8 @@ Tensor randomTensor(const Shape& shape, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   Tensor t = Tensor::empty(DType::Float32, shape);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = dist(rng);
   return t;
 }
 
@@ -39,10 +40,10 @@ Tensor typedTensor(const Shape& shape, unsigned seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> dist(-5, 5);
   Tensor t = Tensor::empty(dtypeOf<T>(), shape);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<T>()[i] = static_cast<T>(dist(rng));
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    t.data<T>()[i] = static_cast<T>(dist(rng));
   return t;
 }
-
 
 void expectClose(const Tensor& actual, const Shape& shape, const std::vector<float>& expected, float tol = 1e-4f) {
   ASSERT_EQ(actual.shape(), shape);
@@ -63,7 +64,8 @@ Tensor run1(const std::string& type, const std::vector<const Tensor*>& inputs, c
 // Walks all multi-indices of `dims` (row-major order).
 bool nextIndex(Ints& index, const Ints& dims) {
   for (std::size_t d = dims.size(); d-- > 0;) {
-    if (++index[d] < dims[d]) return true;
+    if (++index[d] < dims[d])
+      return true;
     index[d] = 0;
   }
   return false;
@@ -71,7 +73,8 @@ bool nextIndex(Ints& index, const Ints& dims) {
 
 std::int64_t flatIndex(const Ints& index, const Ints& dims) {
   std::int64_t flat = 0;
-  for (std::size_t d = 0; d < dims.size(); ++d) flat = flat * dims[d] + index[d];
+  for (std::size_t d = 0; d < dims.size(); ++d)
+    flat = flat * dims[d] + index[d];
   return flat;
 }
 
@@ -84,7 +87,8 @@ Ints outputSize(const Ints& in, const Window& w, bool ceilMode = false) {
   for (std::size_t d = 0; d < in.size(); ++d) {
     const std::int64_t span = in[d] + w.padBegin[d] + w.padEnd[d] - (w.kernel[d] - 1) * w.dilations[d] - 1;
     std::int64_t o = (ceilMode ? (span + w.strides[d] - 1) / w.strides[d] : span / w.strides[d]) + 1;
-    if (ceilMode && (o - 1) * w.strides[d] >= in[d] + w.padBegin[d]) --o;
+    if (ceilMode && (o - 1) * w.strides[d] >= in[d] + w.padBegin[d])
+      --o;
     out.push_back(o);
   }
   return out;
@@ -118,7 +122,8 @@ std::vector<double> referenceConvT(const Tensor& x, const Tensor& w, const Tenso
               pos[d] = o[d] * win.strides[d] - win.padBegin[d] + k[d] * win.dilations[d];
               valid = valid && pos[d] >= 0 && pos[d] < in[d];
             }
-            if (!valid) continue;
+            if (!valid)
+              continue;
             const std::int64_t xc = g * cPerG + c;
             const T xv = x.data<T>()[(n * channels + xc) * numElements(in) + flatIndex(pos, in)];
             const T wv = w.data<T>()[(m * cPerG + c) * numElements(kernel) + flatIndex(k, kernel)];
@@ -156,7 +161,8 @@ void checkConv(const Shape& xShape, const Shape& wShape, std::int64_t group, con
   Tensor b = randomTensor({wShape[0]}, seed + 2);
   Attributes attrs = convAttrs(win, group);
   std::vector<const Tensor*> inputs{&x, &w};
-  if (withBias) inputs.push_back(&b);
+  if (withBias)
+    inputs.push_back(&b);
   Tensor y = run1("Conv", inputs, attrs);
   const Ints out = outputSize(Ints(xShape.begin() + 2, xShape.end()), win);
   Shape yShape{xShape[0], wShape[0]};
@@ -189,7 +195,9 @@ TEST(DnnlConvTest, PointwiseStaysInPlainLayout) {
   checkConv({1, 4, 5, 5}, {6, 4, 1, 1}, 1, {{1, 1}, {1, 1}, {1, 1}, {1, 0}, {0, 1}}, false, 16);
 }
 
-TEST(DnnlConvTest, Conv1D) { checkConv({2, 3, 10}, {4, 3, 3}, 1, {{3}, {2}, {2}, {1}, {2}}, true, 6); }
+TEST(DnnlConvTest, Conv1D) {
+  checkConv({2, 3, 10}, {4, 3, 3}, 1, {{3}, {2}, {2}, {1}, {2}}, true, 6);
+}
 
 TEST(DnnlConvTest, Conv3D) {
   checkConv({1, 2, 5, 6, 4}, {3, 2, 3, 2, 2}, 1, {{3, 2, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1}, {1, 1, 0}}, true, 7);
@@ -311,7 +319,8 @@ std::vector<float> referenceConvTranspose(const Tensor& x, const Tensor& w, cons
               pos[d] = i[d] * win.strides[d] - win.padBegin[d] + k[d] * win.dilations[d];
               valid = valid && pos[d] >= 0 && pos[d] < out[d];
             }
-            if (!valid) continue;
+            if (!valid)
+              continue;
             const float wv = w.data<float>()[(c * mPerG + mm) * numElements(kernel) + flatIndex(k, kernel)];
             const std::int64_t m = g * mPerG + mm;
             y[static_cast<std::size_t>((n * filters + m) * numElements(out) + flatIndex(pos, out))] +=
@@ -354,10 +363,9 @@ TEST(DnnlConvTransposeTest, OnnxOutputShapeAndAutoPadExamples) {
   outputShape.set("strides", Ints{3, 2});
   outputShape.set("output_shape", Ints{10, 8});
   Tensor y = run1("ConvTranspose", {&x, &w}, outputShape);
-  const std::vector<float> plane{0, 0, 1, 1, 3, 2, 2, 0,  0, 0, 1, 1,  3, 2, 2, 0, 0, 0, 1, 1,  3, 2, 2, 0,
-                                 3, 3, 7, 4, 9, 5, 5, 0,  3, 3, 7, 4,  9, 5, 5, 0, 3, 3, 7, 4,  9, 5, 5, 0,
-                                 6, 6, 13, 7, 15, 8, 8, 0, 6, 6, 13, 7, 15, 8, 8, 0, 6, 6, 13, 7, 15, 8, 8, 0,
-                                 0, 0, 0, 0, 0, 0, 0, 0};
+  const std::vector<float> plane{0, 0, 1, 1, 3,  2, 2,  0, 0, 0, 1, 1, 3,  2, 2,  0, 0, 0, 1, 1, 3, 2, 2, 0,  3, 3,  7,
+                                 4, 9, 5, 5, 0,  3, 3,  7, 4, 9, 5, 5, 0,  3, 3,  7, 4, 9, 5, 5, 0, 6, 6, 13, 7, 15, 8,
+                                 8, 0, 6, 6, 13, 7, 15, 8, 8, 0, 6, 6, 13, 7, 15, 8, 8, 0, 0, 0, 0, 0, 0, 0,  0, 0};
   std::vector<float> expected = plane;
   expected.insert(expected.end(), plane.begin(), plane.end());
   expectClose(y, {1, 2, 10, 8}, expected);
@@ -366,8 +374,8 @@ TEST(DnnlConvTransposeTest, OnnxOutputShapeAndAutoPadExamples) {
   same.set("auto_pad", std::string("SAME_UPPER"));
   same.set("strides", Ints{2, 2});
   Tensor ys = run1("ConvTranspose", {&x, &w}, same);
-  const std::vector<float> samePlane{0, 0, 1,  1, 3,  2,  0, 0, 1,  1, 3,  2,  3, 3, 8,  5, 12, 7,
-                                     3, 3, 7,  4, 9,  5,  9, 9, 20, 11, 24, 13, 6, 6, 13, 7, 15, 8};
+  const std::vector<float> samePlane{0, 0, 1, 1, 3, 2, 0, 0, 1,  1,  3,  2,  3, 3, 8,  5, 12, 7,
+                                     3, 3, 7, 4, 9, 5, 9, 9, 20, 11, 24, 13, 6, 6, 13, 7, 15, 8};
   std::vector<float> sameExpected = samePlane;
   sameExpected.insert(sameExpected.end(), samePlane.begin(), samePlane.end());
   expectClose(ys, {1, 2, 6, 6}, sameExpected);
@@ -398,8 +406,10 @@ std::vector<double> referencePoolT(const Tensor& x, bool isMax, bool countInclud
           valid = valid && pos[d] >= 0 && pos[d] < in[d];
           inPadded = inPadded && pos[d] < in[d] + win.padEnd[d];
         }
-        if (inPadded) ++padded;
-        if (!valid) continue;
+        if (inPadded)
+          ++padded;
+        if (!valid)
+          continue;
         const std::int64_t flat = plane * numElements(in) + flatIndex(pos, in);
         const double v = static_cast<double>(x.data<T>()[flat]);
         sum += v;
@@ -411,7 +421,8 @@ std::vector<double> referencePoolT(const Tensor& x, bool isMax, bool countInclud
       } while (nextIndex(k, win.kernel));
       if (isMax) {
         y.push_back(best);
-        if (indices != nullptr) indices->push_back(bestIndex);
+        if (indices != nullptr)
+          indices->push_back(bestIndex);
       } else {
         y.push_back(sum / static_cast<double>(countIncludePad ? padded : count));
       }
@@ -420,8 +431,8 @@ std::vector<double> referencePoolT(const Tensor& x, bool isMax, bool countInclud
   return y;
 }
 
-std::vector<float> referencePool(const Tensor& x, bool isMax, bool countIncludePad, const Window& win,
-                                 const Ints& out, std::vector<std::int64_t>* indices = nullptr) {
+std::vector<float> referencePool(const Tensor& x, bool isMax, bool countIncludePad, const Window& win, const Ints& out,
+                                 std::vector<std::int64_t>* indices = nullptr) {
   const std::vector<double> y = referencePoolT<float>(x, isMax, countIncludePad, win, out, indices);
   return std::vector<float>(y.begin(), y.end());
 }
@@ -442,9 +453,11 @@ void checkPool(const PoolCase& c, unsigned seed) {
   Ints pads = c.window.padBegin;
   pads.insert(pads.end(), c.window.padEnd.begin(), c.window.padEnd.end());
   attrs.set("pads", pads);
-  if (c.type == "MaxPool") attrs.set("dilations", c.window.dilations);
+  if (c.type == "MaxPool")
+    attrs.set("dilations", c.window.dilations);
   attrs.set("ceil_mode", std::int64_t{c.ceilMode});
-  if (c.type == "AveragePool") attrs.set("count_include_pad", std::int64_t{c.countIncludePad});
+  if (c.type == "AveragePool")
+    attrs.set("count_include_pad", std::int64_t{c.countIncludePad});
   Tensor y = run1(c.type, {&x}, attrs);
   const Ints out = outputSize(Ints(c.xShape.begin() + 2, c.xShape.end()), c.window, c.ceilMode);
   Shape yShape{c.xShape[0], c.xShape[1]};
@@ -454,8 +467,8 @@ void checkPool(const PoolCase& c, unsigned seed) {
 
 TEST(DnnlPoolTest, MaxPoolVariants) {
   checkPool({"MaxPool", {2, 3, 8, 8}, {{2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}}, 31);
-  checkPool({"MaxPool", {1, 4, 9, 7}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}}, 32);  // ResNet stem style
-  checkPool({"MaxPool", {1, 2, 9, 9}, {{2, 3}, {1, 2}, {2, 2}, {1, 0}, {0, 1}}}, 33);  // dilations
+  checkPool({"MaxPool", {1, 4, 9, 7}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}}, 32);        // ResNet stem style
+  checkPool({"MaxPool", {1, 2, 9, 9}, {{2, 3}, {1, 2}, {2, 2}, {1, 0}, {0, 1}}}, 33);        // dilations
   checkPool({"MaxPool", {1, 2, 8, 7}, {{3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, true}, 34);  // ceil_mode
   checkPool({"MaxPool", {2, 3, 10}, {{3}, {2}, {1}, {1}, {0}}}, 35);                         // 1-D
   checkPool({"MaxPool", {1, 2, 5, 6, 4}, {{2, 2, 2}, {2, 2, 1}, {1, 1, 1}, {0, 1, 0}, {1, 0, 1}}}, 36);  // 3-D
@@ -518,15 +531,16 @@ TEST(DnnlPoolTest, GlobalPools) {
 
 TEST(DnnlPoolTest, MaxPoolIndicesLikeOnnxExamples) {
   std::vector<float> v(25);
-  for (int i = 0; i < 25; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+  for (int i = 0; i < 25; ++i)
+    v[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
   Tensor x = fromValues({1, 1, 5, 5}, v);
   Attributes padded;
   padded.set("kernel_shape", Ints{5, 5});
   padded.set("pads", Ints{2, 2, 2, 2});
   std::vector<Tensor> out = runOpEagerly("MaxPool", {&x}, padded, 2);
   ASSERT_EQ(out.size(), 2u);
-  expectClose(out[0], {1, 1, 5, 5}, {13, 14, 15, 15, 15, 18, 19, 20, 20, 20, 23, 24, 25, 25, 25,
-                                     23, 24, 25, 25, 25, 23, 24, 25, 25, 25});
+  expectClose(out[0], {1, 1, 5, 5},
+              {13, 14, 15, 15, 15, 18, 19, 20, 20, 20, 23, 24, 25, 25, 25, 23, 24, 25, 25, 25, 23, 24, 25, 25, 25});
   ASSERT_EQ(out[1].dtype(), DType::Int64);
   const std::vector<std::int64_t> expectedIdx{12, 13, 14, 14, 14, 17, 18, 19, 19, 19, 22, 23, 24,
                                               24, 24, 22, 23, 24, 24, 24, 22, 23, 24, 24, 24};
@@ -558,7 +572,8 @@ TEST(DnnlPoolTest, MaxPoolIndicesLikeOnnxExamples) {
 
 TEST(DnnlPoolTest, MaxPoolUint8) {
   Tensor x = Tensor::empty(DType::UInt8, {1, 1, 4, 4});
-  for (int i = 0; i < 16; ++i) x.data<std::uint8_t>()[i] = static_cast<std::uint8_t>((i * 37) % 251);
+  for (int i = 0; i < 16; ++i)
+    x.data<std::uint8_t>()[i] = static_cast<std::uint8_t>((i * 37) % 251);
   Attributes attrs;
   attrs.set("kernel_shape", Ints{2, 2});
   attrs.set("strides", Ints{2, 2});
@@ -568,8 +583,8 @@ TEST(DnnlPoolTest, MaxPoolUint8) {
   const std::uint8_t* p = x.data<std::uint8_t>();
   for (int oh = 0; oh < 2; ++oh) {
     for (int ow = 0; ow < 2; ++ow) {
-      const std::uint8_t expected = std::max({p[oh * 8 + ow * 2], p[oh * 8 + ow * 2 + 1], p[oh * 8 + 4 + ow * 2],
-                                              p[oh * 8 + 4 + ow * 2 + 1]});
+      const std::uint8_t expected =
+          std::max({p[oh * 8 + ow * 2], p[oh * 8 + ow * 2 + 1], p[oh * 8 + 4 + ow * 2], p[oh * 8 + 4 + ow * 2 + 1]});
       EXPECT_EQ(y.data<std::uint8_t>()[oh * 2 + ow], expected);
     }
   }
@@ -601,7 +616,8 @@ TEST(DnnlBatchNormTest, InferenceMatchesFormula) {
     Tensor bias = randomTensor({3}, 83);
     Tensor mean = randomTensor({3}, 84);
     Tensor var = randomTensor({3}, 85);
-    for (std::int64_t c = 0; c < 3; ++c) var.data<float>()[c] = std::fabs(var.data<float>()[c]) + 0.1f;
+    for (std::int64_t c = 0; c < 3; ++c)
+      var.data<float>()[c] = std::fabs(var.data<float>()[c]) + 0.1f;
     Attributes attrs;
     attrs.set("epsilon", 1e-3f);
     Tensor y = run1("BatchNormalization", {&x, &scale, &bias, &mean, &var}, attrs);
@@ -609,10 +625,9 @@ TEST(DnnlBatchNormTest, InferenceMatchesFormula) {
     std::vector<float> expected(static_cast<std::size_t>(x.numel()));
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const std::int64_t c = (i / inner) % 3;
-      expected[static_cast<std::size_t>(i)] =
-          scale.data<float>()[c] * (x.data<float>()[i] - mean.data<float>()[c]) /
-              std::sqrt(var.data<float>()[c] + 1e-3f) +
-          bias.data<float>()[c];
+      expected[static_cast<std::size_t>(i)] = scale.data<float>()[c] * (x.data<float>()[i] - mean.data<float>()[c]) /
+                                                  std::sqrt(var.data<float>()[c] + 1e-3f) +
+                                              bias.data<float>()[c];
     }
     SCOPED_TRACE(shapeToString(shape));
     expectClose(y, shape, expected);
@@ -626,7 +641,8 @@ TEST(DnnlBatchNormTest, TrainingModeUsesBatchStatisticsAndUpdatesRunningOnes) {
   Tensor bias = randomTensor({3}, 93);
   Tensor mean = randomTensor({3}, 94);
   Tensor var = randomTensor({3}, 95);
-  for (std::int64_t c = 0; c < 3; ++c) var.data<float>()[c] = std::fabs(var.data<float>()[c]) + 0.1f;
+  for (std::int64_t c = 0; c < 3; ++c)
+    var.data<float>()[c] = std::fabs(var.data<float>()[c]) + 0.1f;
   Attributes attrs;
   attrs.set("training_mode", std::int64_t{1});
   attrs.set("momentum", 0.8f);
@@ -635,13 +651,16 @@ TEST(DnnlBatchNormTest, TrainingModeUsesBatchStatisticsAndUpdatesRunningOnes) {
   ASSERT_EQ(out.size(), 3u);
   const std::int64_t inner = 20;
   std::vector<double> bmean(3, 0.0), bvar(3, 0.0);
-  for (std::int64_t i = 0; i < x.numel(); ++i) bmean[static_cast<std::size_t>((i / inner) % 3)] += x.data<float>()[i];
-  for (double& m : bmean) m /= 40.0;
+  for (std::int64_t i = 0; i < x.numel(); ++i)
+    bmean[static_cast<std::size_t>((i / inner) % 3)] += x.data<float>()[i];
+  for (double& m : bmean)
+    m /= 40.0;
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     const auto c = static_cast<std::size_t>((i / inner) % 3);
     bvar[c] += (x.data<float>()[i] - bmean[c]) * (x.data<float>()[i] - bmean[c]);
   }
-  for (double& v : bvar) v /= 40.0;  // biased, as ONNX's reference (numpy var)
+  for (double& v : bvar)
+    v /= 40.0;  // biased, as ONNX's reference (numpy var)
   std::vector<float> expectedY(static_cast<std::size_t>(x.numel()));
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     const auto c = static_cast<std::size_t>((i / inner) % 3);
@@ -678,9 +697,11 @@ TEST(DnnlInstanceNormTest, MatchesFormula) {
   std::vector<float> expected(static_cast<std::size_t>(x.numel()));
   for (std::int64_t p = 0; p < 6; ++p) {
     double mean = 0, var = 0;
-    for (std::int64_t i = 0; i < 20; ++i) mean += x.data<float>()[p * 20 + i];
+    for (std::int64_t i = 0; i < 20; ++i)
+      mean += x.data<float>()[p * 20 + i];
     mean /= 20;
-    for (std::int64_t i = 0; i < 20; ++i) var += std::pow(x.data<float>()[p * 20 + i] - mean, 2);
+    for (std::int64_t i = 0; i < 20; ++i)
+      var += std::pow(x.data<float>()[p * 20 + i] - mean, 2);
     var /= 20;
     for (std::int64_t i = 0; i < 20; ++i) {
       expected[static_cast<std::size_t>(p * 20 + i)] =
@@ -700,7 +721,8 @@ std::vector<double> referenceGemm(const Tensor& a, const Tensor& b, const Tensor
   Shape c2d;
   if (c != nullptr) {
     c2d = c->shape();
-    while (c2d.size() < 2) c2d.insert(c2d.begin(), 1);
+    while (c2d.size() < 2)
+      c2d.insert(c2d.begin(), 1);
   }
   for (std::int64_t i = 0; i < m; ++i) {
     for (std::int64_t j = 0; j < n; ++j) {
@@ -739,7 +761,8 @@ TEST(DnnlGemmTest, TransposesScalesAndBroadcastC) {
           attrs.set("alpha", alpha);
           attrs.set("beta", beta);
           std::vector<const Tensor*> inputs{&a, &b};
-          if (withC > 0) inputs.push_back(&c);
+          if (withC > 0)
+            inputs.push_back(&c);
           Tensor y = run1("Gemm", inputs, attrs);
           const std::vector<double> ref =
               referenceGemm<float>(a, b, withC > 0 ? &c : nullptr, transA, transB, alpha, beta, m, n, k);
@@ -774,7 +797,8 @@ TEST(DnnlGemmTest, Float64AndInt64UseTheLoop) {
   Tensor y = run1("Gemm", {&a, &b, &c}, attrs);
   ASSERT_EQ(y.dtype(), DType::Float64);
   const std::vector<double> ref = referenceGemm<double>(a, b, &c, false, false, 2.0, 0.5, 3, 2, 4);
-  for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_DOUBLE_EQ(y.data<double>()[i], ref[i]);
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    EXPECT_DOUBLE_EQ(y.data<double>()[i], ref[i]);
 
   Tensor ai = typedTensor<std::int64_t>({4, 3}, 314);
   Tensor bi = typedTensor<std::int64_t>({2, 4}, 315);
@@ -784,7 +808,8 @@ TEST(DnnlGemmTest, Float64AndInt64UseTheLoop) {
   Tensor yi = run1("Gemm", {&ai, &bi}, trans);
   ASSERT_EQ(yi.dtype(), DType::Int64);
   const std::vector<double> refi = referenceGemm<std::int64_t>(ai, bi, nullptr, true, true, 1, 1, 3, 2, 4);
-  for (std::size_t i = 0; i < refi.size(); ++i) EXPECT_EQ(yi.data<std::int64_t>()[i], refi[i]);
+  for (std::size_t i = 0; i < refi.size(); ++i)
+    EXPECT_EQ(yi.data<std::int64_t>()[i], refi[i]);
 }
 
 TEST(DnnlGemmTest, RejectsBadShapes) {
@@ -810,18 +835,25 @@ template <typename T>
 std::vector<double> referenceMatmul(const Tensor& a, const Tensor& b, Shape& outShape) {
   Shape as = a.shape(), bs = b.shape();
   const bool aVec = as.size() == 1, bVec = bs.size() == 1;
-  if (aVec) as.insert(as.begin(), 1);
-  if (bVec) bs.push_back(1);
+  if (aVec)
+    as.insert(as.begin(), 1);
+  if (bVec)
+    bs.push_back(1);
   const std::int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
   Shape ba(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
   const std::size_t r = std::max(ba.size(), bb.size());
-  while (ba.size() < r) ba.insert(ba.begin(), 1);
-  while (bb.size() < r) bb.insert(bb.begin(), 1);
+  while (ba.size() < r)
+    ba.insert(ba.begin(), 1);
+  while (bb.size() < r)
+    bb.insert(bb.begin(), 1);
   Shape batch(r);
-  for (std::size_t d = 0; d < r; ++d) batch[d] = std::max(ba[d], bb[d]);
+  for (std::size_t d = 0; d < r; ++d)
+    batch[d] = std::max(ba[d], bb[d]);
   outShape = batch;
-  if (!aVec) outShape.push_back(m);
-  if (!bVec) outShape.push_back(n);
+  if (!aVec)
+    outShape.push_back(m);
+  if (!bVec)
+    outShape.push_back(n);
   std::vector<double> y;
   Ints idx(r, 0);
   do {
@@ -836,7 +868,8 @@ std::vector<double> referenceMatmul(const Tensor& a, const Tensor& b, Shape& out
       for (std::int64_t j = 0; j < n; ++j) {
         double acc = 0;
         for (std::int64_t kk = 0; kk < k; ++kk) {
-          acc += static_cast<double>(a.data<T>()[offA + i * k + kk]) * static_cast<double>(b.data<T>()[offB + kk * n + j]);
+          acc +=
+              static_cast<double>(a.data<T>()[offA + i * k + kk]) * static_cast<double>(b.data<T>()[offB + kk * n + j]);
         }
         y.push_back(acc);
       }
@@ -847,17 +880,17 @@ std::vector<double> referenceMatmul(const Tensor& a, const Tensor& b, Shape& out
 
 TEST(DnnlMatMulTest, NumpySemantics) {
   const std::vector<std::pair<Shape, Shape>> cases{
-      {{3, 4}, {4, 5}},             // plain
-      {{4}, {4, 5}},                // 1-D A
-      {{3, 4}, {4}},                // 1-D B
-      {{4}, {4}},                   // dot product
-      {{2, 3, 4}, {2, 4, 5}},       // batched
-      {{2, 3, 3, 4}, {4, 5}},       // B shared by every batch (folded into rows)
-      {{3, 4}, {2, 4, 5}},          // A shared
-      {{1, 3, 4}, {2, 4, 5}},       // A broadcast in batch
-      {{2, 1, 3, 4}, {1, 3, 4, 5}}, // both broadcast
-      {{2, 3, 4}, {4}},             // batched with 1-D B
-      {{4}, {2, 4, 5}},             // 1-D A with batched B
+      {{3, 4}, {4, 5}},              // plain
+      {{4}, {4, 5}},                 // 1-D A
+      {{3, 4}, {4}},                 // 1-D B
+      {{4}, {4}},                    // dot product
+      {{2, 3, 4}, {2, 4, 5}},        // batched
+      {{2, 3, 3, 4}, {4, 5}},        // B shared by every batch (folded into rows)
+      {{3, 4}, {2, 4, 5}},           // A shared
+      {{1, 3, 4}, {2, 4, 5}},        // A broadcast in batch
+      {{2, 1, 3, 4}, {1, 3, 4, 5}},  // both broadcast
+      {{2, 3, 4}, {4}},              // batched with 1-D B
+      {{4}, {2, 4, 5}},              // 1-D A with batched B
       {{5, 1, 2, 3, 4}, {3, 1, 4, 2}},
   };
   unsigned seed = 400;
@@ -880,14 +913,16 @@ TEST(DnnlMatMulTest, IntegerAndDoubleTypes) {
   Shape shape;
   std::vector<double> ref = referenceMatmul<std::int32_t>(a, b, shape);
   ASSERT_EQ(y.shape(), shape);
-  for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_EQ(y.data<std::int32_t>()[i], ref[i]);
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    EXPECT_EQ(y.data<std::int32_t>()[i], ref[i]);
 
   Tensor ad = typedTensor<double>({3, 1, 2, 3}, 503);
   Tensor bd = typedTensor<double>({2, 3, 2}, 504);
   Tensor yd = run1("MatMul", {&ad, &bd}, Attributes{});
   ref = referenceMatmul<double>(ad, bd, shape);
   ASSERT_EQ(yd.shape(), shape);
-  for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_DOUBLE_EQ(yd.data<double>()[i], ref[i]);
+  for (std::size_t i = 0; i < ref.size(); ++i)
+    EXPECT_DOUBLE_EQ(yd.data<double>()[i], ref[i]);
 }
 
 TEST(DnnlMatMulTest, RejectsBadShapes) {
@@ -906,7 +941,8 @@ TEST(DnnlMatMulTest, RejectsBadShapes) {
 
 Tensor toDouble(const Tensor& t) {
   Tensor d = Tensor::empty(DType::Float64, t.shape());
-  for (std::int64_t i = 0; i < t.numel(); ++i) d.data<double>()[i] = t.data<float>()[i];
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    d.data<double>()[i] = t.data<float>()[i];
   return d;
 }
 
@@ -914,12 +950,12 @@ Tensor randomDouble(const Shape& shape, unsigned seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> dist(-1.0, 1.0);
   Tensor t = Tensor::empty(DType::Float64, shape);
-  for (std::int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = dist(rng);
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    t.data<double>()[i] = dist(rng);
   return t;
 }
 
-void expectCloseF64(const Tensor& actual, const Shape& shape, const std::vector<double>& expected,
-                    double tol = 1e-12) {
+void expectCloseF64(const Tensor& actual, const Shape& shape, const std::vector<double>& expected, double tol = 1e-12) {
   ASSERT_EQ(actual.shape(), shape);
   ASSERT_EQ(actual.dtype(), DType::Float64);
   ASSERT_EQ(static_cast<std::int64_t>(expected.size()), actual.numel());
@@ -937,7 +973,8 @@ void checkConvF64(const Shape& xShape, const Shape& wShape, std::int64_t group, 
   Tensor b = randomDouble({wShape[0]}, seed + 2);
   Attributes attrs = convAttrs(win, group);
   std::vector<const Tensor*> inputs{&x, &w};
-  if (withBias) inputs.push_back(&b);
+  if (withBias)
+    inputs.push_back(&b);
   Tensor y = run1("Conv", inputs, attrs);
   const Ints out = outputSize(Ints(xShape.begin() + 2, xShape.end()), win);
   Shape yShape{xShape[0], wShape[0]};
@@ -947,11 +984,15 @@ void checkConvF64(const Shape& xShape, const Shape& wShape, std::int64_t group, 
   // float32 on the values rounded to float: agrees to float32 accuracy.
   Tensor xf = Tensor::empty(DType::Float32, xShape), wf = Tensor::empty(DType::Float32, wShape),
          bf = Tensor::empty(DType::Float32, {wShape[0]});
-  for (std::int64_t i = 0; i < x.numel(); ++i) xf.data<float>()[i] = static_cast<float>(x.data<double>()[i]);
-  for (std::int64_t i = 0; i < w.numel(); ++i) wf.data<float>()[i] = static_cast<float>(w.data<double>()[i]);
-  for (std::int64_t i = 0; i < b.numel(); ++i) bf.data<float>()[i] = static_cast<float>(b.data<double>()[i]);
+  for (std::int64_t i = 0; i < x.numel(); ++i)
+    xf.data<float>()[i] = static_cast<float>(x.data<double>()[i]);
+  for (std::int64_t i = 0; i < w.numel(); ++i)
+    wf.data<float>()[i] = static_cast<float>(w.data<double>()[i]);
+  for (std::int64_t i = 0; i < b.numel(); ++i)
+    bf.data<float>()[i] = static_cast<float>(b.data<double>()[i]);
   std::vector<const Tensor*> inputsF{&xf, &wf};
-  if (withBias) inputsF.push_back(&bf);
+  if (withBias)
+    inputsF.push_back(&bf);
   Tensor yf = run1("Conv", inputsF, attrs);
   ASSERT_EQ(yf.shape(), y.shape());
   for (std::int64_t i = 0; i < y.numel(); ++i) {
@@ -1036,7 +1077,9 @@ std::vector<double> batchNormFormula(const Tensor& x, const std::vector<double>&
   return y;
 }
 
-std::vector<double> valuesOf(const Tensor& t) { return {t.data<double>(), t.data<double>() + t.numel()}; }
+std::vector<double> valuesOf(const Tensor& t) {
+  return {t.data<double>(), t.data<double>() + t.numel()};
+}
 
 TEST(DnnlFloat64BatchNormTest, InferenceMatchesFormula) {
   for (const Shape& shape : {Shape{2, 3, 4, 5}, Shape{4, 3}, Shape{2, 3, 7}, Shape{1, 3, 2, 3, 4}}) {
@@ -1045,7 +1088,8 @@ TEST(DnnlFloat64BatchNormTest, InferenceMatchesFormula) {
     Tensor bias = randomDouble({3}, 1083);
     Tensor mean = randomDouble({3}, 1084);
     Tensor var = randomDouble({3}, 1085);
-    for (std::int64_t c = 0; c < 3; ++c) var.data<double>()[c] = std::fabs(var.data<double>()[c]) + 0.1;
+    for (std::int64_t c = 0; c < 3; ++c)
+      var.data<double>()[c] = std::fabs(var.data<double>()[c]) + 0.1;
     Attributes attrs;
     attrs.set("epsilon", 1e-3f);
     Tensor y = run1("BatchNormalization", {&x, &scale, &bias, &mean, &var}, attrs);
@@ -1060,29 +1104,33 @@ TEST(DnnlFloat64BatchNormTest, TrainingModeUsesTwoPassBatchStatistics) {
   // values sit on a large offset, where a one-pass E[x^2] - E[x]^2 variance would lose digits.
   for (const Shape& shape : {Shape{2, 4, 1, 1}, Shape{3, 4, 5, 6}, Shape{6, 4}}) {
     Tensor x = randomDouble(shape, 1091);
-    for (std::int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = 1000.0 + 1e-3 * x.data<double>()[i];
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      x.data<double>()[i] = 1000.0 + 1e-3 * x.data<double>()[i];
     Tensor scale = randomDouble({4}, 1092);
     Tensor bias = randomDouble({4}, 1093);
     Tensor mean = randomDouble({4}, 1094);
     Tensor var = randomDouble({4}, 1095);
-    for (std::int64_t c = 0; c < 4; ++c) var.data<double>()[c] = std::fabs(var.data<double>()[c]) + 0.1;
+    for (std::int64_t c = 0; c < 4; ++c)
+      var.data<double>()[c] = std::fabs(var.data<double>()[c]) + 0.1;
     Attributes attrs;
     attrs.set("training_mode", std::int64_t{1});
     attrs.set("momentum", 0.9f);
     attrs.set("epsilon", 1e-5f);
-    std::vector<Tensor> out =
-        runOpEagerly("BatchNormalization", {&x, &scale, &bias, &mean, &var}, attrs, 3, true);
+    std::vector<Tensor> out = runOpEagerly("BatchNormalization", {&x, &scale, &bias, &mean, &var}, attrs, 3, true);
     ASSERT_EQ(out.size(), 3u);
     const std::int64_t inner = shape.size() > 2 ? shape[2] * shape[3] : 1;
     const double count = static_cast<double>(shape[0] * inner);
     std::vector<double> bmean(4, 0.0), bvar(4, 0.0);
-    for (std::int64_t i = 0; i < x.numel(); ++i) bmean[static_cast<std::size_t>((i / inner) % 4)] += x.data<double>()[i];
-    for (double& m : bmean) m /= count;
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      bmean[static_cast<std::size_t>((i / inner) % 4)] += x.data<double>()[i];
+    for (double& m : bmean)
+      m /= count;
     for (std::int64_t i = 0; i < x.numel(); ++i) {
       const auto c = static_cast<std::size_t>((i / inner) % 4);
       bvar[c] += (x.data<double>()[i] - bmean[c]) * (x.data<double>()[i] - bmean[c]);
     }
-    for (double& v : bvar) v /= count;  // biased, as ONNX's reference (numpy var)
+    for (double& v : bvar)
+      v /= count;  // biased, as ONNX's reference (numpy var)
     SCOPED_TRACE(shapeToString(shape));
     expectCloseF64(out[0], shape, batchNormFormula(x, valuesOf(scale), valuesOf(bias), bmean, bvar, 1e-5), 1e-9);
     std::vector<double> runningMean(4), runningVar(4);
@@ -1102,7 +1150,8 @@ TEST(DnnlFloat64BatchNormTest, AgreesWithFloat32Path) {
   Tensor bias = randomTensor({5}, 1103);
   Tensor mean = randomTensor({5}, 1104);
   Tensor var = randomTensor({5}, 1105);
-  for (std::int64_t c = 0; c < 5; ++c) var.data<float>()[c] = std::fabs(var.data<float>()[c]) + 0.1f;
+  for (std::int64_t c = 0; c < 5; ++c)
+    var.data<float>()[c] = std::fabs(var.data<float>()[c]) + 0.1f;
   for (int training = 0; training < 2; ++training) {
     Attributes attrs;
     attrs.set("training_mode", std::int64_t{training});
@@ -1133,9 +1182,11 @@ void checkPoolF64(const PoolCase& c, unsigned seed) {
   Ints pads = c.window.padBegin;
   pads.insert(pads.end(), c.window.padEnd.begin(), c.window.padEnd.end());
   attrs.set("pads", pads);
-  if (c.type == "MaxPool") attrs.set("dilations", c.window.dilations);
+  if (c.type == "MaxPool")
+    attrs.set("dilations", c.window.dilations);
   attrs.set("ceil_mode", std::int64_t{c.ceilMode});
-  if (c.type == "AveragePool") attrs.set("count_include_pad", std::int64_t{c.countIncludePad});
+  if (c.type == "AveragePool")
+    attrs.set("count_include_pad", std::int64_t{c.countIncludePad});
   Tensor y = run1(c.type, {&x}, attrs);
   const Ints out = outputSize(Ints(c.xShape.begin() + 2, c.xShape.end()), c.window, c.ceilMode);
   Shape yShape{c.xShape[0], c.xShape[1]};
@@ -1149,7 +1200,8 @@ TEST(DnnlFloat64PoolTest, AveragePoolCeilModeAndCountIncludePad) {
   checkPoolF64({"AveragePool", {1, 2, 9, 8}, {{3, 2}, {2, 3}, {1, 1}, {0, 1}, {2, 0}}, false, true}, 1143);
   checkPoolF64({"AveragePool", {1, 2, 8, 7}, {{3, 3}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, true, false}, 1144);
   checkPoolF64({"AveragePool", {1, 2, 8, 7}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}, true, true}, 1145);
-  checkPoolF64({"AveragePool", {2, 4, 8, 8}, {{2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, false, false}, 1146);  // DenseNet
+  checkPoolF64({"AveragePool", {2, 4, 8, 8}, {{2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}, false, false},
+               1146);  // DenseNet
   checkPoolF64({"AveragePool", {2, 3, 10}, {{4}, {3}, {1}, {2}, {1}}, false, true}, 1147);
   checkPoolF64({"AveragePool", {1, 2, 4, 5, 6}, {{2, 3, 2}, {1, 2, 2}, {1, 1, 1}, {1, 0, 1}, {0, 1, 1}}, true, true},
                1148);
@@ -1172,7 +1224,8 @@ TEST(DnnlFloat64PoolTest, GlobalPools) {
     SCOPED_TRACE(shapeToString(shape));
     expectCloseF64(run1("GlobalAveragePool", {&x}, Attributes{}), yShape,
                    referencePoolT<double>(x, false, false, win, ones));
-    expectCloseF64(run1("GlobalMaxPool", {&x}, Attributes{}), yShape, referencePoolT<double>(x, true, false, win, ones));
+    expectCloseF64(run1("GlobalMaxPool", {&x}, Attributes{}), yShape,
+                   referencePoolT<double>(x, true, false, win, ones));
   }
 }
 

@@ -22,7 +22,8 @@ template <typename T>
 Tensor makeTensor(const Shape& shape, const std::vector<T>& values) {
   Tensor t = Tensor::empty(dtypeOf<T>(), shape);
   EXPECT_EQ(static_cast<std::size_t>(t.numel()), values.size());
-  if (!values.empty()) std::memcpy(t.rawData(), values.data(), values.size() * sizeof(T));
+  if (!values.empty())
+    std::memcpy(t.rawData(), values.data(), values.size() * sizeof(T));
   return t;
 }
 
@@ -33,14 +34,16 @@ Tensor ints(const std::vector<std::int64_t>& values) {
 template <typename T>
 Tensor iota(const Shape& shape) {
   std::vector<T> values(static_cast<std::size_t>(numElements(shape)));
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<T>(i);
+  for (std::size_t i = 0; i < values.size(); ++i)
+    values[i] = static_cast<T>(i);
   return makeTensor<T>(shape, values);
 }
 
 template <typename T>
 std::vector<T> valuesOf(const Tensor& t) {
   std::vector<T> values(static_cast<std::size_t>(t.numel()));
-  if (!values.empty()) std::memcpy(values.data(), t.rawData(), values.size() * sizeof(T));
+  if (!values.empty())
+    std::memcpy(values.data(), t.rawData(), values.size() * sizeof(T));
   return values;
 }
 
@@ -48,7 +51,8 @@ std::vector<T> valuesOf(const Tensor& t) {
 std::vector<Tensor> run(const std::string& type, const std::vector<Tensor>& inputs, const Attributes& attrs = {},
                         std::size_t outputs = 1) {
   std::vector<const Tensor*> ptrs;
-  for (const Tensor& t : inputs) ptrs.push_back(t.defined() ? &t : nullptr);
+  for (const Tensor& t : inputs)
+    ptrs.push_back(t.defined() ? &t : nullptr);
   return runOpEagerly(type, ptrs, attrs, outputs);
 }
 
@@ -122,13 +126,13 @@ TEST(ShapeOpsTest, TransposeThreeD) {
   // numpy: x.transpose(1, 0, 2) keeps the inner axis (row copies).
   Tensor a = run1("Transpose", {x}, attr("perm", I64{1, 0, 2}));
   EXPECT_EQ(a.shape(), (Shape{3, 2, 4}));
-  EXPECT_EQ(valuesOf<std::int64_t>(a), (I64{0, 1, 2, 3, 12, 13, 14, 15, 4, 5, 6, 7, 16, 17, 18, 19, 8, 9, 10, 11, 20,
-                                            21, 22, 23}));
+  EXPECT_EQ(valuesOf<std::int64_t>(a),
+            (I64{0, 1, 2, 3, 12, 13, 14, 15, 4, 5, 6, 7, 16, 17, 18, 19, 8, 9, 10, 11, 20, 21, 22, 23}));
   // numpy: x.transpose(2, 0, 1) moves the inner axis (tiled path).
   Tensor b = run1("Transpose", {x}, attr("perm", I64{2, 0, 1}));
   EXPECT_EQ(b.shape(), (Shape{4, 2, 3}));
-  EXPECT_EQ(valuesOf<std::int64_t>(b), (I64{0, 4, 8, 12, 16, 20, 1, 5, 9, 13, 17, 21, 2, 6, 10, 14, 18, 22, 3, 7, 11,
-                                            15, 19, 23}));
+  EXPECT_EQ(valuesOf<std::int64_t>(b),
+            (I64{0, 4, 8, 12, 16, 20, 1, 5, 9, 13, 17, 21, 2, 6, 10, 14, 18, 22, 3, 7, 11, 15, 19, 23}));
 }
 
 // Checks a transpose against the index formula out[i0..] = in[perm^-1 applied].
@@ -138,29 +142,32 @@ void checkTranspose(const Shape& shape, const I64& perm) {
   Tensor y = run1("Transpose", {x}, attr("perm", perm));
   const std::size_t rank = shape.size();
   Shape outShape(rank);
-  for (std::size_t i = 0; i < rank; ++i) outShape[i] = shape[static_cast<std::size_t>(perm[i])];
+  for (std::size_t i = 0; i < rank; ++i)
+    outShape[i] = shape[static_cast<std::size_t>(perm[i])];
   ASSERT_EQ(y.shape(), outShape);
   const auto inStrides = contiguousStrides(shape);
   const auto out = valuesOf<T>(y);
   std::vector<std::int64_t> idx(rank, 0);
   for (std::size_t flat = 0; flat < out.size(); ++flat) {
     std::int64_t src = 0;
-    for (std::size_t i = 0; i < rank; ++i) src += idx[i] * inStrides[static_cast<std::size_t>(perm[i])];
+    for (std::size_t i = 0; i < rank; ++i)
+      src += idx[i] * inStrides[static_cast<std::size_t>(perm[i])];
     ASSERT_EQ(out[flat], static_cast<T>(src)) << "at flat index " << flat;
     for (std::size_t k = rank; k-- > 0;) {
-      if (++idx[k] < outShape[k]) break;
+      if (++idx[k] < outShape[k])
+        break;
       idx[k] = 0;
     }
   }
 }
 
 TEST(ShapeOpsTest, TransposeFourDLargeAllPaths) {
-  checkTranspose<float>({2, 33, 17, 70}, {0, 2, 3, 1});   // NCHW -> NHWC, tiles with ragged edges
-  checkTranspose<float>({2, 70, 17, 33}, {0, 3, 1, 2});   // NHWC -> NCHW
-  checkTranspose<float>({3, 64, 5, 40}, {0, 2, 1, 3});    // inner axis kept: memcpy rows
-  checkTranspose<std::int8_t>({4, 3, 50, 7}, {3, 1, 0, 2});  // 1-byte elements
-  checkTranspose<std::int64_t>({1, 5, 1, 9}, {3, 2, 1, 0});  // unit axes dropped
-  checkTranspose<double>({300, 400}, {1, 0});                // parallel tiles
+  checkTranspose<float>({2, 33, 17, 70}, {0, 2, 3, 1});        // NCHW -> NHWC, tiles with ragged edges
+  checkTranspose<float>({2, 70, 17, 33}, {0, 3, 1, 2});        // NHWC -> NCHW
+  checkTranspose<float>({3, 64, 5, 40}, {0, 2, 1, 3});         // inner axis kept: memcpy rows
+  checkTranspose<std::int8_t>({4, 3, 50, 7}, {3, 1, 0, 2});    // 1-byte elements
+  checkTranspose<std::int64_t>({1, 5, 1, 9}, {3, 2, 1, 0});    // unit axes dropped
+  checkTranspose<double>({300, 400}, {1, 0});                  // parallel tiles
   checkTranspose<std::int32_t>({2, 64, 8, 16}, {0, 2, 3, 1});  // whole 8x8 register blocks only
   checkTranspose<std::int32_t>({5, 7, 3}, {2, 1, 0});
 }
@@ -337,8 +344,9 @@ TEST(ShapeOpsTest, GatherErrors) {
 
 TEST(ShapeOpsTest, GatherElementsOnnxExamples) {
   // ONNX docs, example 1 (axis 1) with a negative index.
-  Tensor y = run1("GatherElements", {makeTensor<float>({2, 2}, {1, 2, 3, 4}), makeTensor<std::int64_t>({2, 2}, {0, 0, -1, 0})},
-                  attr("axis", std::int64_t{1}));
+  Tensor y =
+      run1("GatherElements", {makeTensor<float>({2, 2}, {1, 2, 3, 4}), makeTensor<std::int64_t>({2, 2}, {0, 0, -1, 0})},
+           attr("axis", std::int64_t{1}));
   EXPECT_EQ(valuesOf<float>(y), (F32{1, 1, 4, 3}));
   // ONNX docs, example 2 (axis 0), indices smaller than data.
   Tensor z = run1("GatherElements", {iota<float>({3, 3}), makeTensor<std::int32_t>({2, 3}, {1, 2, 0, 2, 0, 0})});
@@ -369,7 +377,8 @@ TEST(ShapeOpsTest, ScatterElementsWithReductions) {
 
 TEST(ShapeOpsTest, GatherNDAndScatterND) {
   // ONNX docs GatherND example 2: data [[0,1],[2,3]], indices [[1],[0]] -> [[2,3],[0,1]].
-  Tensor g = run1("GatherND", {makeTensor<std::int64_t>({2, 2}, {0, 1, 2, 3}), makeTensor<std::int64_t>({2, 1}, {1, 0})});
+  Tensor g =
+      run1("GatherND", {makeTensor<std::int64_t>({2, 2}, {0, 1, 2, 3}), makeTensor<std::int64_t>({2, 1}, {1, 0})});
   EXPECT_EQ(g.shape(), (Shape{2, 2}));
   EXPECT_EQ(valuesOf<std::int64_t>(g), (I64{2, 3, 0, 1}));
   // ONNX docs GatherND example 5 (batch_dims 1): data [[[0,1],[2,3]],[[4,5],[6,7]]], indices [[1],[0]].
@@ -378,8 +387,9 @@ TEST(ShapeOpsTest, GatherNDAndScatterND) {
   EXPECT_EQ(b.shape(), (Shape{2, 2}));
   EXPECT_EQ(valuesOf<std::int64_t>(b), (I64{2, 3, 4, 5}));
   // ScatterND: ONNX docs example 1.
-  Tensor s = run1("ScatterND", {makeTensor<float>({8}, {1, 2, 3, 4, 5, 6, 7, 8}), makeTensor<std::int64_t>({4, 1}, {4, 3, 1, 7}),
-                                makeTensor<float>({4}, {9, 10, 11, 12})});
+  Tensor s =
+      run1("ScatterND", {makeTensor<float>({8}, {1, 2, 3, 4, 5, 6, 7, 8}),
+                         makeTensor<std::int64_t>({4, 1}, {4, 3, 1, 7}), makeTensor<float>({4}, {9, 10, 11, 12})});
   EXPECT_EQ(valuesOf<float>(s), (F32{1, 11, 3, 10, 9, 6, 7, 12}));
 }
 
@@ -403,16 +413,16 @@ TEST(ShapeOpsTest, PadReflectEdgeWrap) {
   // numpy: np.pad(x, ((1, 1), (2, 2)), mode='reflect')
   Tensor r = run1("Pad", {x, ints({1, 2, 1, 2})}, attr("mode", std::string("reflect")));
   EXPECT_EQ(r.shape(), (Shape{5, 8}));
-  EXPECT_EQ(valuesOf<std::int64_t>(r), (I64{6, 5, 4, 5, 6, 7, 6, 5, 2, 1, 0, 1, 2, 3, 2, 1, 6, 5, 4, 5, 6, 7, 6, 5,
-                                            10, 9, 8, 9, 10, 11, 10, 9, 6, 5, 4, 5, 6, 7, 6, 5}));
+  EXPECT_EQ(valuesOf<std::int64_t>(r), (I64{6, 5, 4, 5, 6,  7, 6, 5, 2,  1,  0,  1, 2, 3, 2, 1, 6, 5, 4, 5,
+                                            6, 7, 6, 5, 10, 9, 8, 9, 10, 11, 10, 9, 6, 5, 4, 5, 6, 7, 6, 5}));
   // numpy: np.pad(x, ((0, 1), (2, 1)), mode='edge')
   Tensor e = run1("Pad", {x, ints({0, 2, 1, 1})}, attr("mode", std::string("edge")));
-  EXPECT_EQ(valuesOf<std::int64_t>(e), (I64{0, 0, 0, 1, 2, 3, 3, 4, 4, 4, 5, 6, 7, 7, 8, 8, 8, 9, 10, 11, 11, 8, 8, 8,
-                                            9, 10, 11, 11}));
+  EXPECT_EQ(valuesOf<std::int64_t>(e),
+            (I64{0, 0, 0, 1, 2, 3, 3, 4, 4, 4, 5, 6, 7, 7, 8, 8, 8, 9, 10, 11, 11, 8, 8, 8, 9, 10, 11, 11}));
   // numpy: np.pad(x, ((1, 0), (1, 2)), mode='wrap')
   Tensor w = run1("Pad", {x, ints({1, 1, 0, 2})}, attr("mode", std::string("wrap")));
-  EXPECT_EQ(valuesOf<std::int64_t>(w), (I64{11, 8, 9, 10, 11, 8, 9, 3, 0, 1, 2, 3, 0, 1, 7, 4, 5, 6, 7, 4, 5, 11, 8, 9,
-                                            10, 11, 8, 9}));
+  EXPECT_EQ(valuesOf<std::int64_t>(w),
+            (I64{11, 8, 9, 10, 11, 8, 9, 3, 0, 1, 2, 3, 0, 1, 7, 4, 5, 6, 7, 4, 5, 11, 8, 9, 10, 11, 8, 9}));
   EXPECT_THROW(run1("Pad", {x, ints({0, 0, 0, 0})}, attr("mode", std::string("mirror"))), Error);
 }
 
@@ -462,9 +472,11 @@ TEST(ShapeOpsTest, ConstantOfShape) {
 }
 
 TEST(ShapeOpsTest, RangeIntAndFloat) {
-  Tensor a = run1("Range", {Tensor::scalar(std::int64_t{1}), Tensor::scalar(std::int64_t{10}), Tensor::scalar(std::int64_t{3})});
+  Tensor a = run1("Range",
+                  {Tensor::scalar(std::int64_t{1}), Tensor::scalar(std::int64_t{10}), Tensor::scalar(std::int64_t{3})});
   EXPECT_EQ(valuesOf<std::int64_t>(a), (I64{1, 4, 7}));
-  Tensor b = run1("Range", {Tensor::scalar(std::int32_t{10}), Tensor::scalar(std::int32_t{6}), Tensor::scalar(std::int32_t{-3})});
+  Tensor b = run1(
+      "Range", {Tensor::scalar(std::int32_t{10}), Tensor::scalar(std::int32_t{6}), Tensor::scalar(std::int32_t{-3})});
   EXPECT_EQ(valuesOf<std::int32_t>(b), (std::vector<std::int32_t>{10, 7}));
   Tensor c = run1("Range", {Tensor::scalar(0.0F), Tensor::scalar(1.0F), Tensor::scalar(0.25F)});
   EXPECT_EQ(valuesOf<float>(c), (F32{0, 0.25F, 0.5F, 0.75F}));
@@ -493,7 +505,8 @@ TEST(ShapeOpsTest, TriluUpperAndLower) {
   Tensor x = makeTensor<float>({3, 4}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
   EXPECT_EQ(valuesOf<float>(run1("Trilu", {x})), (F32{1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12}));
   // numpy: np.triu(x, 1), np.tril(x, -1)
-  EXPECT_EQ(valuesOf<float>(run1("Trilu", {x, Tensor::scalar(std::int64_t{1})})), (F32{0, 2, 3, 4, 0, 0, 7, 8, 0, 0, 0, 12}));
+  EXPECT_EQ(valuesOf<float>(run1("Trilu", {x, Tensor::scalar(std::int64_t{1})})),
+            (F32{0, 2, 3, 4, 0, 0, 7, 8, 0, 0, 0, 12}));
   EXPECT_EQ(valuesOf<float>(run1("Trilu", {x, Tensor::scalar(std::int64_t{-1})}, attr("upper", std::int64_t{0}))),
             (F32{0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0}));
   // Batched: each matrix restarts its row count.
