@@ -128,6 +128,24 @@ std::shared_ptr<Dataset> openForModel(const TrainOptions& options, DatasetSplit 
   return dataset;
 }
 
+// Class labels as one-hot rows of the model's output dtype: the targets of --loss mse on a classification set.
+Tensor oneHot(const Tensor& labels, const TensorMeta& target) {
+  if (target.shape.size() != 2 || target.shape[0] != labels.numel() || target.dtype != DType::Float32) {
+    fail("--loss mse needs float32 outputs of shape [N, classes] to compare with one-hot labels, not {}",
+         target.toString());
+  }
+  Tensor rows = Tensor::zeros(DType::Float32, target.shape);
+  const std::int64_t classes = target.shape[1];
+  for (std::int64_t r = 0; r < labels.numel(); ++r) {
+    const std::int64_t label = labels.data<std::int64_t>()[r];
+    if (label < 0 || label >= classes) {
+      fail("label {} of row {} is outside the model's {} outputs", label, r, classes);
+    }
+    rows.data<float>()[r * classes + label] = 1.0f;
+  }
+  return rows;
+}
+
 // Zero rows appended up to `rows`, for a model whose batch dimension is fixed in the file.
 Tensor padBatch(const Tensor& images, std::int64_t rows) {
   Shape shape = images.shape();
@@ -350,7 +368,9 @@ void train(const TrainOptions& options) {
         if (group) {
           group->setStep(step);
         }
-        const StepResult result = plan.step({batch->images}, batch->labels);
+        const bool oneHotTargets = plan.labelMeta().dtype != DType::Int64;
+        const StepResult result =
+            plan.step({batch->images}, oneHotTargets ? oneHot(batch->labels, plan.labelMeta()) : batch->labels);
         if (!last) {
           accumulator.accumulate();
         }

@@ -25,6 +25,10 @@ done
 /usr/bin/python3 -c "import onnx, sys; onnx.checker.check_model(onnx.load(sys.argv[1]))" "$work/full.onnx"
 "$strata" run "$work/full.onnx" --input-shape 4,1,28,28 > /dev/null
 
+# Mean squared error on one-hot targets.
+"$strata" train "${common[@]}" --max-steps 3 --loss mse --out "$work/mse" > /dev/null
+grep -q '"final_train_loss"' "$work/mse/summary.json"
+
 # Errors: resuming without a checkpoint, a missing data set directory.
 if "$strata" train "${common[@]}" --resume "$work/full" 2> "$work/err.log"; then exit 1; fi
 grep -q "no checkpoint to resume from" "$work/err.log"
