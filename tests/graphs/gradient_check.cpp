@@ -44,6 +44,46 @@ double projectedLoss(const std::vector<Tensor>& outputs, const std::vector<Tenso
 
 }  // namespace
 
+Tensor toFloat32(const Tensor& t) {
+  Tensor out = Tensor::empty(DType::Float32, t.shape());
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    out.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
+  }
+  return out;
+}
+
+void expectFloat32MatchesFloat64(const std::string& opType, const std::vector<Tensor>& inputs64,
+                                 const Attributes& attrs, std::size_t outputCount, double rtol) {
+  SCOPED_TRACE(opType);
+  std::vector<Tensor> inputs32;
+  inputs32.reserve(inputs64.size());
+  for (const Tensor& t : inputs64) {
+    inputs32.push_back(t.defined() && t.dtype() == DType::Float64 ? toFloat32(t) : t);
+  }
+  std::vector<const Tensor*> p64;
+  std::vector<const Tensor*> p32;
+  for (std::size_t i = 0; i < inputs64.size(); ++i) {
+    p64.push_back(inputs64[i].defined() ? &inputs64[i] : nullptr);
+    p32.push_back(inputs32[i].defined() ? &inputs32[i] : nullptr);
+  }
+  const std::vector<Tensor> expected = runOpEagerly(opType, p64, attrs, outputCount, true);
+  const std::vector<Tensor> actual = runOpEagerly(opType, p32, attrs, outputCount, true);
+  ASSERT_EQ(expected.size(), actual.size());
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    ASSERT_EQ(expected[k].shape(), actual[k].shape()) << "output " << k;
+    ASSERT_EQ(actual[k].dtype(), DType::Float32);
+    double scale = 0;
+    for (std::int64_t i = 0; i < expected[k].numel(); ++i) {
+      scale = std::max(scale, std::fabs(expected[k].data<double>()[i]));
+    }
+    const double tol = rtol * std::max(scale, 1e-3);
+    for (std::int64_t i = 0; i < expected[k].numel(); ++i) {
+      ASSERT_NEAR(actual[k].data<float>()[i], expected[k].data<double>()[i], tol)
+          << "output " << k << " at flat index " << i;
+    }
+  }
+}
+
 Tensor randomTensor(DType dtype, const Shape& shape, unsigned seed, double low, double high) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> dist(low, high);

@@ -28,6 +28,14 @@ struct GradientCheckOptions {
 void expectGradientsMatchFiniteDifferences(const std::string& opType, const std::vector<Tensor>& inputs,
                                            const Attributes& attrs = {}, const GradientCheckOptions& options = {});
 
+// Runs a (gradient) kernel on float64 inputs and on the same values in float32 (other dtypes unchanged) and
+// compares every output within rtol of the largest float64 magnitude of that output.
+void expectFloat32MatchesFloat64(const std::string& opType, const std::vector<Tensor>& inputs64,
+                                 const Attributes& attrs = {}, std::size_t outputCount = 1, double rtol = 1e-5);
+
+// A float64 tensor's values in float32.
+Tensor toFloat32(const Tensor& t);
+
 // Random tensors for gradient checks.
 Tensor randomTensor(DType dtype, const Shape& shape, unsigned seed, double low = -1.0, double high = 1.0);
 

@@ -19,6 +19,7 @@
 namespace strata {
 namespace {
 
+using testing::expectFloat32MatchesFloat64;
 using testing::expectGradientsMatchFiniteDifferences;
 using testing::GradientCheckOptions;
 using testing::randomTensor;
@@ -45,48 +46,6 @@ Attributes attrs(std::initializer_list<std::pair<const char*, AttributeValue>> v
     a.set(name, value);
   }
   return a;
-}
-
-Tensor toFloat32(const Tensor& t) {
-  Tensor out = Tensor::empty(DType::Float32, t.shape());
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    out.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
-  }
-  return out;
-}
-
-// Runs a gradient kernel on float64 inputs and on the same values in float32 (other dtypes are passed unchanged),
-// and compares every output within rtol of the largest float64 magnitude of that output.
-void expectFloat32MatchesFloat64(const std::string& op, const std::vector<Tensor>& inputs64, const Attributes& a = {},
-                                 std::size_t outputCount = 1, double rtol = 1e-5) {
-  SCOPED_TRACE(op);
-  std::vector<Tensor> inputs32;
-  inputs32.reserve(inputs64.size());
-  for (const Tensor& t : inputs64) {
-    inputs32.push_back(t.defined() && t.dtype() == DType::Float64 ? toFloat32(t) : t);
-  }
-  std::vector<const Tensor*> p64;
-  std::vector<const Tensor*> p32;
-  for (std::size_t i = 0; i < inputs64.size(); ++i) {
-    p64.push_back(inputs64[i].defined() ? &inputs64[i] : nullptr);
-    p32.push_back(inputs32[i].defined() ? &inputs32[i] : nullptr);
-  }
-  const std::vector<Tensor> expected = runOpEagerly(op, p64, a, outputCount, true);
-  const std::vector<Tensor> actual = runOpEagerly(op, p32, a, outputCount, true);
-  ASSERT_EQ(expected.size(), actual.size());
-  for (std::size_t k = 0; k < expected.size(); ++k) {
-    ASSERT_EQ(expected[k].shape(), actual[k].shape()) << "output " << k;
-    ASSERT_EQ(actual[k].dtype(), DType::Float32);
-    double scale = 0;
-    for (std::int64_t i = 0; i < expected[k].numel(); ++i) {
-      scale = std::max(scale, std::fabs(expected[k].data<double>()[i]));
-    }
-    const double tol = rtol * std::max(scale, 1e-3);
-    for (std::int64_t i = 0; i < expected[k].numel(); ++i) {
-      ASSERT_NEAR(actual[k].data<float>()[i], expected[k].data<double>()[i], tol)
-          << "output " << k << " at flat index " << i;
-    }
-  }
 }
 
 // Moves values within `margin` of any of `points` to that distance, so finite differences do not straddle a kink.
