@@ -8,59 +8,19 @@
 
 #include "dnnl_context.h"
 #include "strata/thread_pool.h"
+#include "window3.h"
 
 namespace strata::cpu {
 namespace {
 
-// The window geometry with 1 to 3 spatial dims promoted to exactly 3 (leading dims of size 1).
-struct Geometry3 {
-  std::int64_t in[3], out[3], kernel[3], stride[3], dilation[3], pad[3];
-};
-
-Geometry3 promote(const WindowGeometry& g, const Shape& xShape) {
-  const std::size_t n = g.kernel.size();
-  if (n < 1 || n > 3)
-    fail("float64 Conv supports 1 to 3 spatial dims, got {}", n);
-  Geometry3 r{};
-  const std::size_t lead = 3 - n;
-  for (std::size_t i = 0; i < 3; ++i) {
-    if (i < lead) {
-      r.in[i] = r.out[i] = r.kernel[i] = r.stride[i] = r.dilation[i] = 1;
-      r.pad[i] = 0;
-      continue;
-    }
-    const std::size_t j = i - lead;
-    r.in[i] = xShape[2 + j];
-    r.out[i] = g.output[j];
-    r.kernel[i] = g.kernel[j];
-    r.stride[i] = g.strides[j];
-    r.dilation[i] = g.dilations[j];
-    r.pad[i] = g.padBegin[j];
-  }
-  return r;
-}
-
-// ceil(a / b) for b > 0 and any a.
-std::int64_t ceilDiv(std::int64_t a, std::int64_t b) {
-  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
-}
-
-// The output range [begin, end) along one dim whose input position o * stride - pad + offset lies in [0, in).
-void validRange(std::int64_t in, std::int64_t out, std::int64_t stride, std::int64_t pad, std::int64_t offset,
-                std::int64_t& begin, std::int64_t& end) {
-  begin = std::clamp<std::int64_t>(ceilDiv(pad - offset, stride), 0, out);
-  end = std::clamp<std::int64_t>(ceilDiv(in + pad - offset, stride), begin, out);
-}
-
 // One im2col row: the input plane `plane` sampled at kernel position (kd, kh, kw) for every output position.
-void im2colRow(const Geometry3& g, const double* plane, std::int64_t kd, std::int64_t kh, std::int64_t kw,
-               double* row) {
+void im2colRow(const Window3& g, const double* plane, std::int64_t kd, std::int64_t kh, std::int64_t kw, double* row) {
   const std::int64_t outHW = g.out[1] * g.out[2];
   const std::int64_t offD = kd * g.dilation[0], offH = kh * g.dilation[1], offW = kw * g.dilation[2];
   std::int64_t d0, d1, h0, h1, w0, w1;
-  validRange(g.in[0], g.out[0], g.stride[0], g.pad[0], offD, d0, d1);
-  validRange(g.in[1], g.out[1], g.stride[1], g.pad[1], offH, h0, h1);
-  validRange(g.in[2], g.out[2], g.stride[2], g.pad[2], offW, w0, w1);
+  validOutputRange(g.in[0], g.out[0], g.stride[0], g.pad[0], offD, d0, d1);
+  validOutputRange(g.in[1], g.out[1], g.stride[1], g.pad[1], offH, h0, h1);
+  validOutputRange(g.in[2], g.out[2], g.stride[2], g.pad[2], offW, w0, w1);
   const std::int64_t sw = g.stride[2];
   for (std::int64_t od = 0; od < g.out[0]; ++od) {
     double* dRow = row + od * outHW;
@@ -128,7 +88,7 @@ void gemmTile(std::int64_t rows, std::int64_t cols, std::int64_t depth, const do
 
 void convForwardF64(const WindowGeometry& geometry, const Shape& xShape, const Shape& wShape, std::int64_t group,
                     const double* x, const double* w, const double* bias, double* y) {
-  const Geometry3 g = promote(geometry, xShape);
+  const Window3 g = promoteWindow(geometry, xShape);
   const std::int64_t batch = xShape[0];
   const std::int64_t channels = xShape[1];
   const std::int64_t filters = wShape[0];
