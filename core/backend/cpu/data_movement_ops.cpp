@@ -275,16 +275,11 @@ ComputeFn makeSlice(const KernelInit& init) {
     const SlicePlan plan = planSlice(in.shape(), ops.starts, ops.ends, ops.axes, ops.steps);
     if (numElements(plan.outShape) == 0)
       return;
-    const auto strides = contiguousStrides(in.shape());
-    std::vector<std::int64_t> srcStrides(strides.size());
-    std::int64_t offset = 0;
-    for (std::size_t k = 0; k < strides.size(); ++k) {
-      offset += plan.starts[k] * strides[k];
-      srcStrides[k] = strides[k] * plan.steps[k];
-    }
+    const slice_pad::SliceView view = slice_pad::sliceView(in.shape(), plan);
     const std::size_t es = elemSizeOf(in);
-    stridedCopy(ctx.output(0).rawData(), static_cast<const char*>(in.rawData()) + static_cast<std::size_t>(offset) * es,
-                plan.outShape, srcStrides, es);
+    stridedCopy(ctx.output(0).rawData(),
+                static_cast<const char*>(in.rawData()) + static_cast<std::size_t>(view.offset) * es, plan.outShape,
+                view.strides, es);
   };
 }
 

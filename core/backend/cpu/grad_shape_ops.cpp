@@ -201,15 +201,9 @@ ComputeFn makeSliceGrad(const KernelInit& init) {
     const SlicePlan plan = planSlice(dx.shape(), ops.starts, ops.ends, ops.axes, ops.steps);
     if (numElements(plan.outShape) == 0)
       return;
-    const auto strides = contiguousStrides(dx.shape());
-    std::vector<std::int64_t> dstStrides(strides.size());
-    std::int64_t offset = 0;
-    for (std::size_t k = 0; k < strides.size(); ++k) {
-      offset += plan.starts[k] * strides[k];
-      dstStrides[k] = strides[k] * plan.steps[k];
-    }
-    stridedScatter(static_cast<char*>(dx.rawData()) + static_cast<std::size_t>(offset) * es,
-                   static_cast<const char*>(dy.rawData()), plan.outShape, dstStrides, es);
+    const slice_pad::SliceView view = slice_pad::sliceView(dx.shape(), plan);
+    stridedScatter(static_cast<char*>(dx.rawData()) + static_cast<std::size_t>(view.offset) * es,
+                   static_cast<const char*>(dy.rawData()), plan.outShape, view.strides, es);
   };
 }
 

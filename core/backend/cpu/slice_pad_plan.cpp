@@ -119,4 +119,15 @@ std::int64_t padSource(std::int64_t o, std::int64_t begin, std::int64_t dim, Pad
   return -1;
 }
 
+SliceView sliceView(const Shape& full, const SlicePlan& plan) {
+  const auto strides = contiguousStrides(full);
+  SliceView view;
+  view.strides.resize(strides.size());
+  for (std::size_t k = 0; k < strides.size(); ++k) {
+    view.offset += plan.starts[k] * strides[k];
+    view.strides[k] = strides[k] * plan.steps[k];
+  }
+  return view;
+}
+
 }  // namespace strata::cpu::slice_pad

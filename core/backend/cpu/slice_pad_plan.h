@@ -20,6 +20,15 @@ struct SlicePlan {
 SlicePlan planSlice(const Shape& shape, const std::vector<std::int64_t>& starts, const std::vector<std::int64_t>& ends,
                     std::vector<std::int64_t> axes, std::vector<std::int64_t> steps);
 
+// Where a slice sits inside the full tensor: the element offset of its first element and, per axis, the stride
+// (in elements of the full tensor) between consecutive slice elements.
+struct SliceView {
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> strides;
+};
+
+SliceView sliceView(const Shape& full, const SlicePlan& plan);
+
 // Slice's operands: inputs 1-4 (opset 10+) or attributes (opset 1, and SliceGrad).
 struct SliceOperands {
   std::vector<std::int64_t> starts, ends, axes, steps;
