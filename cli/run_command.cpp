@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "device_selection.h"
 #include "model_options.h"
 #include "strata/executor.h"
 #include "strata/graphs/lower.h"
@@ -25,14 +26,22 @@ struct RunOptions {
   std::uint64_t seed = 0;
   int repeat = 1;
   bool profile = false;
+  DeviceOptions device;
 };
 
 // Wall time per op type across all runs, from the executor's node hooks.
 class OpProfiler {
  public:
+  // On a GPU each node is synchronised before and after, so the times are the kernels' own (and the total is
+  // slower than an unprofiled run).
   explicit OpProfiler(Executor& executor) {
-    executor.addBeforeNodeHook([this](const NodeEvent&) { start_ = std::chrono::steady_clock::now(); });
-    executor.addAfterNodeHook([this](const NodeEvent& e) {
+    Stream& stream = defaultStream(executor.device());
+    executor.addBeforeNodeHook([this, &stream](const NodeEvent&) {
+      stream.synchronize();
+      start_ = std::chrono::steady_clock::now();
+    });
+    executor.addAfterNodeHook([this, &stream](const NodeEvent& e) {
+      stream.synchronize();
       auto& entry = totals_[e.step.opType];
       entry.first += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
       ++entry.second;
@@ -106,7 +115,16 @@ void run(const RunOptions& options) {
     fmt::print("inputs: random (seed {})\n", options.seed);
   }
 
-  Executor executor(lowerToProgram(specialised, LowerOptions{}));
+  const Device device = selectDevice(options.device);
+  if (device.type != DeviceType::CPU) {
+    fmt::print("device: {}\n", describe(device));
+    for (Tensor& t : inputs) {
+      t = t.to(device);
+    }
+  }
+  LowerOptions lowerOptions;
+  lowerOptions.device = device;
+  Executor executor(lowerToProgram(specialised, lowerOptions), device);
   std::vector<Tensor> outputs;
   std::unique_ptr<OpProfiler> profiler;
   if (options.profile) {
@@ -152,6 +170,7 @@ void addRunCommand(CLI::App& app) {
   command->add_option("--repeat", options->repeat, "run the forward pass this many times and report the median");
   command->add_flag("--profile", options->profile, "print the time spent per op type");
   addModelOptions(*command, options->model);
+  addDeviceOptions(*command, options->device);
   command->callback([options] { run(*options); });
 }
 

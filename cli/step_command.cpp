@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "device_selection.h"
 #include "model_options.h"
 #include "strata/graphs/training_plan.h"
 #include "strata/loaders/onnx_importer.h"
@@ -25,6 +26,7 @@ struct StepOptions {
   double momentum = 0.0;
   double weightDecay = 0.0;
   bool nesterov = false;
+  DeviceOptions device;
 };
 
 void dump(const std::filesystem::path& dir, const std::string& name, const Tensor& tensor) {
@@ -49,6 +51,7 @@ void step(const StepOptions& options) {
     planOptions.inputMetas.push_back(t.meta());
   }
   planOptions.loss = parseLossKind(options.loss);
+  planOptions.device = selectDevice(options.device);
   std::vector<std::string> outputNames;
   for (int id : graph.outputs) {
     outputNames.push_back(graph.values[static_cast<std::size_t>(id)].name);
@@ -113,6 +116,7 @@ void addStepCommand(CLI::App& app) {
   command->add_option("--weight-decay", options->weightDecay, "weight decay (with --updates)");
   command->add_flag("--nesterov", options->nesterov, "Nesterov momentum (with --updates)");
   command->add_option("--threads", options->model.threads, "CPU threads (default: all cores)");
+  addDeviceOptions(*command, options->device);
   command->callback([options] { step(*options); });
 }
 

@@ -12,8 +12,10 @@
 
 #include "checkpoint.h"
 #include "commands.h"
+#include "device_selection.h"
 #include "launcher.h"
 #include "model_options.h"
+#include "process_group_factory.h"
 #include "run_outputs.h"
 #include "strata/allocator.h"
 #include "strata/comm/gloo_process_group.h"
@@ -28,6 +30,9 @@
 #include "strata/optim/optimizer.h"
 #include "strata/plugin_host.h"
 #include "trainer_context.h"
+#ifdef STRATA_HAS_CUDA
+#include "strata/cuda/gpu_monitor.h"
+#endif
 
 namespace fs = std::filesystem;
 
@@ -36,6 +41,7 @@ namespace {
 
 struct TrainOptions {
   ModelOptions model;
+  DeviceOptions device{.device = "auto"};
   std::string data = "fashion-mnist";
   std::int64_t epochs = 1;
   std::int64_t stopAfterEpoch = 0;
@@ -70,7 +76,8 @@ double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
-double scalar(const Tensor& t) {
+double scalar(const Tensor& deviceTensor) {
+  const Tensor t = deviceTensor.to(Device::cpu());
   return t.dtype() == DType::Float64 ? *t.data<double>() : static_cast<double>(*t.data<float>());
 }
 
@@ -166,7 +173,7 @@ double evaluateAccuracy(TrainingPlan& plan, const std::shared_ptr<Dataset>& test
   while (auto batch = loader.next()) {
     const std::int64_t rows = batch->images.dim(0);
     const Tensor images = staticBatch > 0 && rows < staticBatch ? padBatch(batch->images, staticBatch) : batch->images;
-    const Tensor logits = plan.evaluate({images})[0];
+    const Tensor logits = plan.evaluate({images})[0].to(Device::cpu());
     const std::int64_t classes = logits.numel() / logits.dim(0);
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = logits.data<float>() + r * classes;
@@ -248,6 +255,11 @@ void train(const TrainOptions& options) {
   const fs::path runDir = baseRunDir;
   const bool lead = rankEnv.rank == 0;
   const std::map<std::string, std::string> strategyOptions = parseStrategyOptions(options.strategyOptions);
+  const Device device = selectDevice(options.device, rankEnv.localRank);
+  if (device.type != DeviceType::CPU && options.gradAccum > 1) {
+    fail("--grad-accum {} with --device {}: gradient accumulation runs on the CPU only so far", options.gradAccum,
+         device.toString());
+  }
   const std::unique_ptr<LoadedStrategy> strategy = PluginHost(toPaths(options.pluginDirs)).load(options.strategy);
   std::shared_ptr<Store> store;
   std::unique_ptr<ProcessGroup> group;
@@ -259,8 +271,7 @@ void train(const TrainOptions& options) {
                                                        .worldSize = rankEnv.worldSize,
                                                        .rank = rankEnv.rank,
                                                        .timeout = timeout});
-    group = std::make_unique<GlooProcessGroup>(store, rankEnv.rank, rankEnv.worldSize,
-                                               ProcessGroupOptions{.timeout = timeout});
+    group = createProcessGroup(store, rankEnv, device, timeout);
   }
   Graph graph = importOnnx(modelPath);
   const std::int64_t staticBatch = graph.inputs.empty() ? 0
@@ -273,6 +284,7 @@ void train(const TrainOptions& options) {
   TrainingPlanOptions planOptions;
   planOptions.inputMetas = defaultInputMetas(graph, options.batchSize);
   planOptions.loss = parseLossKind(options.loss);
+  planOptions.device = device;
   const int logits = graph.outputs.at(0);
   TrainingPlan plan(std::move(graph), planOptions);
   const Shape sample(planOptions.inputMetas[0].shape.begin() + 1, planOptions.inputMetas[0].shape.end());
@@ -339,8 +351,14 @@ void train(const TrainOptions& options) {
         modelPath, trainSet->description(), trainSet->size(), testSet->size(), plan.parameters().totalElements(),
         options.strategy, rankEnv.worldSize, options.batchSize, micro, stepsPerEpoch);
   }
-  Allocator& allocator = allocatorFor(Device::cpu());
+  Allocator& allocator = allocatorFor(device);
   allocator.stats().resetPeaks();
+#ifdef STRATA_HAS_CUDA
+  std::optional<cuda::GpuMonitor> gpuMonitor;
+  if (device.type == DeviceType::CUDA) {
+    gpuMonitor.emplace(device.index, std::chrono::milliseconds(100));
+  }
+#endif
   Progress progress(options.logEvery);
   double trainSeconds = 0;
   double computeSeconds = 0;
@@ -433,17 +451,33 @@ void train(const TrainOptions& options) {
 
   strategy->teardown();
   const MemorySnapshot memory = allocator.stats().snapshot();
+  nlohmann::json gpuFigures = {{"gpu_utilization_mean", nullptr}};
+#ifdef STRATA_HAS_CUDA
+  if (gpuMonitor) {
+    const cuda::GpuUsageSummary usage = gpuMonitor->stop();
+    if (usage.available) {
+      gpuFigures = {{"gpu_utilization_mean", usage.utilizationMean},
+                    {"gpu_utilization_max", usage.utilizationMax},
+                    {"gpu_memory_used_max_bytes", usage.memoryUsedMaxBytes},
+                    {"gpu_memory_total_bytes", usage.memoryTotalBytes},
+                    {"gpu_samples", usage.samples}};
+    } else {
+      gpuFigures["gpu_monitor_unavailable"] = usage.unavailableReason;
+    }
+  }
+#endif
   const auto figure = [&](const char* key) {
     auto it = context.figures().find(key);
     return it == context.figures().end() ? 0.0 : it->second;
   };
-  const nlohmann::json rankFigures = {{"rank", rankEnv.rank},
-                                      {"peak_memory_bytes", memory.totalPeak},
-                                      {"memory_breakdown", memoryBreakdown(memory)},
-                                      {"compute_s", computeSeconds},
-                                      {"communication_s", figure("communication_s")},
-                                      {"collective_s", figure("collective_s")},
-                                      {"gpu_utilization_mean", nullptr}};
+  nlohmann::json rankFigures = {{"rank", rankEnv.rank},
+                                {"peak_memory_bytes", memory.totalPeak},
+                                {"memory_breakdown", memoryBreakdown(memory)},
+                                {"compute_s", computeSeconds},
+                                {"communication_s", figure("communication_s")},
+                                {"collective_s", figure("collective_s")},
+                                {"reserved_memory_bytes", memory.reserved}};
+  rankFigures.update(gpuFigures);
   const nlohmann::json ranks = gatherRankFigures(store.get(), rankEnv, rankFigures, timeout);
   if (!lead) {
     return;
@@ -451,7 +485,7 @@ void train(const TrainOptions& options) {
   nlohmann::json summary = {{"model", modelPath},
                             {"strategy", options.strategy},
                             {"world_size", rankEnv.worldSize},
-                            {"device", "cpu"},
+                            {"device", describe(device)},
                             {"epochs", epochs},
                             {"steps", step},
                             {"global_batch_size", options.batchSize * micro * rankEnv.worldSize},
@@ -499,6 +533,7 @@ void addTrainCommand(CLI::App& app) {
   c->add_flag("--augment", o->augment, "random crop and flip (CIFAR-10)");
   c->add_option("--log-every", o->logEvery, "log a metrics line every N steps")->check(CLI::PositiveNumber);
   c->add_option("--synthetic-samples", o->syntheticSamples, "training samples of --data synthetic");
+  addDeviceOptions(*c, o->device);
   c->add_option("--threads", o->model.threads, "CPU threads (default: all cores, divided among local ranks)");
   addLaunchOptions(*c, o->launch);
   c->add_option("--strategy", o->strategy, "distribution strategy plugin (single, ddp, or a third-party one)");

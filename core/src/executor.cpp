@@ -23,6 +23,10 @@ void Executor::validateInputs(const std::vector<Tensor>& inputs) const {
       fail("input {} ('{}') has dtype {} but the model expects {}", i, expected.name, dtypeName(given.dtype()),
            dtypeName(expected.meta.dtype));
     }
+    if (given.device() != device_) {
+      fail("input {} ('{}') is on {} but the plan runs on {}", i, expected.name, given.device().toString(),
+           device_.toString());
+    }
     if (given.shape() != expected.meta.shape) {
       fail("input {} ('{}') has shape {} but the plan was built for {}", i, expected.name, shapeToString(given.shape()),
            shapeToString(expected.meta.shape));

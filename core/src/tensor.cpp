@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "strata/device_backend.h"
+
 namespace strata {
 
 std::string TensorMeta::toString() const {
@@ -18,9 +20,39 @@ Tensor Tensor::empty(DType dtype, Shape shape, MemoryCategory category, Device d
   return empty(TensorMeta{dtype, std::move(shape)}, category, device);
 }
 
-Tensor Tensor::zeros(DType dtype, Shape shape, MemoryCategory category) {
-  Tensor t = empty(dtype, std::move(shape), category);
-  std::memset(t.rawData(), 0, t.bytes());
+Tensor Tensor::zeros(DType dtype, Shape shape, MemoryCategory category, Device device) {
+  Tensor t = empty(dtype, std::move(shape), category, device);
+  t.zero();
+  return t;
+}
+
+namespace {
+
+DeviceBackend& backendFor(Device device) {
+  DeviceBackend* backend = deviceBackend(device.type);
+  STRATA_CHECK(backend != nullptr, "no backend is initialised for device {}", device.toString());
+  return *backend;
+}
+
+}  // namespace
+
+void Tensor::zero() {
+  if (bytes() == 0) {
+    return;
+  }
+  if (device().type == DeviceType::CPU) {
+    std::memset(rawData(), 0, bytes());
+  } else {
+    backendFor(device()).fillZero(rawData(), device(), bytes());
+  }
+}
+
+Tensor Tensor::to(Device device, MemoryCategory category) const {
+  if (device == this->device()) {
+    return *this;
+  }
+  Tensor t = empty(meta_, category, device);
+  t.copyFrom(*this);
   return t;
 }
 
@@ -55,11 +87,15 @@ Tensor Tensor::clone(MemoryCategory category) const {
 void Tensor::copyFrom(const Tensor& src) {
   STRATA_CHECK(src.dtype() == dtype() && src.numel() == numel(), "cannot copy {} into {}", src.meta().toString(),
                meta_.toString());
-  STRATA_CHECK(device().type == DeviceType::CPU && src.device().type == DeviceType::CPU,
-               "Tensor::copyFrom copies host tensors only; device copies go through the backend");
-  if (bytes() > 0) {
-    std::memmove(rawData(), src.rawData(), bytes());
+  if (bytes() == 0) {
+    return;
   }
+  if (device().type == DeviceType::CPU && src.device().type == DeviceType::CPU) {
+    std::memmove(rawData(), src.rawData(), bytes());
+    return;
+  }
+  const Device backendDevice = device().type != DeviceType::CPU ? device() : src.device();
+  backendFor(backendDevice).copy(rawData(), device(), src.rawData(), src.device(), bytes());
 }
 
 }  // namespace strata

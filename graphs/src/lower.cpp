@@ -12,7 +12,7 @@ namespace {
 // Maps graph value ids to program value ids, adding each value the first time it is used.
 class ValueTable {
  public:
-  ValueTable(const Graph& graph, Program& program) : graph_(graph), program_(program) {}
+  ValueTable(const Graph& graph, Program& program, Device device) : graph_(graph), program_(program), device_(device) {}
 
   int operator()(int graphId) {
     if (graphId == kNoValue) {
@@ -21,14 +21,25 @@ class ValueTable {
     auto [it, inserted] = ids_.try_emplace(graphId, static_cast<int>(program_.values.size()));
     if (inserted) {
       const Value& value = graph_.values[static_cast<std::size_t>(graphId)];
-      program_.values.push_back(ProgramValue{value.name, value.meta, value.constant, Tensor(), false});
+      program_.values.push_back(ProgramValue{value.name, value.meta, onDevice(value.constant), Tensor(), false});
     }
     return it->second;
   }
 
  private:
+  // Kernels read constants where they run: a plan for a GPU gets device copies (parameters that already live
+  // there, as views of a device flat buffer, are used as they are).
+  Tensor onDevice(const Tensor& constant) const {
+    if (!constant.defined() || constant.device() == device_) {
+      return constant;
+    }
+    const bool weights = isFloatingPoint(constant.dtype());
+    return constant.to(device_, weights ? MemoryCategory::Parameters : MemoryCategory::Other);
+  }
+
   const Graph& graph_;
   Program& program_;
+  Device device_;
   std::unordered_map<int, int> ids_;
 };
 
@@ -37,7 +48,7 @@ class ValueTable {
 Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
   Program program;
   program.training = options.training;
-  ValueTable table(graph, program);
+  ValueTable table(graph, program, options.device);
   const OpRegistry& registry = OpRegistry::instance();
   const std::vector<std::vector<int>> consumers = graph.consumers();
   std::vector<bool> isGraphOutput(graph.values.size(), false);

@@ -9,6 +9,13 @@
 namespace strata {
 namespace {
 
+// A copy on `device` that nothing else shares (a clone even when the tensor already lives there).
+Tensor ownedCopy(const Tensor& t, Device device) {
+  Tensor copy = Tensor::empty(t.meta(), MemoryCategory::Parameters, device);
+  copy.copyFrom(t);
+  return copy;
+}
+
 bool isLossOp(const std::string& type) {
   return type == "SoftmaxCrossEntropyLoss" || type == "NegativeLogLikelihoodLoss";
 }
@@ -117,7 +124,7 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     initial.emplace_back(value.name, value.constant);
     names_.push_back(value.name);
   }
-  store_ = std::make_unique<ParameterStore>(initial);
+  store_ = std::make_unique<ParameterStore>(initial, options.device);
 
   LowerOptions lower;
   lower.device = options.device;
@@ -131,7 +138,7 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
   }
   for (const auto& [buffer, updated] : training_.bufferUpdates) {
     Value& value = training_.graph.values[static_cast<std::size_t>(buffer)];
-    value.constant = value.constant.clone(MemoryCategory::Parameters);  // owned by this plan, updated in place
+    value.constant = ownedCopy(value.constant, options.device);  // owned by this plan, updated in place
     model_.values[static_cast<std::size_t>(buffer)].constant = value.constant;
     buffers_.emplace_back(value.name, value.constant);
     lower.bindings.emplace_back(updated, value.constant);
@@ -151,6 +158,9 @@ StepResult TrainingPlan::step(const std::vector<Tensor>& inputs, const Tensor& l
   const bool appendedLabels = builtInLossNode(model_) < 0;
   if (appendedLabels) {
     all.push_back(labels);
+  }
+  for (Tensor& t : all) {
+    t = t.to(options_.device, MemoryCategory::Activations);  // host batches go to the plan's device
   }
   std::vector<Tensor> results = executor_->run(all);
   StepResult result;
@@ -185,18 +195,23 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
         lowerToProgram(specialised, LowerOptions{.device = options_.device, .training = false}), options_.device);
     evalMetas_ = metas;
   }
-  return evalExecutor_->run(inputs);
+  std::vector<Tensor> onDevice;
+  onDevice.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    onDevice.push_back(t.to(options_.device, MemoryCategory::Activations));
+  }
+  return evalExecutor_->run(onDevice);
 }
 
 Graph TrainingPlan::modelWithCurrentWeights() const {
   Graph graph = model_;
   for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
     graph.values[static_cast<std::size_t>(training_.parameters[i])].constant =
-        store_->parameter(i).clone(MemoryCategory::Parameters);
+        ownedCopy(store_->parameter(i), Device::cpu());
   }
   for (std::size_t b = 0; b < training_.bufferUpdates.size(); ++b) {
     graph.values[static_cast<std::size_t>(training_.bufferUpdates[b].first)].constant =
-        buffers_[b].second.clone(MemoryCategory::Parameters);
+        ownedCopy(buffers_[b].second, Device::cpu());
   }
   return graph;
 }

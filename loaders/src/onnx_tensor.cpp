@@ -133,7 +133,8 @@ onnx::TensorProto tensorToProto(const Tensor& tensor, const std::string& name) {
   for (std::int64_t d : tensor.shape()) {
     proto.add_dims(d);
   }
-  proto.set_raw_data(std::string(static_cast<const char*>(tensor.rawData()), tensor.bytes()));
+  const Tensor host = tensor.to(Device::cpu());  // device tensors (a GPU run's parameters) are written from a copy
+  proto.set_raw_data(std::string(static_cast<const char*>(host.rawData()), host.bytes()));
   return proto;
 }
 

@@ -19,6 +19,7 @@
 #include "strata/loaders/onnx_importer.h"
 #include "strata/loaders/tensor_proto_io.h"
 #include "strata/op_registry.h"
+#include "support/test_device.h"
 
 namespace fs = std::filesystem;
 
@@ -134,8 +135,19 @@ Result runNodeTest(const fs::path& testDir) {
         inputs.push_back(readTensorProto(file).tensor);
       }
       const Graph specialised = specializeForInputs(graph, inputs);
-      Executor executor(lowerToProgram(specialised, LowerOptions{}));
-      const std::vector<Tensor> outputs = executor.run(inputs);
+      // Note [Test device]: with STRATA_TEST_DEVICE=cuda the plan runs on the GPU against the same references.
+      const Device device = strata::testing::testDevice().device;
+      std::vector<Tensor> deviceInputs;
+      for (const Tensor& t : inputs) {
+        deviceInputs.push_back(t.to(device));
+      }
+      LowerOptions lowerOptions;
+      lowerOptions.device = device;
+      Executor executor(lowerToProgram(specialised, lowerOptions), device);
+      std::vector<Tensor> outputs = executor.run(deviceInputs);
+      for (Tensor& t : outputs) {
+        t = t.to(Device::cpu());
+      }
       const std::vector<fs::path> expectedFiles = numbered(dataSet, "output");
       if (expectedFiles.size() != outputs.size()) {
         return {Outcome::Failed, fmt::format("{} outputs, expected {}", outputs.size(), expectedFiles.size())};
@@ -161,6 +173,9 @@ TEST(OnnxNodeConformance, SupportedNodeTestsPassOrAreExpectedFailures) {
   const fs::path root = dataDir() / "node";
   if (dataDir().empty() || !fs::is_directory(root)) {
     GTEST_SKIP() << "STRATA_ONNX_NODE_TESTS is not set to a generated suite (run through ctest)";
+  }
+  if (!strata::testing::testDevice().skipReason.empty()) {
+    GTEST_SKIP() << strata::testing::testDevice().skipReason;
   }
   const std::map<std::string, std::string> expectedFailures = loadExpectedFailures();
   std::vector<fs::path> tests;

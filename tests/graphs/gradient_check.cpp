@@ -12,6 +12,7 @@
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
 #include "strata/op_registry.h"
+#include "support/test_device.h"
 
 namespace strata::testing {
 namespace {
@@ -102,6 +103,10 @@ Tensor randomTensor(DType dtype, const Shape& shape, unsigned seed, double low, 
 
 void expectGradientsMatchFiniteDifferences(const std::string& opType, const std::vector<Tensor>& inputs,
                                            const Attributes& attrs, const GradientCheckOptions& options) {
+  const TestDevice& device = testDevice();
+  if (!device.skipReason.empty()) {
+    GTEST_SKIP() << device.skipReason;
+  }
   const GradientRuleInfo* rule = GradientRegistry::instance().find(opType);
   ASSERT_NE(rule, nullptr) << opType << " has no gradient rule";
 
@@ -194,6 +199,35 @@ void expectGradientsMatchFiniteDifferences(const std::string& opType, const std:
   stepGraph.outputs.insert(stepGraph.outputs.end(), training.parameterGrads.begin(), training.parameterGrads.end());
   Executor executor(lowerToProgram(stepGraph, LowerOptions{.training = options.training}));
   const std::vector<Tensor> results = executor.run({});
+  if (device.device.type != DeviceType::CPU) {
+    // Note [Test device]: on a GPU the same step runs there and must agree with the CPU plan (whose gradients
+    // the CPU run of this suite checks against finite differences).
+    LowerOptions lowerOptions;
+    lowerOptions.device = device.device;
+    lowerOptions.training = options.training;
+    Executor onDevice(lowerToProgram(stepGraph, lowerOptions), device.device);
+    const std::vector<Tensor> deviceResults = onDevice.run({});
+    ASSERT_EQ(deviceResults.size(), results.size());
+    const double tol = f64 ? 1e-9 : 1e-4;
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      const Tensor got = deviceResults[k].to(Device::cpu());
+      ASSERT_EQ(got.meta(), results[k].meta()) << "result " << k;
+      double scale = 0;
+      for (std::int64_t i = 0; i < results[k].numel(); ++i) {
+        scale = std::max(scale, std::abs(elementAsDouble(results[k], i)));
+      }
+      int failures = 0;
+      for (std::int64_t i = 0; i < got.numel(); ++i) {
+        const double want = elementAsDouble(results[k], i);
+        const double have = elementAsDouble(got, i);
+        if (std::abs(have - want) > tol * std::max(scale, 1.0) && failures++ < 5) {
+          ADD_FAILURE() << opType << " on " << device.device.toString() << ": " << (k == 0 ? "loss" : "gradient")
+                        << " result " << k << " element " << i << ": " << have << ", CPU " << want;
+        }
+      }
+    }
+    return;
+  }
 
   std::vector<const Tensor*> eagerInputs;
   std::vector<Tensor> perturbed;

@@ -5,6 +5,7 @@ Exports the model for training (dropout 0), then on the same batch and labels co
 the loss and output within --tolerance, every parameter gradient within --grad-tolerance (relative error
 ||a - b|| / ||b||, parameters matched by initializer name), and the parameters after three SGD updates with
 momentum within --grad-tolerance. See Note [float64 reference] in check_forward.py for --dtype float64.
+With --device cuda both sides run on the GPU (Strata's CUDA executor against PyTorch on CUDA, TF32 off on both).
 """
 import argparse
 import os
@@ -53,6 +54,7 @@ def main() -> int:
     parser.add_argument("--grad-tolerance", type=float, default=1e-3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--updates", type=int, default=3, help="SGD updates (with momentum) to compare after")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     updates = args.updates
 
@@ -70,15 +72,21 @@ def main() -> int:
     model_path = os.path.join(work, "model.onnx")
     torchvision_models.export(model, x, model_path)
     model.load_state_dict(state)  # export traced the model; start from the same state as the file
+    host_x, host_labels = x, labels
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        model, x, labels = model.cuda(), x.cuda(), labels.cuda()
 
     with open(os.path.join(work, "x.pb"), "wb") as f:
-        f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
+        f.write(numpy_helper.from_array(host_x.numpy(), "input").SerializeToString())
     with open(os.path.join(work, "y.pb"), "wb") as f:
-        f.write(numpy_helper.from_array(labels.numpy().astype(np.int64), "labels").SerializeToString())
+        f.write(numpy_helper.from_array(host_labels.numpy().astype(np.int64), "labels").SerializeToString())
     out_dir = os.path.join(work, "strata")
     subprocess.run([args.strata, "step", model_path, "--input", os.path.join(work, "x.pb"), "--labels",
                     os.path.join(work, "y.pb"), "--dump-dir", out_dir, "--threads", str(args.threads),
-                    "--updates", str(max(updates, 1)), "--optimizer", "sgd", "--lr", str(LR), "--momentum", str(MOMENTUM)],
+                    "--updates", str(max(updates, 1)), "--optimizer", "sgd", "--lr", str(LR), "--momentum", str(MOMENTUM),
+                    "--device", args.device, "--precision", "fp32"],
                    check=True)
     initializers = {i.name for i in onnx.load(model_path, load_external_data=False).graph.initializer}
 
@@ -91,20 +99,20 @@ def main() -> int:
         loss = torch.nn.functional.cross_entropy(output, labels)
         loss.backward()
         if update == 0:
-            loss_err = rel(load(os.path.join(out_dir, "loss.pb")), loss.detach().numpy())
-            out_err = rel(load(os.path.join(out_dir, "output_0.pb")), output.detach().numpy())
+            loss_err = rel(load(os.path.join(out_dir, "loss.pb")), loss.detach().cpu().numpy())
+            out_err = rel(load(os.path.join(out_dir, "output_0.pb")), output.detach().cpu().numpy())
             print(f"{args.model} ({args.dtype}, batch {args.batch}): loss error {loss_err:.2e}, "
                   f"output error {out_err:.2e}")
             if loss_err > args.tolerance or out_err > args.tolerance:
                 failures.append("loss/output")
             worst = ("", 0.0)
             checked = 0
-            floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.grad.numpy() ** 2)) for p in params.values())))
+            floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.grad.cpu().numpy() ** 2)) for p in params.values())))
             for name, p in params.items():
                 if name not in initializers:
                     failures.append(f"parameter {name} is not an initializer of the exported model")
                     continue
-                err = rel(load(os.path.join(out_dir, "grads", safe(name) + ".pb")), p.grad.numpy(), floor)
+                err = rel(load(os.path.join(out_dir, "grads", safe(name) + ".pb")), p.grad.cpu().numpy(), floor)
                 checked += 1
                 worst = max(worst, (name, err), key=lambda t: t[1])
                 if err > args.grad_tolerance:
@@ -112,10 +120,10 @@ def main() -> int:
             print(f"  {checked} gradients, worst {worst[0]} {worst[1]:.2e}")
         optimizer.step()
     worst = ("", 0.0)
-    param_floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.detach().numpy() ** 2)) for p in params.values())))
+    param_floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.detach().cpu().numpy() ** 2)) for p in params.values())))
     for name, p in params.items():
         if name in initializers and updates > 0:
-            err = rel(load(os.path.join(out_dir, "params", safe(name) + ".pb")), p.detach().numpy(), param_floor)
+            err = rel(load(os.path.join(out_dir, "params", safe(name) + ".pb")), p.detach().cpu().numpy(), param_floor)
             worst = max(worst, (name, err), key=lambda t: t[1])
             if err > args.grad_tolerance:
                 failures.append(f"parameter {name} after {updates} updates: {err:.2e}")

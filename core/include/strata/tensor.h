@@ -31,7 +31,8 @@ class Tensor {
                       Device device = Device::cpu());
   static Tensor empty(DType dtype, Shape shape, MemoryCategory category = MemoryCategory::Other,
                       Device device = Device::cpu());
-  static Tensor zeros(DType dtype, Shape shape, MemoryCategory category = MemoryCategory::Other);
+  static Tensor zeros(DType dtype, Shape shape, MemoryCategory category = MemoryCategory::Other,
+                      Device device = Device::cpu());
   template <typename T>
   static Tensor scalar(T value) {
     Tensor t = empty(dtypeOf<T>(), {});
@@ -64,8 +65,13 @@ class Tensor {
   // A view of `meta` starting at element `start` of the flattened tensor (for parameters inside a flat buffer).
   Tensor viewAs(std::int64_t start, const TensorMeta& meta) const;
   Tensor clone(MemoryCategory category = MemoryCategory::Other) const;
-  // Copies src's elements into this tensor; shapes must have the same element count and dtype.
+  // A copy on `device` (this tensor itself when it already lives there).
+  Tensor to(Device device, MemoryCategory category = MemoryCategory::Other) const;
+  // Copies src's elements into this tensor; shapes must have the same element count and dtype. Either side may
+  // live on a device; copies into host memory are complete on return.
   void copyFrom(const Tensor& src);
+  // Sets every byte to zero (on whichever device the tensor lives).
+  void zero();
 
  private:
   Tensor(std::shared_ptr<Storage> storage, std::size_t offset, TensorMeta meta)

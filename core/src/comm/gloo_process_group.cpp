@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gloo_store_adapter.h"
+#include "strata/device_backend.h"
 #include "strata/error.h"
 
 namespace strata {
@@ -42,7 +43,35 @@ void checkTensor(const Tensor& t, const char* op, const char* what) {
   STRATA_CHECK(t.defined(), "{}: {} is undefined", op, what);
   STRATA_CHECK(t.dtype() == DType::Float32 || t.dtype() == DType::Float64,
                "{}: {} has dtype {}; Gloo collectives take float32 or float64", op, what, dtypeName(t.dtype()));
-  STRATA_CHECK(t.device() == Device::cpu(), "{}: {} is not in host memory", op, what);
+  STRATA_CHECK(t.device().type == DeviceType::CPU || deviceBackend(t.device().type) != nullptr,
+               "{}: {} lives on {}, whose backend is not initialised, so Gloo cannot stage it through host memory", op,
+               what, t.device().toString());
+}
+
+// Note [host staging]: Gloo reads and writes host memory only. A device tensor (DDP's gradient buckets when ranks
+// share a GPU) is copied into a host buffer on the worker thread, the collective runs on that buffer, and the result
+// is copied back. Both copies go through the device's backend on its compute stream: the copy to the host waits for
+// the kernels queued before it (the ones that produced the values) and is complete on return; the copy back is
+// ordered before any kernel queued after the work's wait() returns. Host tensors take no copies.
+bool onHost(const Tensor& t) {
+  return t.device().type == DeviceType::CPU;
+}
+
+// `t` itself in host memory, or a host copy of it (copyIn) / an uninitialised host buffer of its shape.
+Tensor hostView(const Tensor& t, bool copyIn) {
+  if (onHost(t)) {
+    return t;
+  }
+  return copyIn ? t.to(Device::cpu(), MemoryCategory::Communication)
+                : Tensor::empty(t.meta(), MemoryCategory::Communication);
+}
+
+// Copies a staged result back into its device tensor (nothing to do for host tensors). `t` by value: the copy shares
+// the storage, and copyFrom is not const.
+void unstage(Tensor t, const Tensor& host) {
+  if (!onHost(t)) {
+    t.copyFrom(host);
+  }
 }
 
 template <typename T>
@@ -201,12 +230,13 @@ std::string GlooProcessGroup::describeMissing(std::int64_t seq) const {
 WorkHandle GlooProcessGroup::allReduce(Tensor tensor, ReduceOp op) {
   checkTensor(tensor, "allReduce", "tensor");
   return enqueue("allReduce", tensor.bytes(), [this, tensor, op](std::uint32_t tag) {
+    if (tensor.numel() == 0) {
+      return;
+    }
+    const Tensor host = hostView(tensor, true);  // Note [host staging]
     dispatchFloat(tensor.dtype(), [&]<typename T>() {
-      T* data = tensor.data<T>();
+      T* data = host.data<T>();
       const auto n = static_cast<std::size_t>(tensor.numel());
-      if (n == 0) {
-        return;
-      }
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, n);  // no input: in place
       opts.setReduceFunction(sumFunction<T>());
@@ -217,6 +247,7 @@ WorkHandle GlooProcessGroup::allReduce(Tensor tensor, ReduceOp op) {
         scale(data, tensor.numel(), static_cast<T>(1) / static_cast<T>(size_));
       }
     });
+    unstage(tensor, host);
   });
 }
 
@@ -234,20 +265,23 @@ WorkHandle GlooProcessGroup::reduceScatter(Tensor input, Tensor output, ReduceOp
     }
     // See Note [reduceScatter] in the header.
     Tensor scratch = Tensor::empty(input.dtype(), {input.numel()}, MemoryCategory::Communication);
+    const Tensor hostInput = hostView(input, true);     // Note [host staging]
+    const Tensor hostOutput = hostView(output, false);  // every element is written below
     dispatchFloat(input.dtype(), [&]<typename T>() {
       gloo::AllreduceOptions opts(context_);
-      opts.setInput(input.data<T>(), static_cast<std::size_t>(input.numel()));
+      opts.setInput(hostInput.data<T>(), static_cast<std::size_t>(input.numel()));
       opts.setOutput(scratch.data<T>(), static_cast<std::size_t>(input.numel()));
       opts.setReduceFunction(sumFunction<T>());
       opts.setTag(tag);
       opts.setTimeout(options_.timeout);
       gloo::allreduce(opts);
       const std::int64_t part = output.numel();
-      std::memcpy(output.rawData(), scratch.data<T>() + part * rank_, output.bytes());
+      std::memcpy(hostOutput.rawData(), scratch.data<T>() + part * rank_, output.bytes());
       if (op == ReduceOp::Average) {
-        scale(output.data<T>(), part, static_cast<T>(1) / static_cast<T>(size_));
+        scale(hostOutput.data<T>(), part, static_cast<T>(1) / static_cast<T>(size_));
       }
     });
+    unstage(output, hostOutput);
   });
 }
 
@@ -263,14 +297,17 @@ WorkHandle GlooProcessGroup::allGather(Tensor input, Tensor output) {
     if (input.numel() == 0) {
       return;
     }
+    // Note [host staging]: the staged output needs no copy in, its every part is written below.
+    const Tensor hostInput = hostView(input, true);
+    const Tensor hostOutput = hostView(output, false);
     dispatchFloat(input.dtype(), [&]<typename T>() {
       const auto n = static_cast<std::size_t>(input.numel());
-      T* out = output.data<T>();
+      T* out = hostOutput.data<T>();
       T* localPart = out + n * static_cast<std::size_t>(rank_);
       // Note [in-place allGather]: sharded strategies gather into the buffer that holds their shard; copy the input
       // into its part first (unless it already is that part) so both layouts take the same path.
-      if (input.data<T>() != localPart) {
-        std::memmove(localPart, input.data<T>(), n * sizeof(T));
+      if (hostInput.data<T>() != localPart) {
+        std::memmove(localPart, hostInput.data<T>(), n * sizeof(T));
       }
       gloo::AllgatherOptions opts(context_);
       opts.setOutput(out, n * static_cast<std::size_t>(size_));
@@ -278,6 +315,7 @@ WorkHandle GlooProcessGroup::allGather(Tensor input, Tensor output) {
       opts.setTimeout(options_.timeout);
       gloo::allgather(opts);
     });
+    unstage(output, hostOutput);
   });
 }
 
@@ -288,14 +326,20 @@ WorkHandle GlooProcessGroup::broadcast(Tensor tensor, int root) {
     if (tensor.numel() == 0) {
       return;
     }
+    // Note [host staging]: only the root's values are read, and only the other ranks' are written.
+    const bool isRoot = root == rank_;
+    const Tensor host = hostView(tensor, isRoot);
     dispatchFloat(tensor.dtype(), [&]<typename T>() {
       gloo::BroadcastOptions opts(context_);
-      opts.setOutput(tensor.data<T>(), static_cast<std::size_t>(tensor.numel()));
+      opts.setOutput(host.data<T>(), static_cast<std::size_t>(tensor.numel()));
       opts.setRoot(root);
       opts.setTag(tag);
       opts.setTimeout(options_.timeout);
       gloo::broadcast(opts);
     });
+    if (!isRoot) {
+      unstage(tensor, host);
+    }
   });
 }
 

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "strata/error.h"
+#include "strata/optim/device_optimizer.h"
 #include "strata/thread_pool.h"
 
 namespace strata {
@@ -71,6 +72,44 @@ void forFloatGroup(const Tensor& t, Fn&& fn) {
   }
 }
 
+// Flat buffers off the CPU are updated by the kernels their backend registered (same rules, same scalars).
+DeviceOptimizerKernels& kernelsFor(const Tensor& t) {
+  DeviceOptimizerKernels* kernels = deviceOptimizerKernels(t.device().type);
+  STRATA_CHECK(kernels != nullptr,
+               "the optimizer cannot update parameters on {}: no optimizer kernels are registered for that device "
+               "(its backend is not initialised)",
+               t.device().toString());
+  return *kernels;
+}
+
+void deviceUpdate(const ParameterStore& store, const OptimizerOptions& o, const std::vector<Tensor>& state,
+                  std::size_t g, double lr, double gradScale, std::int64_t step) {
+  const Tensor& param = store.flatParameters(g);
+  const Tensor& grad = store.flatGradients(g);
+  DeviceOptimizerKernels& kernels = kernelsFor(param);
+  if (o.kind == OptimizerKind::Sgd) {
+    const SgdStepScalars scalars{.lr = lr,
+                                 .gradScale = gradScale,
+                                 .weightDecay = o.weightDecay,
+                                 .momentum = o.momentum,
+                                 .dampening = o.dampening,
+                                 .nesterov = o.nesterov,
+                                 .firstStep = step == 1};
+    kernels.sgd(param, grad, state.empty() ? Tensor() : state[g], scalars);
+  } else {
+    const AdamStepScalars scalars{.lr = lr,
+                                  .gradScale = gradScale,
+                                  .beta1 = o.beta1,
+                                  .beta2 = o.beta2,
+                                  .epsilon = o.epsilon,
+                                  .weightDecay = o.weightDecay,
+                                  .correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(step)),
+                                  .correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(step)),
+                                  .decoupled = o.kind == OptimizerKind::AdamW};
+    kernels.adam(param, grad, state[g], state[store.groupCount() + g], scalars);
+  }
+}
+
 }  // namespace
 
 OptimizerKind parseOptimizerKind(const std::string& name) {
@@ -88,7 +127,7 @@ Optimizer::Optimizer(ParameterStore& store, const OptimizerOptions& options) : s
   for (std::size_t k = 0; k < buffersPerGroup; ++k) {
     for (std::size_t g = 0; g < store.groupCount(); ++g) {
       const Tensor& flat = store.flatParameters(g);
-      state_.push_back(Tensor::zeros(flat.dtype(), flat.shape(), MemoryCategory::OptimizerState));
+      state_.push_back(Tensor::zeros(flat.dtype(), flat.shape(), MemoryCategory::OptimizerState, flat.device()));
     }
   }
 }
@@ -98,6 +137,10 @@ double Optimizer::globalGradNorm() const {
   std::mutex mutex;
   for (std::size_t g = 0; g < store_.groupCount(); ++g) {
     const Tensor& grad = store_.flatGradients(g);
+    if (grad.device().type != DeviceType::CPU) {
+      total += kernelsFor(grad).sumOfSquares(grad);
+      continue;
+    }
     forFloatGroup(grad, [&](auto tag) {
       using T = decltype(tag);
       const T* data = grad.data<T>();
@@ -124,6 +167,10 @@ double Optimizer::step(double lr) {
   for (std::size_t g = 0; g < groups; ++g) {
     const Tensor& param = store_.flatParameters(g);
     const Tensor& grad = store_.flatGradients(g);
+    if (param.device().type != DeviceType::CPU) {
+      deviceUpdate(store_, options_, state_, g, lr, scale, steps_);
+      continue;
+    }
     forFloatGroup(param, [&](auto tag) {
       using T = decltype(tag);
       if (options_.kind == OptimizerKind::Sgd) {

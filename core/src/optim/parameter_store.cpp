@@ -1,11 +1,11 @@
 #include "strata/optim/parameter_store.h"
 
-#include <cstring>
 #include <map>
 
 namespace strata {
 
-ParameterStore::ParameterStore(const std::vector<std::pair<std::string, Tensor>>& initial) {
+ParameterStore::ParameterStore(const std::vector<std::pair<std::string, Tensor>>& initial, Device device)
+    : device_(device) {
   std::map<DType, std::size_t> groupOf;
   std::vector<std::int64_t> groupSizes;
   std::vector<DType> groupTypes;
@@ -19,8 +19,8 @@ ParameterStore::ParameterStore(const std::vector<std::pair<std::string, Tensor>>
     groupSizes[it->second] += value.numel();
   }
   for (std::size_t g = 0; g < groupSizes.size(); ++g) {
-    flatParameters_.push_back(Tensor::empty(groupTypes[g], {groupSizes[g]}, MemoryCategory::Parameters));
-    flatGradients_.push_back(Tensor::zeros(groupTypes[g], {groupSizes[g]}, MemoryCategory::Gradients));
+    flatParameters_.push_back(Tensor::empty(groupTypes[g], {groupSizes[g]}, MemoryCategory::Parameters, device));
+    flatGradients_.push_back(Tensor::zeros(groupTypes[g], {groupSizes[g]}, MemoryCategory::Gradients, device));
   }
   for (std::size_t i = 0; i < initial.size(); ++i) {
     parameter(i).copyFrom(initial[i].second);
@@ -47,7 +47,7 @@ std::int64_t ParameterStore::totalElements() const {
 
 void ParameterStore::zeroGradients() {
   for (Tensor& t : flatGradients_) {
-    std::memset(t.rawData(), 0, t.bytes());
+    t.zero();  // a memset on the CPU; on a device, a fill ordered on its compute stream
   }
 }
 

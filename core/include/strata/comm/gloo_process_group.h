@@ -31,9 +31,9 @@ struct GlooOptions {
   std::string groupName = "default";
 };
 
-// Collectives over Gloo's TCP transport for float32/float64 CPU tensors. The constructor bootstraps a
-// gloo::rendezvous::Context through `store` (connectFullMesh, bounded by options.timeout); collectives run in FIFO
-// order on one worker thread per group, in place on tensor.rawData().
+// Collectives over Gloo's TCP transport for float32/float64 tensors (device tensors, e.g. ranks sharing a GPU, are
+// staged through host buffers). The constructor bootstraps a gloo::rendezvous::Context through `store`
+// (connectFullMesh, bounded by options.timeout); collectives run in FIFO order on one worker thread per group.
 //
 // Watchdog: before running collective #seq the worker records "gloo/<group>/collective/rank/<r>" = seq in the store.
 // A collective that does not finish within options.timeout fails (Gloo's own timeout), and its error names the

@@ -19,7 +19,7 @@ struct ProcessGroupOptions {
 
 // Collectives over the ranks of one job. All calls are asynchronous and must be issued in the same order on every
 // rank; tensors must stay alive and untouched until the returned work completes. Contiguous float32/float64
-// tensors (views of flat buffers included).
+// tensors (views of flat buffers included), in host or device memory; NCCL groups also take float16/bfloat16.
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;

@@ -19,9 +19,9 @@ struct ParameterInfo {
 // Strategies bucket, shard and push slices of these buffers; optimizers run one fused loop per buffer.
 class ParameterStore {
  public:
-  // Copies the initial values into the flat parameter buffers (category Parameters) and allocates zeroed
-  // gradients (category Gradients).
-  explicit ParameterStore(const std::vector<std::pair<std::string, Tensor>>& initial);
+  // Copies the initial values (on any device) into the flat parameter buffers (category Parameters) and allocates
+  // zeroed gradients (category Gradients), all on `device`.
+  explicit ParameterStore(const std::vector<std::pair<std::string, Tensor>>& initial, Device device = Device::cpu());
 
   std::size_t size() const { return infos_.size(); }
   const ParameterInfo& info(std::size_t i) const { return infos_.at(i); }
@@ -32,6 +32,8 @@ class ParameterStore {
   const Tensor& flatParameters(std::size_t group) const { return flatParameters_.at(group); }
   const Tensor& flatGradients(std::size_t group) const { return flatGradients_.at(group); }
   std::int64_t totalElements() const;
+  // Where every flat buffer lives.
+  Device device() const { return device_; }
 
   void zeroGradients();
   // Marks parameters as changed (after an optimizer step), so caches keyed on their storage refresh.
@@ -41,6 +43,7 @@ class ParameterStore {
   std::vector<ParameterInfo> infos_;
   std::vector<Tensor> flatParameters_;
   std::vector<Tensor> flatGradients_;
+  Device device_;
 };
 
 }  // namespace strata

@@ -1,0 +1,18 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "launcher.h"
+#include "strata/comm/process_group.h"
+#include "strata/comm/store.h"
+#include "strata/device.h"
+
+namespace strata::cli {
+
+// The collectives a job's ranks use: NCCL when every rank on this node has a GPU of its own, Gloo otherwise (CPU
+// training, or ranks sharing a GPU, whose device tensors Gloo stages through host memory).
+std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
+                                                 Device device, std::chrono::milliseconds timeout);
+
+}  // namespace strata::cli

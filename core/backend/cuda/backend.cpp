@@ -1,0 +1,144 @@
+#include "strata/cuda/backend.h"
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <mutex>
+#include <sstream>
+
+#include "cuda_allocator.h"
+#include "cuda_check.h"
+#include "cuda_context.h"
+#include "cuda_ops.h"
+#include "cuda_stream.h"
+#include "optimizer_kernels.h"
+#include "strata/device_backend.h"
+
+#ifndef STRATA_CUDA_ARCHITECTURES
+#define STRATA_CUDA_ARCHITECTURES "80,90"
+#endif
+
+namespace strata::cuda {
+namespace {
+
+// Copies and fills on the device's compute stream, so they are ordered with the kernels around them.
+class CudaDeviceBackend final : public DeviceBackend {
+ public:
+  void copy(void* dst, Device dstDevice, const void* src, Device srcDevice, std::size_t bytes) override {
+    const Device device = dstDevice.type == DeviceType::CUDA ? dstDevice : srcDevice;
+    const cudaStream_t stream = defaultCudaStream(device.index).handle();
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+    if (dstDevice.type == DeviceType::CPU) {
+      STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+  }
+
+  void fillZero(void* dst, Device device, std::size_t bytes) override {
+    STRATA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, defaultCudaStream(device.index).handle()));
+  }
+};
+
+std::string explainNoDevice(cudaError_t status) {
+  switch (status) {
+    case cudaErrorNoDevice:
+      return "no CUDA-capable GPU is visible (check CUDA_VISIBLE_DEVICES and nvidia-smi)";
+    case cudaErrorInsufficientDriver:
+      return "no NVIDIA driver is loaded, or it is too old for CUDA 13 (libcuda.so.1 missing or older than the "
+             "toolkit Strata was built with)";
+    default:
+      return fmt::format("cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
+  }
+}
+
+bool architectureCompiled(int major, int minor) {
+  // Kernels are built as SASS for each listed architecture plus PTX for the newest, which the driver JIT-compiles
+  // for newer GPUs; an older GPU than the oldest listed architecture cannot run them.
+  std::stringstream list(STRATA_CUDA_ARCHITECTURES);
+  std::string item;
+  int oldest = 1000;
+  while (std::getline(list, item, ',')) {
+    try {
+      oldest = std::min(oldest, std::stoi(item));
+    } catch (const std::exception&) {
+      // "native" and similar: accept any device
+      return true;
+    }
+  }
+  return major * 10 + minor >= oldest;
+}
+
+}  // namespace
+
+DeviceProbe probeDevices() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return DeviceProbe{0, explainNoDevice(status)};
+  }
+  if (count == 0) {
+    return DeviceProbe{0, explainNoDevice(cudaErrorNoDevice)};
+  }
+  return DeviceProbe{count, {}};
+}
+
+void registerCudaKernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    OpRegistry& registry = OpRegistry::instance();
+    registerElementwiseKernels(registry);
+    registerElementwiseGradKernels(registry);
+    registerReductionKernels(registry);
+    registerReductionGradKernels(registry);
+    registerDataMovementKernels(registry);
+    registerDataMovementGradKernels(registry);
+    registerCudnnKernels(registry);
+    registerBlasKernels(registry);
+    registerHostFallbackKernels(registry);
+  });
+}
+
+void initializeDevice(int index) {
+  static std::mutex mutex;
+  static std::array<bool, 64> ready{};
+  std::lock_guard lock(mutex);
+  STRATA_CHECK(index >= 0 && index < static_cast<int>(ready.size()), "invalid CUDA device index {}", index);
+  if (ready[static_cast<std::size_t>(index)]) {
+    return;
+  }
+  const DeviceProbe probe = probeDevices();
+  if (probe.count == 0) {
+    fail("cannot use CUDA: {}", probe.whyNone);
+  }
+  if (index >= probe.count) {
+    fail("cannot use cuda:{}: this machine has {} visible CUDA device(s)", index, probe.count);
+  }
+  CudaContext& context = contextFor(index);
+  const cudaDeviceProp& props = context.properties;
+  if (!architectureCompiled(props.major, props.minor)) {
+    fail(
+        "cannot use cuda:{} ({}, sm_{}{}): Strata's CUDA kernels were built for architectures {} "
+        "(configure with -DCMAKE_CUDA_ARCHITECTURES=... to add it)",
+        index, props.name, props.major, props.minor, STRATA_CUDA_ARCHITECTURES);
+  }
+  // Leaked on purpose, like the CPU allocator: tensors in static objects may outlive static destructors.
+  registerAllocator(Device::cuda(index), new CudaAllocator(index));
+  registerDefaultStream(Device::cuda(index), new CudaStream(index));
+  static CudaDeviceBackend* backend = new CudaDeviceBackend();
+  registerDeviceBackend(DeviceType::CUDA, backend);
+  registerCudaKernels();
+  registerCudaOptimizerKernels();
+  ready[static_cast<std::size_t>(index)] = true;
+}
+
+std::string describeDevice(int index) {
+  const cudaDeviceProp& props = contextFor(index).properties;
+  return fmt::format("{} (sm_{}{}, {:.1f} GiB)", props.name, props.major, props.minor,
+                     static_cast<double>(props.totalGlobalMem) / (1U << 30U));
+}
+
+void setTf32(bool enabled) {
+  setTf32Enabled(enabled);
+}
+
+}  // namespace strata::cuda

@@ -1,0 +1,516 @@
+// Conv, ConvTranspose and the convolution gradients (ConvGradInput, ConvGradWeight, ConvGrad) on cuDNN, with the
+// geometry resolved exactly as the CPU kernels resolve it (dnnl_conv.cpp, grad_nn_conv.cpp).
+//
+// Note [Asymmetric conv padding]: cuDNN pads both ends of a spatial dim by the same amount q. ONNX's windows start
+// at o * stride - padBegin; whenever a symmetric pad of padBegin gives the same output size, cuDNN runs the
+// convolution as it is. Otherwise X is first copied into a workspace tensor padded (or cropped) at each end so that
+// a symmetric q reproduces exactly the windows ONNX asks for, and the data gradient is computed for that copy and
+// cropped back. ConvTranspose is the data gradient of the convolution whose output is its input, so it takes the
+// same path (output_padding and output_shape become end pads of that convolution, possibly negative).
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../cpu/dnnl_context.h"
+#include "cuda_context.h"
+#include "cuda_ops.h"
+#include "cuda_stream.h"
+#include "cudnn_common.h"
+#include "cudnn_conv_algo_cache.h"
+#include "kernels/nn_kernels.h"
+
+namespace strata::cuda {
+
+void registerCudnnPoolKernels(OpRegistry& registry);  // cudnn_pool.cpp
+void registerCudnnNormKernels(OpRegistry& registry);  // cudnn_batchnorm.cpp
+
+namespace {
+
+std::vector<std::int64_t> spatialOf(const Shape& shape) {
+  return {shape.begin() + 2, shape.end()};
+}
+
+// The kernel's spatial sizes: W's dims 2..., which the kernel_shape attribute must match when given.
+std::vector<std::int64_t> kernelShapeOf(const Attributes& attrs, const Shape& weight) {
+  std::vector<std::int64_t> fromWeight(weight.begin() + 2, weight.end());
+  if (attrs.has("kernel_shape") && attrs.getInts("kernel_shape") != fromWeight) {
+    fail("kernel_shape {} does not match the weight's spatial dims {}", shapeToString(attrs.getInts("kernel_shape")),
+         shapeToString(fromWeight));
+  }
+  return fromWeight;
+}
+
+// A forward convolution x [N, C, in...] * w [M, C / group, k...] -> y [N, M, out...] in ONNX terms: windows start
+// at o * stride - padBegin; the end padding is whatever makes y's size.
+struct ConvShape {
+  DType dtype = DType::Float32;
+  std::int64_t group = 1;
+  Shape x, w, y;
+  std::vector<std::int64_t> strides, dilations, padBegin;
+};
+
+std::string joined(const std::vector<std::int64_t>& v) {
+  return shapeToString(v);
+}
+
+std::size_t alignmentOf(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::size_t alignment = 1;
+  while (alignment < 256 && address % (alignment * 2) == 0)
+    alignment *= 2;
+  return alignment;
+}
+
+Device deviceOf(const KernelContext& ctx) {
+  STRATA_CHECK(ctx.stream != nullptr, "a CUDA kernel was run without a stream");
+  return ctx.stream->device();
+}
+
+// cuDNN descriptors, padding plan and algorithm choices of one convolution (Note [Asymmetric conv padding]).
+class ConvPlan {
+ public:
+  ConvPlan(const ConvShape& s, const std::string& nodeName) : dtype_(s.dtype), scalars_(s.dtype) {
+    const std::size_t n = s.x.size() - 2;
+    STRATA_CHECK(n >= 1 && n <= 3, "{}: convolutions on CUDA take 1 to 3 spatial dims, got {}", nodeName, n);
+    std::vector<std::int64_t> symmetricPad(n), xPadded(n);
+    bool copy = false;
+    std::vector<bool> direct(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t in = s.x[2 + i], out = s.y[2 + i];
+      const std::int64_t extent = (s.w[2 + i] - 1) * s.dilations[i] + 1;
+      const std::int64_t pb = s.padBegin[i];
+      STRATA_CHECK(pb >= 0, "{}: negative pads ({} along spatial dim {}) are not supported on CUDA", nodeName, pb, i);
+      const std::int64_t span = in + 2 * pb - extent;
+      direct[i] = span >= 0 && span / s.strides[i] + 1 == out;
+      copy = copy || !direct[i];
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int64_t in = s.x[2 + i], out = s.y[2 + i];
+      const std::int64_t extent = (s.w[2 + i] - 1) * s.dilations[i] + 1;
+      const std::int64_t pb = s.padBegin[i];
+      if (!copy || direct[i]) {
+        symmetricPad[i] = pb;
+        xPadded[i] = in;
+        continue;
+      }
+      // The end pad that makes exactly `out` windows; q pads both ends, the copy adds the rest (or crops).
+      const std::int64_t padEnd = (out - 1) * s.strides[i] + extent - in - pb;
+      const std::int64_t q = std::min(pb, std::max<std::int64_t>(0, padEnd));
+      symmetricPad[i] = q;
+      offset_.d[3 - n + i] = -(pb - q);
+      xPadded[i] = in + (pb - q) + (padEnd - q);
+      const std::int64_t span = xPadded[i] + 2 * q - extent;
+      STRATA_CHECK(span >= 0 && span / s.strides[i] + 1 == out, "{}: internal error: padded convolution geometry",
+                   nodeName);
+    }
+    padded_ = copy;
+    planes_ = s.x[0] * s.x[1];
+    for (std::size_t i = 0; i < n; ++i) {
+      inSize_.d[3 - n + i] = s.x[2 + i];
+      paddedSize_.d[3 - n + i] = xPadded[i];
+    }
+    Shape xDims{s.x[0], s.x[1]};
+    xDims.insert(xDims.end(), xPadded.begin(), xPadded.end());
+    paddedShape_ = xDims;
+    xDims = cudnnDims(xDims);
+    const Shape wDims = cudnnDims(s.w);
+    const Shape yDims = cudnnDims(s.y);
+    // 1-D convolutions run as 2-D ones over a height of 1.
+    std::vector<std::int64_t> pads = symmetricPad, strides = s.strides, dilations = s.dilations;
+    if (n == 1) {
+      pads.insert(pads.begin(), 0);
+      strides.insert(strides.begin(), 1);
+      dilations.insert(dilations.begin(), 1);
+    }
+    xDesc_.set(dtype_, xDims);
+    wDesc_.set(dtype_, wDims);
+    yDesc_.set(dtype_, yDims);
+    Shape biasDims(yDims.size(), 1);
+    biasDims[1] = s.y[1];
+    biasDesc_.set(dtype_, biasDims);
+    const std::vector<int> padInts = toCudnnInts(pads, "pads");
+    const std::vector<int> strideInts = toCudnnInts(strides, "strides");
+    const std::vector<int> dilationInts = toCudnnInts(dilations, "dilations");
+    const cudnnDataType_t computeType = dtype_ == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+    for (auto& conv : conv_) {
+      STRATA_CUDNN_CHECK(cudnnSetConvolutionNdDescriptor(conv.get(), static_cast<int>(padInts.size()), padInts.data(),
+                                                         strideInts.data(), dilationInts.data(),
+                                                         CUDNN_CROSS_CORRELATION, computeType));
+      STRATA_CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv.get(), static_cast<int>(s.group)));
+      STRATA_CUDNN_CHECK(cudnnSetConvolutionMathType(conv.get(), requestedConvMathType(dtype_)));
+    }
+    // cuDNN must see the output size ONNX wants.
+    std::vector<int> cudnnOut(yDims.size());
+    STRATA_CUDNN_CHECK(cudnnGetConvolutionNdForwardOutputDim(conv_[0].get(), xDesc_.get(), wDesc_.get(),
+                                                             static_cast<int>(cudnnOut.size()), cudnnOut.data()));
+    STRATA_CHECK(std::vector<std::int64_t>(cudnnOut.begin(), cudnnOut.end()) == yDims,
+                 "{}: cuDNN's convolution output {} differs from the expected {}", nodeName,
+                 shapeToString(std::vector<std::int64_t>(cudnnOut.begin(), cudnnOut.end())), shapeToString(yDims));
+    geometry_ = fmt::format("x {} w {} y {} pads {} strides {} dilations {} groups {}", joined(xDims), joined(wDims),
+                            joined(yDims), joined(pads), joined(strides), joined(dilations), s.group);
+  }
+
+  // y = conv(x, w).
+  void forward(const KernelContext& ctx, const void* x, const void* w, void* y) {
+    CudaContext& context = contextOf(ctx);
+    Tensor paddedX;
+    const void* input = prepareInput(ctx, x, paddedX);
+    const ConvAlgoChoice& algo = choose(ConvDirection::Forward, context, ctx, input, w, y);
+    Tensor workspace = workspaceBytes(algo.workspaceBytes, deviceOf(ctx));
+    STRATA_CUDNN_CHECK(
+        cudnnConvolutionForward(context.cudnn, scalars_.one(), xDesc_.get(), input, wDesc_.get(), w,
+                                convFor(ConvDirection::Forward), static_cast<cudnnConvolutionFwdAlgo_t>(algo.algo),
+                                workspacePointer(workspace), algo.workspaceBytes, scalars_.zero(), yDesc_.get(), y));
+  }
+
+  // dx = the gradient of conv(x, w) with respect to x, given dy.
+  void backwardData(const KernelContext& ctx, const void* dy, const void* w, void* dx) {
+    CudaContext& context = contextOf(ctx);
+    Tensor paddedDx;
+    void* target = dx;
+    if (padded_) {
+      paddedDx = Tensor::empty(dtype_, paddedShape_, MemoryCategory::Workspace, deviceOf(ctx));
+      target = paddedDx.rawData();
+    }
+    const ConvAlgoChoice& algo = choose(ConvDirection::BackwardData, context, ctx, target, w, dy);
+    Tensor workspace = workspaceBytes(algo.workspaceBytes, deviceOf(ctx));
+    STRATA_CUDNN_CHECK(cudnnConvolutionBackwardData(
+        context.cudnn, scalars_.one(), wDesc_.get(), w, yDesc_.get(), dy, convFor(ConvDirection::BackwardData),
+        static_cast<cudnnConvolutionBwdDataAlgo_t>(algo.algo), workspacePointer(workspace), algo.workspaceBytes,
+        scalars_.zero(), xDesc_.get(), target));
+    if (padded_) {
+      nn::Spatial3 crop;
+      for (int d = 0; d < 3; ++d)
+        crop.d[d] = -offset_.d[d];
+      nn::launchWindowCopy(dtypeSize(dtype_), target, dx, planes_, paddedSize_, inSize_, crop, streamOf(ctx));
+    }
+  }
+
+  // dw = the gradient of conv(x, w) with respect to w, given dy.
+  void backwardFilter(const KernelContext& ctx, const void* x, const void* dy, void* dw) {
+    CudaContext& context = contextOf(ctx);
+    Tensor paddedX;
+    const void* input = prepareInput(ctx, x, paddedX);
+    const ConvAlgoChoice& algo = choose(ConvDirection::BackwardFilter, context, ctx, input, dw, dy);
+    Tensor workspace = workspaceBytes(algo.workspaceBytes, deviceOf(ctx));
+    STRATA_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+        context.cudnn, scalars_.one(), xDesc_.get(), input, yDesc_.get(), dy, convFor(ConvDirection::BackwardFilter),
+        static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo.algo), workspacePointer(workspace), algo.workspaceBytes,
+        scalars_.zero(), wDesc_.get(), dw));
+  }
+
+  // y += bias broadcast over y's channels.
+  void addBias(const KernelContext& ctx, const void* bias, void* y) {
+    STRATA_CUDNN_CHECK(
+        cudnnAddTensor(contextOf(ctx).cudnn, scalars_.one(), biasDesc_.get(), bias, scalars_.one(), yDesc_.get(), y));
+  }
+
+  // db = dy summed over everything but the channels.
+  void backwardBias(const KernelContext& ctx, const void* dy, void* db) {
+    STRATA_CUDNN_CHECK(cudnnConvolutionBackwardBias(contextOf(ctx).cudnn, scalars_.one(), yDesc_.get(), dy,
+                                                    scalars_.zero(), biasDesc_.get(), db));
+  }
+
+ private:
+  cudnnConvolutionDescriptor_t convFor(ConvDirection direction) const {
+    return conv_[static_cast<std::size_t>(direction)].get();
+  }
+
+  // X as cuDNN reads it: X itself, or its padded / cropped copy in `holder`.
+  const void* prepareInput(const KernelContext& ctx, const void* x, Tensor& holder) const {
+    if (!padded_)
+      return x;
+    holder = Tensor::empty(dtype_, paddedShape_, MemoryCategory::Workspace, deviceOf(ctx));
+    nn::launchWindowCopy(dtypeSize(dtype_), x, holder.rawData(), planes_, inSize_, paddedSize_, offset_, streamOf(ctx));
+    return holder.rawData();
+  }
+
+  // The algorithm of a direction, chosen on its first run with that run's buffers (Note [Conv algorithm cache]).
+  const ConvAlgoChoice& choose(ConvDirection direction, CudaContext& context, const KernelContext& ctx, const void* x,
+                               const void* w, const void* y) {
+    const auto index = static_cast<std::size_t>(direction);
+    if (!chosen_[index]) {
+      ConvAlgoProblem problem;
+      problem.direction = direction;
+      problem.dtype = dtype_;
+      problem.handle = context.cudnn;
+      problem.device = deviceOf(ctx);
+      problem.x = xDesc_.get();
+      problem.w = wDesc_.get();
+      problem.conv = convFor(direction);
+      problem.y = yDesc_.get();
+      // cuDNN reads through these and overwrites only the direction's output.
+      problem.xData = const_cast<void*>(x);
+      problem.wData = const_cast<void*>(w);
+      problem.yData = const_cast<void*>(y);
+      problem.geometry = fmt::format("{} align {}", geometry_,
+                                     std::min({alignmentOf(x), alignmentOf(w), alignmentOf(y), std::size_t{16}}));
+      algo_[index] = chooseConvAlgo(problem);
+      chosen_[index] = true;
+    }
+    return algo_[index];
+  }
+
+  DType dtype_;
+  CudnnScalars scalars_;
+  bool padded_ = false;
+  std::int64_t planes_ = 0;  // N * C of X
+  nn::Spatial3 inSize_;      // X's spatial dims, promoted to 3
+  nn::Spatial3 paddedSize_;  // the padded copy's
+  nn::Spatial3 offset_;      // copy[j] = X[j + offset]
+  Shape paddedShape_;        // [N, C, padded spatial...]
+  TensorDescriptor xDesc_, yDesc_, biasDesc_;
+  FilterDescriptor wDesc_;
+  ConvolutionDescriptor conv_[3];  // one per direction: each keeps its algorithm's math type
+  std::string geometry_;
+  bool chosen_[3] = {false, false, false};
+  ConvAlgoChoice algo_[3];
+};
+
+// ---- Conv ----
+
+class ConvKernel : public OpKernel {
+ public:
+  explicit ConvKernel(const KernelInit& init) {
+    const TensorMeta& x = init.inputs.at(0).meta;
+    const TensorMeta& w = init.inputs.at(1).meta;
+    hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
+    const Shape& y = init.outputs.at(0).shape;
+    empty_ = numElements(y) == 0 || numElements(x.shape) == 0 || numElements(w.shape) == 0;
+    if (empty_)
+      return;
+    ConvShape s;
+    s.dtype = x.dtype;
+    s.group = init.attrs.getInt("group", 1);
+    s.x = x.shape;
+    s.w = w.shape;
+    s.y = y;
+    const cpu::WindowGeometry g =
+        cpu::resolveWindow(init.attrs, spatialOf(x.shape), kernelShapeOf(init.attrs, w.shape), false);
+    STRATA_CHECK(Shape(g.output.begin(), g.output.end()) == spatialOf(y), "{}: Conv output {} disagrees with {}",
+                 init.nodeName, shapeToString(g.output), shapeToString(y));
+    s.strides = g.strides;
+    s.dilations = g.dilations;
+    s.padBegin = g.padBegin;
+    plan_ = std::make_unique<ConvPlan>(s, init.nodeName);
+  }
+
+  void compute(KernelContext& ctx) override {
+    Tensor& y = ctx.output(0);
+    if (empty_) {
+      // No input channels (or no positions): a sum over nothing.
+      if (y.numel() > 0)
+        STRATA_CUDA_CHECK(cudaMemsetAsync(y.rawData(), 0, y.bytes(), streamOf(ctx)));
+      return;
+    }
+    plan_->forward(ctx, ctx.input(0).rawData(), ctx.input(1).rawData(), y.rawData());
+    if (hasBias_)
+      plan_->addBias(ctx, ctx.input(2).rawData(), y.rawData());
+  }
+
+ private:
+  bool hasBias_ = false;
+  bool empty_ = false;
+  std::unique_ptr<ConvPlan> plan_;
+};
+
+// ---- ConvTranspose: the data gradient of the convolution from its output back to its input ----
+
+class ConvTransposeKernel : public OpKernel {
+ public:
+  explicit ConvTransposeKernel(const KernelInit& init) {
+    const TensorMeta& x = init.inputs.at(0).meta;
+    const TensorMeta& w = init.inputs.at(1).meta;
+    hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
+    const Shape& y = init.outputs.at(0).shape;
+    empty_ = numElements(y) == 0 || numElements(x.shape) == 0 || numElements(w.shape) == 0;
+    if (empty_)
+      return;
+    const std::size_t n = x.shape.size() - 2;
+    const std::vector<std::int64_t> kernel = kernelShapeOf(init.attrs, w.shape);
+    ConvShape s;
+    s.dtype = x.dtype;
+    s.group = init.attrs.getInt("group", 1);
+    s.x = y;  // the convolution runs from ConvTranspose's output ...
+    s.w = w.shape;
+    s.y = x.shape;  // ... to its input
+    s.strides = init.attrs.getInts("strides", std::vector<std::int64_t>(n, 1));
+    s.dilations = init.attrs.getInts("dilations", std::vector<std::int64_t>(n, 1));
+    s.padBegin = padBegin(init.attrs, x.shape, kernel, s.strides, s.dilations);
+    plan_ = std::make_unique<ConvPlan>(s, init.nodeName);
+    if (hasBias_) {
+      Shape biasDims(cudnnDims(y).size(), 1);
+      biasDims[1] = y[1];
+      outputDesc_.set(x.dtype, cudnnDims(y));
+      biasDesc_.set(x.dtype, biasDims);
+    }
+  }
+
+  void compute(KernelContext& ctx) override {
+    Tensor& y = ctx.output(0);
+    if (empty_) {
+      if (y.numel() > 0)
+        STRATA_CUDA_CHECK(cudaMemsetAsync(y.rawData(), 0, y.bytes(), streamOf(ctx)));
+      return;
+    }
+    plan_->backwardData(ctx, ctx.input(0).rawData(), ctx.input(1).rawData(), y.rawData());
+    if (hasBias_) {
+      const CudnnScalars scalars(y.dtype());
+      STRATA_CUDNN_CHECK(cudnnAddTensor(contextOf(ctx).cudnn, scalars.one(), biasDesc_.get(), ctx.input(2).rawData(),
+                                        scalars.one(), outputDesc_.get(), y.rawData()));
+    }
+  }
+
+ private:
+  // The begin pads as dnnl_conv.cpp's resolveDeconv sets them (the end pads follow from the output size).
+  static std::vector<std::int64_t> padBegin(const Attributes& attrs, const Shape& x,
+                                            const std::vector<std::int64_t>& kernel,
+                                            const std::vector<std::int64_t>& strides,
+                                            const std::vector<std::int64_t>& dilations) {
+    const std::size_t n = kernel.size();
+    const std::vector<std::int64_t> in = spatialOf(x);
+    const std::vector<std::int64_t> outputPadding = attrs.getInts("output_padding", std::vector<std::int64_t>(n, 0));
+    const std::string autoPad = attrs.getString("auto_pad", "NOTSET");
+    std::vector<std::int64_t> begin(n, 0);
+    auto extentOf = [&](std::size_t i) { return (kernel[i] - 1) * dilations[i] + 1; };
+    if (attrs.has("output_shape")) {
+      std::vector<std::int64_t> requested = attrs.getInts("output_shape");
+      if (requested.size() == n + 2)
+        requested.erase(requested.begin(), requested.begin() + 2);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t total = strides[i] * (in[i] - 1) + outputPadding[i] + extentOf(i) - requested[i];
+        begin[i] = total < 0 ? 0 : (autoPad == "SAME_UPPER" ? total / 2 : total - total / 2);
+      }
+    } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t total =
+            std::max<std::int64_t>(0, strides[i] * (in[i] - 1) + outputPadding[i] + extentOf(i) - in[i] * strides[i]);
+        begin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      }
+    } else if (autoPad != "VALID") {
+      const std::vector<std::int64_t> pads = attrs.getInts("pads", std::vector<std::int64_t>(2 * n, 0));
+      for (std::size_t i = 0; i < n; ++i)
+        begin[i] = pads.at(i);
+    }
+    return begin;
+  }
+
+  bool hasBias_ = false;
+  bool empty_ = false;
+  std::unique_ptr<ConvPlan> plan_;
+  TensorDescriptor outputDesc_, biasDesc_;
+};
+
+// ---- ConvGradInput (dY, W -> dX), ConvGradWeight (dY, X -> dW [, dB]), ConvGrad (dY, X, W -> dX, dW [, dB]) ----
+
+enum class ConvGradMode { Input, Weight, Both };
+
+class ConvGradKernel : public OpKernel {
+ public:
+  ConvGradKernel(ConvGradMode mode, const KernelInit& init) {
+    const TensorMeta& dy = init.inputs.at(0).meta;
+    Shape x, w;
+    switch (mode) {
+      case ConvGradMode::Input:
+        x = init.attrs.getInts("input_shape");
+        w = init.inputs.at(1).meta.shape;
+        wIndex_ = 1;
+        dxOut_ = 0;
+        break;
+      case ConvGradMode::Weight:
+        x = init.inputs.at(1).meta.shape;
+        w = init.attrs.getInts("weight_shape");
+        xIndex_ = 1;
+        dwOut_ = 0;
+        dbOut_ = init.outputs.size() > 1 ? 1 : -1;
+        break;
+      case ConvGradMode::Both:
+        x = init.inputs.at(1).meta.shape;
+        w = init.inputs.at(2).meta.shape;
+        xIndex_ = 1;
+        wIndex_ = 2;
+        dxOut_ = 0;
+        dwOut_ = 1;
+        dbOut_ = init.outputs.size() > 2 ? 2 : -1;
+        break;
+    }
+    empty_ = numElements(x) == 0 || numElements(w) == 0 || numElements(dy.shape) == 0;
+    if (empty_)
+      return;
+    ConvShape s;
+    s.dtype = dy.dtype;
+    s.group = init.attrs.getInt("group", 1);
+    s.x = x;
+    s.w = w;
+    s.y = dy.shape;
+    const cpu::WindowGeometry g = cpu::resolveWindow(init.attrs, spatialOf(x), kernelShapeOf(init.attrs, w), false);
+    STRATA_CHECK(Shape(g.output.begin(), g.output.end()) == spatialOf(dy.shape),
+                 "{}: dY {} does not match the Conv output spatial dims {}", init.nodeName, shapeToString(dy.shape),
+                 shapeToString(g.output));
+    s.strides = g.strides;
+    s.dilations = g.dilations;
+    s.padBegin = g.padBegin;
+    plan_ = std::make_unique<ConvPlan>(s, init.nodeName);
+  }
+
+  void compute(KernelContext& ctx) override {
+    Tensor* dx = output(ctx, dxOut_);
+    Tensor* dw = output(ctx, dwOut_);
+    Tensor* db = output(ctx, dbOut_);
+    if (empty_) {
+      for (Tensor* t : {dx, dw, db}) {
+        if (t != nullptr && t->bytes() > 0)
+          STRATA_CUDA_CHECK(cudaMemsetAsync(t->rawData(), 0, t->bytes(), streamOf(ctx)));
+      }
+      return;
+    }
+    const void* dy = ctx.input(0).rawData();
+    if (dw != nullptr)
+      plan_->backwardFilter(ctx, ctx.input(static_cast<std::size_t>(xIndex_)).rawData(), dy, dw->rawData());
+    if (db != nullptr)
+      plan_->backwardBias(ctx, dy, db->rawData());
+    if (dx != nullptr)
+      plan_->backwardData(ctx, dy, ctx.input(static_cast<std::size_t>(wIndex_)).rawData(), dx->rawData());
+  }
+
+ private:
+  static Tensor* output(const KernelContext& ctx, int index) {
+    return index >= 0 && ctx.hasOutput(static_cast<std::size_t>(index)) ? &ctx.output(static_cast<std::size_t>(index))
+                                                                        : nullptr;
+  }
+
+  bool empty_ = false;
+  int xIndex_ = -1, wIndex_ = -1;             // input positions of X and W (dY is input 0)
+  int dxOut_ = -1, dwOut_ = -1, dbOut_ = -1;  // output positions, -1 when the op has no such output
+  std::unique_ptr<ConvPlan> plan_;
+};
+
+void registerCudnnConvKernels(OpRegistry& registry) {
+  addCudaKernelFactory(registry, "Conv", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<ConvKernel>(init);
+  });
+  addCudaKernelFactory(registry, "ConvTranspose", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<ConvTransposeKernel>(init);
+  });
+  const std::pair<const char*, ConvGradMode> grads[] = {{"ConvGradInput", ConvGradMode::Input},
+                                                        {"ConvGradWeight", ConvGradMode::Weight},
+                                                        {"ConvGrad", ConvGradMode::Both}};
+  for (const auto& [type, mode] : grads) {
+    addCudaKernelFactory(registry, type, [mode](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+      return std::make_unique<ConvGradKernel>(mode, init);
+    });
+  }
+}
+
+}  // namespace
+
+void registerCudnnKernels(OpRegistry& registry) {
+  registerCudnnConvKernels(registry);
+  registerCudnnPoolKernels(registry);
+  registerCudnnNormKernels(registry);
+}
+
+}  // namespace strata::cuda

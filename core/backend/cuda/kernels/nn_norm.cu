@@ -1,0 +1,344 @@
+// Batch-norm pieces around cuDNN's training forward (cudnn_batchnorm.cpp): the inference-mode apply, the ONNX
+// running-statistics update, the backward with the CPU's formula, and InstanceNormalization.
+
+#include <cmath>
+
+#include "nn_kernels.h"
+
+namespace strata::cuda::nn {
+namespace {
+
+constexpr int kReduceThreads = 256;  // the block size of every reduction below (a multiple of the warp size)
+
+__device__ inline float deviceSqrt(float v) {
+  return sqrtf(v);
+}
+__device__ inline double deviceSqrt(double v) {
+  return sqrt(v);
+}
+
+// The sum of `value` over the block, in a fixed order (so the same inputs give the same bits); valid in thread 0.
+// `scratch` holds one double per warp. Every thread of the block must call it.
+__device__ double blockSum(double value, double* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_down_sync(0xffffffffU, value, offset);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0)
+    scratch[warp] = value;
+  __syncthreads();
+  double total = 0;
+  if (threadIdx.x == 0) {
+    const int warps = static_cast<int>(blockDim.x) / 32;
+    for (int w = 0; w < warps; ++w)
+      total += scratch[w];
+  }
+  return total;
+}
+
+template <typename T>
+__global__ void batchNormApplyKernel(const T* x, const T* scale, const T* bias, const T* mean, const T* var, T epsilon,
+                                     T* y, std::int64_t total, std::int64_t channels, std::int64_t inner) {
+  STRATA_GRID_STRIDE_LOOP(i, total) {
+    const std::int64_t c = (i / inner) % channels;
+    const T a = scale[c] / deviceSqrt(var[c] + epsilon);
+    y[i] = (x[i] - mean[c]) * a + bias[c];
+  }
+}
+
+template <typename T>
+__global__ void runningStatsKernel(const T* inputMean, const T* inputVar, const T* batchMean, const T* unbiasedVar,
+                                   T momentum, double varianceFactor, T* runningMean, T* runningVar, T* savedMean,
+                                   T* savedVar, std::int64_t channels) {
+  STRATA_GRID_STRIDE_LOOP(c, channels) {
+    const T mean = batchMean[c];
+    const T variance =
+        unbiasedVar != nullptr ? static_cast<T>(static_cast<double>(unbiasedVar[c]) * varianceFactor) : T{0};
+    const T keep = T{1} - momentum;
+    if (runningMean != nullptr)
+      runningMean[c] = inputMean[c] * momentum + mean * keep;
+    if (runningVar != nullptr)
+      runningVar[c] = inputVar[c] * momentum + variance * keep;
+    if (savedMean != nullptr)
+      savedMean[c] = mean;
+    if (savedVar != nullptr)
+      savedVar[c] = variance;
+  }
+}
+
+// Splits of one channel's batch * inner elements among blocks of the sums kernel.
+std::int64_t gradSplits(std::int64_t count) {
+  const std::int64_t splits = (count + 8191) / 8192;
+  return splits < 1 ? 1 : (splits > 64 ? 64 : splits);
+}
+
+template <typename T>
+__device__ inline T channelShift(bool training, const T* x, const T* mean, std::int64_t c, std::int64_t inner,
+                                 std::int64_t count) {
+  return training ? (count > 0 ? x[c * inner] : T{0}) : mean[c];
+}
+
+// Grid: x = channel, y = split. partials[(c * splits + split) * 4 + q] for q = sum(x - shift),
+// sum((x - shift)^2), sum(dY), sum(dY * (x - shift)).
+template <typename T>
+__global__ void channelSumsKernel(bool training, const T* dy, const T* x, const T* mean, std::int64_t batch,
+                                  std::int64_t channels, std::int64_t inner, std::int64_t splits, double* partials) {
+  __shared__ double scratch[kReduceThreads / 32];
+  const auto c = static_cast<std::int64_t>(blockIdx.x);
+  const auto split = static_cast<std::int64_t>(blockIdx.y);
+  const std::int64_t count = batch * inner;
+  const std::int64_t chunk = (count + splits - 1) / splits;
+  const std::int64_t begin = split * chunk;
+  const std::int64_t end = begin + chunk < count ? begin + chunk : count;
+  const T shift = channelShift(training, x, mean, c, inner, count);
+  double sx = 0, sxx = 0, sdy = 0, sdyx = 0;
+  std::int64_t j = begin + threadIdx.x;
+  if (j < end) {
+    // Walk (n, i) without a division per element.
+    const std::int64_t step = blockDim.x;
+    const std::int64_t stepN = step / inner, stepI = step % inner;
+    std::int64_t n = j / inner, i = j % inner;
+    for (; j < end; j += step) {
+      const std::int64_t index = (n * channels + c) * inner + i;
+      const T xs = x[index] - shift;
+      const double g = static_cast<double>(dy[index]);
+      const double v = static_cast<double>(xs);
+      sx += v;
+      sxx += v * v;
+      sdy += g;
+      sdyx += g * v;
+      n += stepN;
+      i += stepI;
+      if (i >= inner) {
+        i -= inner;
+        ++n;
+      }
+    }
+  }
+  const double totals[4] = {blockSum(sx, scratch), blockSum(sxx, scratch), blockSum(sdy, scratch),
+                            blockSum(sdyx, scratch)};
+  if (threadIdx.x == 0) {
+    for (int q = 0; q < 4; ++q)
+      partials[(c * splits + split) * 4 + q] = totals[q];
+  }
+}
+
+// Per channel: dScale, dB and the coefficients of dX = a * dY + b * X + c (grad_nn_norm.cpp's batchNormGrad).
+template <typename T>
+__global__ void gradCoefficientsKernel(bool training, double epsilon, const T* x, const T* scale, const T* mean,
+                                       const T* var, std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                                       std::int64_t splits, const double* partials, T* dscale, T* dbias,
+                                       T* coefficients) {
+  const std::int64_t count = batch * inner;
+  const double countD = static_cast<double>(count);
+  STRATA_GRID_STRIDE_LOOP(c, channels) {
+    double sums[4] = {0, 0, 0, 0};
+    for (std::int64_t s = 0; s < splits; ++s) {
+      for (int q = 0; q < 4; ++q)
+        sums[q] += partials[(c * splits + s) * 4 + q];
+    }
+    const double shift = static_cast<double>(channelShift(training, x, mean, c, inner, count));
+    double centre = shift;
+    double variance = 0;
+    double sumDyCentred = sums[3];
+    if (training) {
+      const double meanShift = count > 0 ? sums[0] / countD : 0.0;
+      centre += meanShift;
+      variance = count > 0 ? fmax(0.0, sums[1] / countD - meanShift * meanShift) : 0.0;
+      sumDyCentred -= meanShift * sums[2];
+    } else {
+      variance = static_cast<double>(var[c]);
+    }
+    const double invStd = 1.0 / sqrt(variance + epsilon);
+    const double gradScale = sumDyCentred * invStd;
+    if (dscale != nullptr)
+      dscale[c] = static_cast<T>(gradScale);
+    if (dbias != nullptr)
+      dbias[c] = static_cast<T>(sums[2]);
+    const double ca = static_cast<double>(scale[c]) * invStd;
+    double cb = 0, cc = 0;
+    if (training && count > 0) {
+      cb = -ca * invStd * gradScale / countD;
+      cc = -ca * sums[2] / countD - cb * centre;
+    }
+    coefficients[c * 3] = static_cast<T>(ca);
+    coefficients[c * 3 + 1] = static_cast<T>(cb);
+    coefficients[c * 3 + 2] = static_cast<T>(cc);
+  }
+}
+
+template <typename T>
+__global__ void gradApplyKernel(const T* dy, const T* x, const T* coefficients, T* dx, std::int64_t total,
+                                std::int64_t channels, std::int64_t inner) {
+  STRATA_GRID_STRIDE_LOOP(i, total) {
+    const std::int64_t c = (i / inner) % channels;
+    const T ca = coefficients[c * 3], cb = coefficients[c * 3 + 1], cc = coefficients[c * 3 + 2];
+    if (cb == T{0} && cc == T{0}) {
+      dx[i] = ca * dy[i];
+    } else {
+      dx[i] = ca * dy[i] + cb * x[i] + cc;
+    }
+  }
+}
+
+__global__ void instanceNormKernel(const float* x, const float* scale, const float* bias, float epsilon, float* y,
+                                   std::int64_t channels, std::int64_t size) {
+  __shared__ double scratch[kReduceThreads / 32];
+  __shared__ float coefficient[2];
+  const auto plane = static_cast<std::int64_t>(blockIdx.x);
+  const float* in = x + plane * size;
+  float* out = y + plane * size;
+  double sum = 0;
+  for (std::int64_t i = threadIdx.x; i < size; i += blockDim.x)
+    sum += static_cast<double>(in[i]);
+  sum = blockSum(sum, scratch);
+  __shared__ double meanShared;
+  if (threadIdx.x == 0)
+    meanShared = size > 0 ? sum / static_cast<double>(size) : 0.0;
+  __syncthreads();
+  const double mean = meanShared;
+  double squares = 0;
+  for (std::int64_t i = threadIdx.x; i < size; i += blockDim.x) {
+    const double d = static_cast<double>(in[i]) - mean;
+    squares += d * d;
+  }
+  squares = blockSum(squares, scratch);
+  if (threadIdx.x == 0) {
+    const double var = size > 0 ? squares / static_cast<double>(size) : 0.0;
+    const std::int64_t c = plane % channels;
+    const auto a = static_cast<float>(static_cast<double>(scale[c]) / sqrt(var + static_cast<double>(epsilon)));
+    coefficient[0] = a;
+    coefficient[1] = static_cast<float>(static_cast<double>(bias[c]) - mean * static_cast<double>(a));
+  }
+  __syncthreads();
+  const float a = coefficient[0], b = coefficient[1];
+  for (std::int64_t i = threadIdx.x; i < size; i += blockDim.x)
+    out[i] = in[i] * a + b;
+}
+
+template <typename T>
+void batchNormApply(const void* x, const void* scale, const void* bias, const void* mean, const void* var,
+                    double epsilon, void* y, std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                    cudaStream_t stream) {
+  const std::int64_t total = batch * channels * inner;
+  if (total == 0)
+    return;
+  batchNormApplyKernel<T><<<blocksFor(total), kThreadsPerBlock, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<const T*>(scale), static_cast<const T*>(bias), static_cast<const T*>(mean),
+      static_cast<const T*>(var), static_cast<T>(epsilon), static_cast<T*>(y), total, channels, inner);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void runningStats(const void* inputMean, const void* inputVar, const void* batchMean, const void* unbiasedVar,
+                  double momentum, std::int64_t count, void* runningMean, void* runningVar, void* savedMean,
+                  void* savedVar, std::int64_t channels, cudaStream_t stream) {
+  if (channels == 0)
+    return;
+  const double factor = count > 1 ? static_cast<double>(count - 1) / static_cast<double>(count) : 0.0;
+  runningStatsKernel<T><<<blocksFor(channels), kThreadsPerBlock, 0, stream>>>(
+      static_cast<const T*>(inputMean), static_cast<const T*>(inputVar), static_cast<const T*>(batchMean),
+      static_cast<const T*>(unbiasedVar), static_cast<T>(momentum), factor, static_cast<T*>(runningMean),
+      static_cast<T*>(runningVar), static_cast<T*>(savedMean), static_cast<T*>(savedVar), channels);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void batchNormGrad(bool training, double epsilon, const void* dy, const void* x, const void* scale, const void* mean,
+                   const void* var, void* dx, void* dscale, void* dbias, std::int64_t batch, std::int64_t channels,
+                   std::int64_t inner, void* workspace, cudaStream_t stream) {
+  if (channels == 0)
+    return;
+  STRATA_CHECK(channels <= 0x7fffffff, "BatchNormalizationGrad on CUDA: {} channels is too many", channels);
+  const std::int64_t count = batch * inner;
+  const std::int64_t splits = gradSplits(count);
+  auto* partials = static_cast<double*>(workspace);
+  auto* coefficients = reinterpret_cast<T*>(partials + channels * splits * 4);
+  const auto* typedX = static_cast<const T*>(x);
+  const auto* typedMean = static_cast<const T*>(mean);
+  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
+  channelSumsKernel<T><<<grid, kReduceThreads, 0, stream>>>(training, static_cast<const T*>(dy), typedX, typedMean,
+                                                            batch, channels, inner, splits, partials);
+  STRATA_CUDA_CHECK_LAUNCH();
+  gradCoefficientsKernel<T><<<blocksFor(channels), kThreadsPerBlock, 0, stream>>>(
+      training, epsilon, typedX, static_cast<const T*>(scale), typedMean, static_cast<const T*>(var), batch, channels,
+      inner, splits, partials, static_cast<T*>(dscale), static_cast<T*>(dbias), coefficients);
+  STRATA_CUDA_CHECK_LAUNCH();
+  const std::int64_t total = count * channels;
+  if (dx == nullptr || total == 0)
+    return;
+  gradApplyKernel<T><<<blocksFor(total), kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(dy), typedX, coefficients,
+                                                                        static_cast<T*>(dx), total, channels, inner);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launchBatchNormApply(DType dtype, const void* x, const void* scale, const void* bias, const void* mean,
+                          const void* var, double epsilon, void* y, std::int64_t batch, std::int64_t channels,
+                          std::int64_t inner, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::Float32:
+      batchNormApply<float>(x, scale, bias, mean, var, epsilon, y, batch, channels, inner, stream);
+      break;
+    case DType::Float64:
+      batchNormApply<double>(x, scale, bias, mean, var, epsilon, y, batch, channels, inner, stream);
+      break;
+    default:
+      fail("BatchNormalization on CUDA: unsupported dtype {}", dtypeName(dtype));
+  }
+}
+
+void launchBatchNormRunningStats(DType dtype, const void* inputMean, const void* inputVar, const void* batchMean,
+                                 const void* unbiasedVar, double momentum, std::int64_t count, void* runningMean,
+                                 void* runningVar, void* savedMean, void* savedVar, std::int64_t channels,
+                                 cudaStream_t stream) {
+  switch (dtype) {
+    case DType::Float32:
+      runningStats<float>(inputMean, inputVar, batchMean, unbiasedVar, momentum, count, runningMean, runningVar,
+                          savedMean, savedVar, channels, stream);
+      break;
+    case DType::Float64:
+      runningStats<double>(inputMean, inputVar, batchMean, unbiasedVar, momentum, count, runningMean, runningVar,
+                           savedMean, savedVar, channels, stream);
+      break;
+    default:
+      fail("BatchNormalization on CUDA: unsupported dtype {}", dtypeName(dtype));
+  }
+}
+
+std::size_t batchNormGradWorkspaceBytes(DType dtype, std::int64_t channels, std::int64_t count) {
+  (void)dtype;  // the coefficients take a double's room whatever the dtype
+  const auto c = static_cast<std::size_t>(channels);
+  return (c * static_cast<std::size_t>(gradSplits(count)) * 4 + c * 3) * sizeof(double);
+}
+
+void launchBatchNormGrad(DType dtype, bool training, double epsilon, const void* dy, const void* x, const void* scale,
+                         const void* mean, const void* var, void* dx, void* dscale, void* dbias, std::int64_t batch,
+                         std::int64_t channels, std::int64_t inner, void* workspace, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::Float32:
+      batchNormGrad<float>(training, epsilon, dy, x, scale, mean, var, dx, dscale, dbias, batch, channels, inner,
+                           workspace, stream);
+      break;
+    case DType::Float64:
+      batchNormGrad<double>(training, epsilon, dy, x, scale, mean, var, dx, dscale, dbias, batch, channels, inner,
+                            workspace, stream);
+      break;
+    default:
+      fail("BatchNormalizationGrad on CUDA: unsupported dtype {}", dtypeName(dtype));
+  }
+}
+
+void launchInstanceNorm(const float* x, const float* scale, const float* bias, float epsilon, float* y,
+                        std::int64_t planes, std::int64_t channels, std::int64_t size, cudaStream_t stream) {
+  if (planes == 0 || size == 0)
+    return;
+  STRATA_CHECK(planes <= 0x7fffffff, "InstanceNormalization on CUDA: {} planes is too many", planes);
+  instanceNormKernel<<<static_cast<unsigned>(planes), kReduceThreads, 0, stream>>>(x, scale, bias, epsilon, y, channels,
+                                                                                   size);
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace strata::cuda::nn

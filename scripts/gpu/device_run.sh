@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (through the device tool, with .gpu-pack carried; see pack.sh). Unpacks the build,
+# points the loader at the packed libraries and at cuDNN/cuBLAS/NCCL inside PyTorch's nvidia-* packages, then runs
+#   tests   the gpu-labelled tests: CUDA device tests, every gradient rule on the GPU vs the CPU backend, the ONNX
+#           node suite on the GPU, a 2-rank DDP run sharing the GPU through Gloo, and the five paper models'
+#           training step against PyTorch on the GPU
+#   bench   bench/gpu_train_throughput.py (Strata vs PyTorch eager, same GPU, one run)
+#   all     both.  Results land in $OUT (the device tool brings them back).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+OUT=${OUT:-/tmp/strata-out}
+mkdir -p "$OUT"
+pack=/tmp/strata-gpu
+rm -rf "$pack" && mkdir -p "$pack" && xz -dc .gpu-pack/strata-gpu.tar.xz | tar -C "$pack" -xf - || exit 1
+nvidia_libs=$(python3 - <<'PY'
+import glob, os
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except ImportError:
+    roots = []
+dirs = sorted({os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "**", "lib*.so*"), recursive=True)})
+print(":".join(dirs))
+PY
+)
+export LD_LIBRARY_PATH="$pack/lib:$nvidia_libs:${LD_LIBRARY_PATH:-}"
+export STRATA_PLUGIN_PATH="$pack/plugins"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+"$pack/bin/strata" run "$pack/models/default_cnn.onnx" --device cuda --repeat 3 || echo "FAILED: strata run on cuda"
+status=0
+run() {  # name, command...
+  local name=$1; shift
+  echo "=== $name"
+  if "$@" > "$OUT/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; status=1; fi
+  tail -n 15 "$OUT/$name.log"
+}
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  export STRATA_TEST_DEVICE=cuda
+  run unit_gpu "$pack/bin/strata_unit_tests" --gtest_filter='*GradientsTest.*:CudaDevice*:CudaBackend*' --gtest_brief=1
+  run conformance_gpu env STRATA_ONNX_NODE_TESTS="$pack/onnx-node-tests" "$pack/bin/strata_conformance_tests"
+  unset STRATA_TEST_DEVICE
+  run ddp_shared_gpu "$pack/bin/strata" train "$pack/models/default_cnn.onnx" --device cuda --nproc 2 --strategy ddp \
+    --data synthetic --max-steps 20 --batch-size 32 --out /tmp/strata-ddp
+  for model in resnet50 vgg16 densenet121 convnext_tiny efficientnet_v2_s; do
+    run "step_$model" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
+      --work-dir /tmp/strata-ref --device cuda --batch 16 --updates 3
+  done
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  run bench python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata"
+fi
+exit $status

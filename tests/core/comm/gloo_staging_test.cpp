@@ -1,0 +1,240 @@
+// Gloo collectives on device tensors (Note [host staging] in gloo_process_group.cpp), without a GPU: a fake CUDA
+// device whose memory is host memory holding every byte XOR-ed with a mask. Gloo working on that memory directly
+// would see scrambled values, so correct results show that every tensor was staged through the backend's copies.
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "strata/allocator.h"
+#include "strata/comm/gloo_process_group.h"
+#include "strata/comm/in_memory_store.h"
+#include "strata/device_backend.h"
+#include "strata/error.h"
+
+namespace strata {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Far above any real GPU index, so a real CUDA backend in the same process keeps its devices.
+const Device kFakeDevice = Device::cuda(61);
+constexpr unsigned char kMask = 0x5A;
+
+bool isFake(Device d) {
+  return d == kFakeDevice;
+}
+
+void scrambledCopy(void* dst, const void* src, std::size_t bytes) {
+  auto* out = static_cast<unsigned char*>(dst);
+  const auto* in = static_cast<const unsigned char*>(src);
+  for (std::size_t i = 0; i < bytes; ++i) {
+    out[i] = static_cast<unsigned char>(in[i] ^ kMask);
+  }
+}
+
+class FakeDeviceAllocator final : public Allocator {
+ public:
+  void* allocate(std::size_t bytes, MemoryCategory category) override {
+    stats_.onAllocate(category, bytes);
+    return bytes == 0 ? nullptr : std::malloc(bytes);
+  }
+  void deallocate(void* ptr, std::size_t bytes, MemoryCategory category) override {
+    stats_.onFree(category, bytes);
+    std::free(ptr);
+  }
+  Device device() const override { return kFakeDevice; }
+};
+
+// Serves the fake device and hands any other CUDA device to the backend that was registered before it.
+class FakeDeviceBackend final : public DeviceBackend {
+ public:
+  void copy(void* dst, Device dstDevice, const void* src, Device srcDevice, std::size_t bytes) override {
+    if (isFake(dstDevice) && isFake(srcDevice)) {
+      std::memmove(dst, src, bytes);
+    } else if (isFake(dstDevice) && srcDevice.type == DeviceType::CPU) {
+      scrambledCopy(dst, src, bytes);
+      ++toDevice;
+    } else if (isFake(srcDevice) && dstDevice.type == DeviceType::CPU) {
+      scrambledCopy(dst, src, bytes);
+      ++toHost;
+    } else {
+      ASSERT_NE(previous, nullptr) << "copy between " << srcDevice.toString() << " and " << dstDevice.toString();
+      previous->copy(dst, dstDevice, src, srcDevice, bytes);
+    }
+  }
+
+  void fillZero(void* dst, Device device, std::size_t bytes) override {
+    if (isFake(device)) {
+      std::memset(dst, kMask, bytes);
+    } else {
+      ASSERT_NE(previous, nullptr) << "fill on " << device.toString();
+      previous->fillZero(dst, device, bytes);
+    }
+  }
+
+  DeviceBackend* previous = nullptr;
+  std::atomic<int> toDevice{0};
+  std::atomic<int> toHost{0};
+};
+
+class GlooStagingTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    // Leaked: tensors on the fake device may be freed after the test.
+    static auto* allocator = new FakeDeviceAllocator();
+    registerAllocator(kFakeDevice, allocator);
+    backend_.previous = deviceBackend(DeviceType::CUDA);
+    registerDeviceBackend(DeviceType::CUDA, &backend_);
+  }
+  void TearDown() override { registerDeviceBackend(DeviceType::CUDA, backend_.previous); }
+
+  // Runs body(pg) on GetParam() ranks as threads over one InMemoryStore.
+  void runRanks(const std::function<void(ProcessGroup&)>& body) {
+    const int world = GetParam();
+    auto store = std::make_shared<InMemoryStore>();
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        try {
+          GlooOptions options;
+          options.groupName = "staging";
+          GlooProcessGroup pg(store, r, world, {}, options);
+          body(pg);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << "rank " << r << ": " << e.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) {
+      t.join();
+    }
+  }
+
+  FakeDeviceBackend backend_;
+};
+
+// A tensor on the fake device with the given values.
+Tensor onDevice(DType dtype, std::int64_t n, const std::function<double(std::int64_t)>& value) {
+  Tensor host = Tensor::empty(dtype, {n});
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (dtype == DType::Float32) {
+      host.data<float>()[i] = static_cast<float>(value(i));
+    } else {
+      host.data<double>()[i] = value(i);
+    }
+  }
+  return host.to(kFakeDevice);
+}
+
+std::vector<double> valuesOf(const Tensor& t) {
+  const Tensor host = t.to(Device::cpu());
+  std::vector<double> values;
+  for (std::int64_t i = 0; i < host.numel(); ++i) {
+    values.push_back(host.dtype() == DType::Float32 ? static_cast<double>(host.data<float>()[i])
+                                                    : host.data<double>()[i]);
+  }
+  return values;
+}
+
+TEST_P(GlooStagingTest, AllReduceStagesDeviceTensorsThroughTheHost) {
+  const int world = GetParam();
+  runRanks([&](ProcessGroup& pg) {
+    const int r = pg.rank();
+    Tensor sum = onDevice(DType::Float32, 100, [&](std::int64_t i) { return r + 1 + static_cast<double>(i); });
+    Tensor average = onDevice(DType::Float64, 100, [&](std::int64_t i) { return r + 1 + static_cast<double>(i); });
+    ASSERT_EQ(sum.device(), kFakeDevice);
+    pg.allReduce(sum, ReduceOp::Sum)->wait(30s);
+    pg.allReduce(average, ReduceOp::Average)->wait(30s);
+    const double rankSum = world * (world + 1) / 2.0;
+    const std::vector<double> sums = valuesOf(sum);
+    const std::vector<double> averages = valuesOf(average);
+    for (std::int64_t i = 0; i < 100; ++i) {
+      ASSERT_EQ(sums[static_cast<std::size_t>(i)], rankSum + world * static_cast<double>(i)) << i;
+      ASSERT_DOUBLE_EQ(averages[static_cast<std::size_t>(i)], rankSum / world + static_cast<double>(i)) << i;
+    }
+  });
+  // Per rank: the initial uploads and the two results copied back; the two stagings and the two read-backs.
+  EXPECT_GE(backend_.toDevice.load(), 4 * world);
+  EXPECT_GE(backend_.toHost.load(), 4 * world);
+}
+
+TEST_P(GlooStagingTest, AllReduceOnADeviceViewLeavesTheRestOfTheBufferAlone) {
+  const int world = GetParam();
+  runRanks([&](ProcessGroup& pg) {
+    Tensor flat = onDevice(DType::Float32, 10, [&](std::int64_t i) { return 100.0 * pg.rank() + i; });
+    pg.allReduce(flat.flatSlice(3, 4), ReduceOp::Sum)->wait(30s);
+    const std::vector<double> values = valuesOf(flat);
+    for (std::int64_t i = 0; i < 10; ++i) {
+      const double expected = (i >= 3 && i < 7) ? 100.0 * world * (world - 1) / 2.0 + world * i : 100.0 * pg.rank() + i;
+      EXPECT_EQ(values[static_cast<std::size_t>(i)], expected) << i;
+    }
+  });
+}
+
+TEST_P(GlooStagingTest, ReduceScatterAllGatherAndBroadcastOnDeviceTensors) {
+  const int world = GetParam();
+  runRanks([&](ProcessGroup& pg) {
+    const int r = pg.rank();
+    constexpr std::int64_t kPart = 3;
+    Tensor input = onDevice(DType::Float64, kPart * world, [&](std::int64_t i) { return 100.0 * r + i; });
+    Tensor scattered = Tensor::zeros(DType::Float64, {kPart}, MemoryCategory::Other, kFakeDevice);
+    pg.reduceScatter(input, scattered, ReduceOp::Average)->wait(30s);
+    const std::vector<double> part = valuesOf(scattered);
+    for (std::int64_t j = 0; j < kPart; ++j) {
+      const double sum = 100.0 * world * (world - 1) / 2.0 + world * static_cast<double>(r * kPart + j);
+      EXPECT_DOUBLE_EQ(part[static_cast<std::size_t>(j)], sum / world) << j;
+    }
+    EXPECT_EQ(valuesOf(input)[1], 100.0 * r + 1);  // the input is left as it was
+
+    // In place, as sharded strategies gather: the shard is the local part of the device buffer.
+    Tensor flat = Tensor::zeros(DType::Float32, {2 * world}, MemoryCategory::Other, kFakeDevice);
+    Tensor shard = flat.flatSlice(2 * r, 2);
+    shard.copyFrom(onDevice(DType::Float32, 2, [&](std::int64_t i) { return r + 0.5 * static_cast<double>(i); }));
+    pg.allGather(shard, flat)->wait(30s);
+    const std::vector<double> gathered = valuesOf(flat);
+    for (int p = 0; p < world; ++p) {
+      for (int i = 0; i < 2; ++i) {
+        EXPECT_EQ(gathered[static_cast<std::size_t>(2 * p + i)], p + 0.5 * i);
+      }
+    }
+
+    Tensor t = onDevice(DType::Float32, 5, [&](std::int64_t i) { return 10.0 * r + static_cast<double>(i); });
+    pg.broadcast(t, world - 1)->wait(30s);
+    const std::vector<double> broadcast = valuesOf(t);
+    for (std::int64_t i = 0; i < 5; ++i) {
+      EXPECT_EQ(broadcast[static_cast<std::size_t>(i)], 10.0 * (world - 1) + static_cast<double>(i));
+    }
+    pg.barrier()->wait(30s);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, GlooStagingTest, ::testing::Values(1, 2, 3));
+
+TEST(GlooStagingWithoutBackendTest, RejectsTensorsOnADeviceWithoutABackend) {
+  // An allocator but no backend for the device type: nothing can copy the tensor to the host.
+  static auto* allocator = new FakeDeviceAllocator();
+  registerAllocator(kFakeDevice, allocator);
+  DeviceBackend* previous = deviceBackend(DeviceType::CUDA);
+  if (previous != nullptr) {
+    GTEST_SKIP() << "a CUDA backend is registered in this process";
+  }
+  auto store = std::make_shared<InMemoryStore>();
+  GlooProcessGroup pg(store, 0, 1);
+  Tensor t = Tensor::empty(DType::Float32, {4}, MemoryCategory::Other, kFakeDevice);
+  try {
+    pg.allReduce(t, ReduceOp::Sum);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:61"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata
