@@ -106,11 +106,11 @@ std::vector<std::string> OpRegistry::opTypes() const {
 }
 
 std::vector<Tensor> runOpEagerly(const std::string& type, const std::vector<const Tensor*>& inputs,
-                                 const Attributes& attrs, std::size_t outputCount, bool training) {
+                                 const Attributes& attrs, std::size_t outputCount, bool training, Device device) {
   const OpRegistry& registry = OpRegistry::instance();
   const OpSchema* schema = registry.schema(type);
-  const KernelFactory* factory = registry.kernel(type, DeviceType::CPU);
-  STRATA_CHECK(schema != nullptr && factory != nullptr, "operator {} has no CPU kernel", type);
+  const KernelFactory* factory = registry.kernel(type, device.type);
+  STRATA_CHECK(schema != nullptr && factory != nullptr, "operator {} has no kernel for {}", type, device.toString());
 
   std::vector<InputInfo> infos;
   for (const Tensor* t : inputs) {
@@ -122,18 +122,28 @@ std::vector<Tensor> runOpEagerly(const std::string& type, const std::vector<cons
                outputCount);
 
   std::unique_ptr<OpKernel> kernel = (*factory)(KernelInit{infos, metas, attrs, nodeName, training});
+  // Kernels read their inputs where they run: host inputs are copied to the device first.
+  std::vector<Tensor> onDevice;
+  onDevice.reserve(inputs.size());
+  KernelContext ctx;
+  for (const Tensor* t : inputs) {
+    onDevice.push_back(t == nullptr ? Tensor() : t->to(device));
+    ctx.inputs.push_back(t == nullptr ? nullptr : &onDevice.back());
+  }
+  ctx.training = training;
+  ctx.stream = &defaultStream(device);
   std::vector<Tensor> outputs;
   outputs.reserve(outputCount);
-  KernelContext ctx;
-  ctx.inputs = inputs;
-  ctx.training = training;
   for (std::size_t i = 0; i < outputCount; ++i) {
-    outputs.push_back(Tensor::empty(metas[i], MemoryCategory::Activations));
+    outputs.push_back(Tensor::empty(metas[i], MemoryCategory::Activations, device));
   }
   for (Tensor& t : outputs) {
     ctx.outputs.push_back(&t);
   }
   kernel->compute(ctx);
+  for (Tensor& t : outputs) {
+    t = t.to(Device::cpu());  // complete on return
+  }
   return outputs;
 }
 

@@ -10,7 +10,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
 OUT=${OUT:-/tmp/strata-out}
-mkdir -p "$OUT"
+logs=/tmp/strata-logs  # the device tool returns at most 8 files: logs travel back as one archive
+mkdir -p "$OUT" "$logs"
 pack=/tmp/strata-gpu
 rm -rf "$pack" && mkdir -p "$pack" && xz -dc .gpu-pack/strata-gpu.tar.xz | tar -C "$pack" -xf - || exit 1
 nvidia_libs=$(python3 - <<'PY'
@@ -26,28 +27,33 @@ PY
 )
 export LD_LIBRARY_PATH="$pack/lib:$nvidia_libs:${LD_LIBRARY_PATH:-}"
 export STRATA_PLUGIN_PATH="$pack/plugins"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
 "$pack/bin/strata" run "$pack/models/default_cnn.onnx" --device cuda --repeat 3 || echo "FAILED: strata run on cuda"
 status=0
 run() {  # name, command...
   local name=$1; shift
   echo "=== $name"
-  if "$@" > "$OUT/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; status=1; fi
-  tail -n 15 "$OUT/$name.log"
+  if "$@" > "$logs/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; status=1; fi
+  tail -n 15 "$logs/$name.log"
 }
 if [ "$what" = tests ] || [ "$what" = all ]; then
   export STRATA_TEST_DEVICE=cuda
   run unit_gpu "$pack/bin/strata_unit_tests" --gtest_filter='*GradientsTest.*:CudaDevice*:CudaBackend*' --gtest_brief=1
   run conformance_gpu env STRATA_ONNX_NODE_TESTS="$pack/onnx-node-tests" "$pack/bin/strata_conformance_tests"
   unset STRATA_TEST_DEVICE
-  run ddp_shared_gpu "$pack/bin/strata" train "$pack/models/default_cnn.onnx" --device cuda --nproc 2 --strategy ddp \
-    --data synthetic --max-steps 20 --batch-size 32 --out /tmp/strata-ddp
+  run ddp_shared_gpu python3 tests/multirank/check_ddp_equivalence.py --strata "$pack/bin/strata" \
+    --work-dir /tmp/strata-ddp --nproc 2 --device cuda
   for model in resnet50 vgg16 densenet121 convnext_tiny efficientnet_v2_s; do
-    run "step_$model" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
-      --work-dir /tmp/strata-ref --device cuda --batch 16 --updates 3
+    run "step_${model}_f64" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
+      --work-dir /tmp/strata-ref --device cuda --dtype float64 --batch 16 --updates 3 --tolerance 1e-9 \
+      --grad-tolerance 1e-7
+    run "step_${model}_f32" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
+      --work-dir /tmp/strata-ref --device cuda --dtype float32 --batch 16 --updates 3 --tolerance 1e-3 \
+      --grad-tolerance 1e-2
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   run bench python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata"
 fi
+tar -C "$logs" -czf "$OUT/strata-gpu-logs.tar.gz" .
 exit $status

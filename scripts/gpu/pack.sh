@@ -9,7 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSTRATA_CUDA=ON >/dev/null
+# SKIP_CONFIGURE=1 packs an existing build as it is configured (e.g. BUILD=build, architectures 80 and 90).
+if [ -z "${SKIP_CONFIGURE:-}" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSTRATA_CUDA=ON >/dev/null
+fi
 cmake --build "$BUILD" --target strata strata_unit_tests strata_conformance_tests strata_plugin_single \
   strata_plugin_ddp default_model
 stage=.gpu-pack/stage
@@ -25,7 +28,8 @@ done | sort -u | grep -v -E '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|li
   grep -v -E 'lib(cudnn|cublas|cublasLt|nccl|cuda|cudart)[._]' | while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 /usr/bin/python3 scripts/generate_onnx_node_tests.py "$stage/onnx-node-tests" >/dev/null
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/*.so* 2>/dev/null || true
-tar -C "$stage" -cf - . | xz -T0 -6 > .gpu-pack/strata-gpu.tar.xz
+# One xz stream with a 64 MiB dictionary: the binaries share most of their (CUDA) bytes.
+tar -C "$stage" -cf - . | xz -T1 -9 > .gpu-pack/strata-gpu.tar.xz
 rm -rf "$stage"
 size=$(stat -c %s .gpu-pack/strata-gpu.tar.xz)
 echo "packed .gpu-pack/strata-gpu.tar.xz: $((size / 1048576)) MiB"

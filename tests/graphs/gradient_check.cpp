@@ -56,6 +56,12 @@ Tensor toFloat32(const Tensor& t) {
 void expectFloat32MatchesFloat64(const std::string& opType, const std::vector<Tensor>& inputs64,
                                  const Attributes& attrs, std::size_t outputCount, double rtol) {
   SCOPED_TRACE(opType);
+  // Note [Test device]: on a GPU the float32 kernel under test is the device's; the float64 reference stays the
+  // CPU's.
+  const TestDevice& device = testDevice();
+  if (!device.skipReason.empty()) {
+    GTEST_SKIP() << device.skipReason;
+  }
   std::vector<Tensor> inputs32;
   inputs32.reserve(inputs64.size());
   for (const Tensor& t : inputs64) {
@@ -68,7 +74,7 @@ void expectFloat32MatchesFloat64(const std::string& opType, const std::vector<Te
     p32.push_back(inputs32[i].defined() ? &inputs32[i] : nullptr);
   }
   const std::vector<Tensor> expected = runOpEagerly(opType, p64, attrs, outputCount, true);
-  const std::vector<Tensor> actual = runOpEagerly(opType, p32, attrs, outputCount, true);
+  const std::vector<Tensor> actual = runOpEagerly(opType, p32, attrs, outputCount, true, device.device);
   ASSERT_EQ(expected.size(), actual.size());
   for (std::size_t k = 0; k < expected.size(); ++k) {
     ASSERT_EQ(expected[k].shape(), actual[k].shape()) << "output " << k;

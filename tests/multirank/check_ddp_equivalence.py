@@ -5,6 +5,9 @@ Trains the bundled CNN on synthetic data for 5 SGD steps with momentum: once in 
 with `--nproc N --strategy ddp` and batch B per rank and K micro-batches (--grad-accum K). The data loader gives
 rank r the samples r, r+N, r+2N, ... of each epoch's permutation, so every step both runs see the same samples.
 Every parameter of the two exported models must agree within --tolerance (relative error).
+With --device cuda both runs train on the GPU (fp32, TF32 off); the N ranks then share this machine's GPU(s) and,
+when there are fewer GPUs than ranks, reduce through Gloo with host staging. Exit code 77 (ctest: skipped) when
+the machine has no usable GPU.
 """
 import argparse
 import os
@@ -35,14 +38,21 @@ def main() -> int:
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--batch", type=int, default=8, help="per rank and micro-batch")
     parser.add_argument("--tolerance", type=float, default=1e-5)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
+    device = ["--device", args.device, "--precision", "fp32"]
+    if args.device != "cpu":
+        probe = subprocess.run([args.strata, "run", "--device", args.device], capture_output=True, text=True)
+        if probe.returncode != 0 and "cannot use CUDA" in probe.stderr + probe.stdout:
+            print(f"skipped: {probe.stderr.strip().splitlines()[-1]}")
+            return 77
     os.makedirs(args.work_dir, exist_ok=True)
-    tag = f"n{args.nproc}k{args.grad_accum}"
+    tag = f"n{args.nproc}k{args.grad_accum}-{args.device}"
     single = train(args.strata, os.path.join(args.work_dir, f"single-{tag}"),
-                   args.batch * args.nproc * args.grad_accum, ["--threads", "1"])
+                   args.batch * args.nproc * args.grad_accum, ["--threads", "1"] + device)
     ddp = train(args.strata, os.path.join(args.work_dir, f"ddp-{tag}"), args.batch,
                 ["--nproc", str(args.nproc), "--strategy", "ddp", "--grad-accum", str(args.grad_accum),
-                 "--threads", "1", "--strategy-opt", "first_bucket_mb=0.01", "--strategy-opt", "bucket_mb=0.5"])
+                 "--threads", "1", "--strategy-opt", "first_bucket_mb=0.01", "--strategy-opt", "bucket_mb=0.5"] + device)
     worst = max((float(np.linalg.norm(ddp[k] - v) / np.linalg.norm(v)), k) for k, v in single.items())
     print(f"DDP {args.nproc} ranks x {args.grad_accum} micro-batches vs one process: worst relative error "
           f"{worst[0]:.2e} ({worst[1]})")

@@ -57,6 +57,11 @@ def main() -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     updates = args.updates
+    if args.device != "cpu":
+        probe = subprocess.run([args.strata, "run", "--device", args.device], capture_output=True, text=True)
+        if probe.returncode != 0 and "cannot use CUDA" in probe.stderr + probe.stdout:
+            print(f"skipped: {probe.stderr.strip().splitlines()[-1]}")
+            return 77  # ctest: skipped
 
     torch.set_num_threads(args.threads)
     work = os.path.join(args.work_dir, f"step-{args.model}-{args.dtype}-b{args.batch}")

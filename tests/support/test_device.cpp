@@ -2,6 +2,8 @@
 
 #include <cstdlib>
 
+#include <gtest/gtest.h>
+
 #include "strata/error.h"
 #ifdef STRATA_HAS_CUDA
 #include "strata/cuda/backend.h"
@@ -35,6 +37,20 @@ TestDevice resolve() {
   return {Device::cpu(), "this build has no CUDA backend (STRATA_CUDA=OFF)"};
 #endif
 }
+
+// With STRATA_TEST_DEVICE naming a device this machine cannot use, every test of the binary is skipped with the
+// reason (the gpu.* instances on a machine without a GPU), rather than passing on the CPU under a gpu name.
+class SkipWithoutTestDevice final : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!testDevice().skipReason.empty()) {
+      GTEST_SKIP() << testDevice().skipReason;
+    }
+  }
+};
+
+[[maybe_unused]] const ::testing::Environment* const kSkipEnvironment =
+    ::testing::AddGlobalTestEnvironment(new SkipWithoutTestDevice);
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <type_traits>
 
+#include "data_movement_plan.h"
 #include "shape_ops_common.h"
 #include "strata/thread_pool.h"
 
@@ -15,13 +16,6 @@ namespace {
 
 std::size_t elemSizeOf(const Tensor& t) {
   return dtypeSize(t.dtype());
-}
-
-std::int64_t productOf(const Shape& shape, std::size_t begin, std::size_t end) {
-  std::int64_t p = 1;
-  for (std::size_t i = begin; i < end; ++i)
-    p *= shape[i];
-  return p;
 }
 
 void checkIndexType(const ShapeContext& ctx, std::size_t i) {
@@ -96,17 +90,6 @@ ComputeFn makeGather(const KernelInit& init) {
 // ---------------------------------------------------------------------------------------------------------------
 // GatherElements and ScatterElements
 
-void checkElementsShapes(const Shape& data, const Shape& indices, std::size_t axis, const char* op) {
-  if (data.size() != indices.size()) {
-    fail("{}: indices {} must have the rank of data {}", op, shapeToString(indices), shapeToString(data));
-  }
-  for (std::size_t k = 0; k < data.size(); ++k) {
-    if (k != axis && indices[k] > data[k]) {
-      fail("{}: indices {} exceed data {} on axis {}", op, shapeToString(indices), shapeToString(data), k);
-    }
-  }
-}
-
 // Calls fn(position, dataOffset) for every element of an index tensor of `shape`, where dataOffset is the element
 // offset in data (strides dataStrides) with the axis coordinate replaced by the index value. Serial.
 template <typename Fn>
@@ -169,22 +152,7 @@ ComputeFn makeGatherElements(const KernelInit& init) {
   };
 }
 
-enum class Reduction { None, Add, Mul, Max, Min };
-
-Reduction reductionOf(const Attributes& attrs) {
-  const std::string r = attrs.getString("reduction", "none");
-  if (r == "none")
-    return Reduction::None;
-  if (r == "add")
-    return Reduction::Add;
-  if (r == "mul")
-    return Reduction::Mul;
-  if (r == "max")
-    return Reduction::Max;
-  if (r == "min")
-    return Reduction::Min;
-  fail("unknown reduction '{}' (expected none, add, mul, max or min)", r);
-}
+using Reduction = ScatterReduction;
 
 template <typename T>
 T combine(T a, T b, Reduction r) {
@@ -243,14 +211,14 @@ std::vector<TensorMeta> inferScatterElements(const ShapeContext& ctx) {
     ctx.error("updates must have the type of data");
   withNodeErrors(ctx, [&] {
     checkElementsShapes(data.shape, indices.shape, axis, "ScatterElements");
-    reductionOf(ctx.attrs);
+    scatterReductionOf(ctx.attrs);
   });
   return {data};
 }
 
 ComputeFn makeScatterElements(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis", 0);
-  const Reduction reduction = reductionOf(init.attrs);
+  const Reduction reduction = scatterReductionOf(init.attrs);
   return [axisAttr, reduction](KernelContext& ctx) {
     if (!ctx.hasOutput(0))
       return;
@@ -276,38 +244,6 @@ ComputeFn makeScatterElements(const KernelInit& init) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // GatherND and ScatterND
-
-struct NdPlan {
-  std::int64_t batch = 1;       // product of the batch dims
-  std::int64_t tuples = 1;      // index tuples per batch
-  std::int64_t k = 0;           // coordinates per tuple
-  std::int64_t sliceElems = 1;  // elements each tuple addresses
-  Shape out;
-};
-
-NdPlan planNd(const Shape& data, const Shape& indices, std::int64_t batchDims, const char* op) {
-  if (indices.empty())
-    fail("{}: indices must have rank >= 1", op);
-  if (batchDims < 0 || batchDims >= static_cast<std::int64_t>(std::min(data.size(), indices.size()))) {
-    fail("{}: batch_dims {} is out of range", op, batchDims);
-  }
-  const auto b = static_cast<std::size_t>(batchDims);
-  NdPlan plan;
-  plan.k = indices.back();
-  if (plan.k < 1 || b + static_cast<std::size_t>(plan.k) > data.size()) {
-    fail("{}: index tuples of length {} do not fit data {}", op, plan.k, shapeToString(data));
-  }
-  for (std::size_t i = 0; i < b; ++i) {
-    if (data[i] != indices[i])
-      fail("{}: batch dims of data {} and indices {} differ", op, shapeToString(data), shapeToString(indices));
-    plan.batch *= data[i];
-  }
-  plan.tuples = productOf(indices, b, indices.size() - 1);
-  plan.sliceElems = productOf(data, b + static_cast<std::size_t>(plan.k), data.size());
-  plan.out.assign(indices.begin(), indices.end() - 1);
-  plan.out.insert(plan.out.end(), data.begin() + static_cast<std::ptrdiff_t>(b) + plan.k, data.end());
-  return plan;
-}
 
 // Element offsets (within one batch of data) of every index tuple, validated.
 std::vector<std::int64_t> ndOffsets(const Shape& data, const Tensor& indices, const NdPlan& plan, std::size_t b,
@@ -374,7 +310,7 @@ std::vector<TensorMeta> inferScatterND(const ShapeContext& ctx) {
   if (ctx.input(1).meta.dtype != DType::Int64)
     ctx.error("indices must be int64");
   const NdPlan plan = withNodeErrors(ctx, [&] {
-    reductionOf(ctx.attrs);
+    scatterReductionOf(ctx.attrs);
     return planNd(data.shape, ctx.input(1).meta.shape, 0, "ScatterND");
   });
   if (updates.shape != plan.out) {
@@ -386,7 +322,7 @@ std::vector<TensorMeta> inferScatterND(const ShapeContext& ctx) {
 }
 
 ComputeFn makeScatterND(const KernelInit& init) {
-  const Reduction reduction = reductionOf(init.attrs);
+  const Reduction reduction = scatterReductionOf(init.attrs);
   return [reduction](KernelContext& ctx) {
     if (!ctx.hasOutput(0))
       return;

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <string>
 
+#include "data_movement_plan.h"
 #include "shape_ops_common.h"
 #include "slice_pad_plan.h"
 #include "strata/thread_pool.h"
@@ -26,37 +26,8 @@ std::size_t elemSizeOf(const Tensor& t) {
   return dtypeSize(t.dtype());
 }
 
-std::int64_t productOf(const Shape& shape, std::size_t begin, std::size_t end) {
-  std::int64_t p = 1;
-  for (std::size_t i = begin; i < end; ++i)
-    p *= shape[i];
-  return p;
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Transpose
-
-std::vector<std::int64_t> transposePerm(const Attributes& attrs, std::int64_t rank) {
-  std::vector<std::int64_t> perm = attrs.getInts("perm", {});
-  if (perm.empty() && rank > 0) {
-    perm.resize(static_cast<std::size_t>(rank));
-    std::iota(perm.rbegin(), perm.rend(), std::int64_t{0});
-  }
-  if (static_cast<std::int64_t>(perm.size()) != rank) {
-    fail("perm {} does not match the input rank {}", listToString(perm), rank);
-  }
-  std::vector<bool> seen(perm.size(), false);
-  for (auto& p : perm) {
-    if (p < -rank || p >= rank)
-      fail("perm {} is not a permutation of 0..{}", listToString(perm), rank - 1);
-    if (p < 0)
-      p += rank;
-    if (seen[static_cast<std::size_t>(p)])
-      fail("perm {} repeats axis {}", listToString(perm), p);
-    seen[static_cast<std::size_t>(p)] = true;
-  }
-  return perm;
-}
 
 std::vector<TensorMeta> inferTranspose(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
@@ -156,43 +127,6 @@ ComputeFn makeConcat(const KernelInit& init) {
   };
 }
 
-// Split's part sizes along the axis: the `split` input (opset 13), the `split` attribute (older opsets), or equal
-// parts (opset 18's num_outputs allows a smaller last part).
-std::vector<std::int64_t> splitSizes(std::int64_t dim, const Tensor* splitInput, const Attributes& attrs,
-                                     std::size_t outputCount) {
-  std::vector<std::int64_t> sizes;
-  if (splitInput != nullptr) {
-    sizes = toInt64Vector(*splitInput);
-  } else if (attrs.has("split")) {
-    sizes = attrs.getInts("split");
-  }
-  if (!sizes.empty()) {
-    if (sizes.size() != outputCount) {
-      fail("split {} has {} parts but the node has {} outputs", listToString(sizes), sizes.size(), outputCount);
-    }
-    std::int64_t sum = 0;
-    for (std::int64_t s : sizes) {
-      if (s < 0)
-        fail("split {} has a negative size", listToString(sizes));
-      sum += s;
-    }
-    if (sum != dim)
-      fail("split {} sums to {}, not to the axis size {}", listToString(sizes), sum, dim);
-    return sizes;
-  }
-  const auto n = static_cast<std::int64_t>(attrs.getInt("num_outputs", static_cast<std::int64_t>(outputCount)));
-  if (n <= 0)
-    fail("cannot split into {} parts", n);
-  if (static_cast<std::size_t>(n) != outputCount)
-    fail("num_outputs {} but the node has {} outputs", n, outputCount);
-  if (dim % n != 0 && !attrs.has("num_outputs"))
-    fail("axis size {} does not split into {} equal parts", dim, n);
-  const std::int64_t part = (dim + n - 1) / n;
-  for (std::int64_t i = 0; i < n; ++i)
-    sizes.push_back(std::clamp<std::int64_t>(dim - i * part, 0, part));
-  return sizes;
-}
-
 std::vector<TensorMeta> inferSplit(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
   const auto rank = static_cast<std::int64_t>(in.shape.size());
@@ -286,16 +220,6 @@ ComputeFn makeSlice(const KernelInit& init) {
 // ---------------------------------------------------------------------------------------------------------------
 // Expand and Tile
 
-// Strides (in elements) that read `in` broadcast to outShape: 0 along broadcast axes.
-std::vector<std::int64_t> broadcastStrides(const Shape& in, const Shape& outShape) {
-  const auto strides = contiguousStrides(in);
-  std::vector<std::int64_t> result(outShape.size(), 0);
-  const std::size_t offset = outShape.size() - in.size();
-  for (std::size_t k = 0; k < in.size(); ++k)
-    result[offset + k] = in[k] == 1 ? 0 : strides[k];
-  return result;
-}
-
 std::vector<TensorMeta> inferExpand(const ShapeContext& ctx) {
   const TensorMeta& in = ctx.input(0).meta;
   const Shape target = toInt64Vector(ctx.constantInput(1));
@@ -348,33 +272,6 @@ void computeTile(KernelContext& ctx) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Pad
-
-// Per-axis (begin, end) pads, from the pads input (opset 11+; optional axes input from opset 18) or attribute.
-std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> padAmounts(const Shape& shape, const Tensor* padsInput,
-                                                                           const Tensor* axesInput,
-                                                                           const Attributes& attrs) {
-  const auto rank = static_cast<std::int64_t>(shape.size());
-  const auto pads = padsInput != nullptr ? toInt64Vector(*padsInput) : attrs.getInts("pads");
-  std::vector<std::int64_t> axes;
-  if (axesInput != nullptr) {
-    axes = toInt64Vector(*axesInput);
-  } else {
-    axes.resize(shape.size());
-    std::iota(axes.begin(), axes.end(), std::int64_t{0});
-  }
-  if (pads.size() != 2 * axes.size()) {
-    fail("pads {} must have 2 * {} entries for input {}", listToString(pads), axes.size(), shapeToString(shape));
-  }
-  std::vector<std::int64_t> begin(shape.size(), 0), end(shape.size(), 0);
-  for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (axes[i] < -rank || axes[i] >= rank)
-      fail("axis {} is out of range for rank {}", axes[i], rank);
-    const auto a = static_cast<std::size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
-    begin[a] = pads[i];
-    end[a] = pads[i + axes.size()];
-  }
-  return {begin, end};
-}
 
 const Tensor* optionalConstant(const ShapeContext& ctx, std::size_t i) {
   return ctx.hasInput(i) ? &ctx.constantInput(i) : nullptr;
@@ -489,51 +386,6 @@ ComputeFn makePad(const KernelInit& init) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // DepthToSpace and SpaceToDepth: a 6-D transpose each.
-
-struct BlockPlan {
-  Shape view;                      // the input as 6-D
-  std::vector<std::int64_t> perm;  // transpose of the view
-  Shape out;
-};
-
-BlockPlan planDepthToSpace(const Shape& in, const Attributes& attrs) {
-  if (in.size() != 4)
-    fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
-  const std::int64_t b = attrs.getInt("blocksize");
-  if (b <= 0)
-    fail("blocksize {} must be positive", b);
-  const std::string mode = attrs.getString("mode", "DCR");
-  const std::int64_t n = in[0], c = in[1], h = in[2], w = in[3];
-  if (c % (b * b) != 0)
-    fail("channels {} are not divisible by blocksize^2 = {}", c, b * b);
-  const std::int64_t oc = c / (b * b);
-  BlockPlan plan;
-  if (mode == "DCR") {
-    plan.view = {n, b, b, oc, h, w};
-    plan.perm = {0, 3, 4, 1, 5, 2};
-  } else if (mode == "CRD") {
-    plan.view = {n, oc, b, b, h, w};
-    plan.perm = {0, 1, 4, 2, 5, 3};
-  } else {
-    fail("unknown mode '{}' (expected DCR or CRD)", mode);
-  }
-  plan.out = {n, oc, h * b, w * b};
-  return plan;
-}
-
-BlockPlan planSpaceToDepth(const Shape& in, const Attributes& attrs) {
-  if (in.size() != 4)
-    fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
-  const std::int64_t b = attrs.getInt("blocksize");
-  if (b <= 0)
-    fail("blocksize {} must be positive", b);
-  const std::int64_t n = in[0], c = in[1], h = in[2], w = in[3];
-  if (h % b != 0 || w % b != 0)
-    fail("height {} and width {} must be divisible by blocksize {}", h, w, b);
-  return BlockPlan{{n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4}, {n, c * b * b, h / b, w / b}};
-}
-
-using BlockPlanner = BlockPlan (*)(const Shape&, const Attributes&);
 
 void addBlockOp(OpRegistry& registry, const std::string& type, BlockPlanner planner) {
   addOp(

@@ -3,29 +3,13 @@
 #include <cstring>
 #include <memory>
 
+#include "conv_geometry.h"
 #include "dnnl_context.h"
 
 namespace strata::cpu {
 namespace {
 
 using dnnl::memory;
-
-std::vector<std::int64_t> spatialOf(const Shape& shape) {
-  return {shape.begin() + 2, shape.end()};
-}
-
-// The kernel's spatial sizes: the kernel_shape attribute when given (it must agree with W), else W's dims 2...
-std::vector<std::int64_t> kernelShapeOf(const Attributes& attrs, const Shape& weight) {
-  std::vector<std::int64_t> fromWeight(weight.begin() + 2, weight.end());
-  if (!attrs.has("kernel_shape"))
-    return fromWeight;
-  std::vector<std::int64_t> kernel = attrs.getInts("kernel_shape");
-  if (kernel != fromWeight) {
-    fail("kernel_shape {} does not match the weight's spatial dims {}", shapeToString(kernel),
-         shapeToString(fromWeight));
-  }
-  return kernel;
-}
 
 struct ConvSetup {
   std::int64_t group = 1;
@@ -316,7 +300,6 @@ DeconvSetup resolveDeconv(const Attributes& attrs, const TensorMeta& x, const Te
     fail("W {} must have the same rank as X {}", shapeToString(w.shape), shapeToString(x.shape));
   }
   DeconvSetup s;
-  const std::size_t n = x.shape.size() - 2;
   s.group = attrs.getInt("group", 1);
   if (s.group < 1)
     fail("group must be positive, got {}", s.group);
@@ -333,66 +316,14 @@ DeconvSetup resolveDeconv(const Attributes& attrs, const TensorMeta& x, const Te
       fail("B has shape {}, expected [{}] (one per output channel)", shapeToString(bias->shape), filters);
     }
   }
-  s.kernel = kernelShapeOf(attrs, w.shape);
-  s.strides = attrs.getInts("strides", std::vector<std::int64_t>(n, 1));
-  s.dilations = attrs.getInts("dilations", std::vector<std::int64_t>(n, 1));
-  s.outputPadding = attrs.getInts("output_padding", std::vector<std::int64_t>(n, 0));
-  if (s.strides.size() != n || s.dilations.size() != n || s.outputPadding.size() != n) {
-    fail("strides, dilations and output_padding need {} values each", n);
-  }
-  const std::vector<std::int64_t> in = spatialOf(x.shape);
-  std::vector<std::int64_t> outSpatial(n);
-  const std::string autoPad = attrs.getString("auto_pad", "NOTSET");
-  s.padBegin.assign(n, 0);
-  s.padEnd.assign(n, 0);
-  auto extentOf = [&](std::size_t i) { return (s.kernel[i] - 1) * s.dilations[i] + 1; };
-  if (attrs.has("output_shape")) {
-    std::vector<std::int64_t> requested = attrs.getInts("output_shape");
-    if (requested.size() == n + 2)
-      requested.erase(requested.begin(), requested.begin() + 2);
-    if (requested.size() != n)
-      fail("output_shape needs {} spatial values, got {}", n, requested.size());
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t total = s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - requested[i];
-      if (total < 0) {
-        // A larger output_shape than the full result: the extra positions at the end only get the bias (ONNX's
-        // reference pads the end with zeros).
-        s.padBegin[i] = 0;
-        s.padEnd[i] = total;
-      } else {
-        // The ONNX spec's split: SAME_UPPER puts the odd pad at the end, otherwise at the beginning.
-        s.padBegin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-        s.padEnd[i] = total - s.padBegin[i];
-      }
-      outSpatial[i] = requested[i];
-    }
-  } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-    for (std::size_t i = 0; i < n; ++i) {
-      outSpatial[i] = in[i] * s.strides[i];
-      const std::int64_t total =
-          std::max<std::int64_t>(0, s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - outSpatial[i]);
-      s.padBegin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      s.padEnd[i] = total - s.padBegin[i];
-    }
-  } else {
-    if (autoPad != "NOTSET" && autoPad != "VALID" && !autoPad.empty()) {
-      fail("auto_pad '{}' is not one of NOTSET, SAME_UPPER, SAME_LOWER, VALID", autoPad);
-    }
-    if (autoPad != "VALID") {
-      std::vector<std::int64_t> pads = attrs.getInts("pads", std::vector<std::int64_t>(2 * n, 0));
-      if (pads.size() != 2 * n)
-        fail("pads has {} values, expected {}", pads.size(), 2 * n);
-      for (std::size_t i = 0; i < n; ++i) {
-        s.padBegin[i] = pads[i];
-        s.padEnd[i] = pads[n + i];
-      }
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      outSpatial[i] = s.strides[i] * (in[i] - 1) + s.outputPadding[i] + extentOf(i) - s.padBegin[i] - s.padEnd[i];
-      if (outSpatial[i] < 1)
-        fail("output spatial dim {} would be {}", i, outSpatial[i]);
-    }
-  }
+  DeconvWindow window = resolveDeconvWindow(attrs, x.shape, w.shape);
+  s.kernel = std::move(window.kernel);
+  s.strides = std::move(window.strides);
+  s.dilations = std::move(window.dilations);
+  s.outputPadding = std::move(window.outputPadding);
+  s.padBegin = std::move(window.padBegin);
+  s.padEnd = std::move(window.padEnd);
+  const std::vector<std::int64_t>& outSpatial = window.output;
   s.output = {x.shape[0], filters};
   s.output.insert(s.output.end(), outSpatial.begin(), outSpatial.end());
   return s;

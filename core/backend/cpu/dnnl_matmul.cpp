@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "dnnl_context.h"
+#include "matmul_shape.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
@@ -256,41 +257,14 @@ class GemmKernel : public OpKernel {
 
 // ---- MatMul: numpy matmul semantics ----
 
-struct MatmulSetup {
-  std::int64_t m = 0, n = 0, k = 0;
-  Shape batchA, batchB, batch;  // batch dims, both padded with leading 1s to batch's rank
-  Shape output;
-};
+using MatmulSetup = MatmulShape;
 
 MatmulSetup resolveMatmul(const TensorMeta& a, const TensorMeta& b) {
   checkMatmulTypes(a, b);
   if (a.shape.empty() || b.shape.empty()) {
     fail("operands must have rank >= 1, got A{} and B{}", shapeToString(a.shape), shapeToString(b.shape));
   }
-  // 1-D operands are promoted: A [K] -> [1, K], B [K] -> [K, 1]; the added dims are dropped from the output.
-  Shape am = a.shape.size() == 1 ? Shape{1, a.shape[0]} : a.shape;
-  Shape bm = b.shape.size() == 1 ? Shape{b.shape[0], 1} : b.shape;
-  MatmulSetup s;
-  s.m = am[am.size() - 2];
-  s.k = am.back();
-  s.n = bm.back();
-  if (bm[bm.size() - 2] != s.k) {
-    fail("inner dimensions differ: A{} has K = {} but B{} has K = {}", shapeToString(a.shape), s.k,
-         shapeToString(b.shape), bm[bm.size() - 2]);
-  }
-  s.batchA.assign(am.begin(), am.end() - 2);
-  s.batchB.assign(bm.begin(), bm.end() - 2);
-  s.batch = broadcastShapes(s.batchA, s.batchB);
-  while (s.batchA.size() < s.batch.size())
-    s.batchA.insert(s.batchA.begin(), 1);
-  while (s.batchB.size() < s.batch.size())
-    s.batchB.insert(s.batchB.begin(), 1);
-  s.output = s.batch;
-  if (a.shape.size() > 1)
-    s.output.push_back(s.m);
-  if (b.shape.size() > 1)
-    s.output.push_back(s.n);
-  return s;
+  return matmulShape(a.shape, b.shape);
 }
 
 std::vector<TensorMeta> inferMatmul(const ShapeContext& ctx) {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "conv_geometry.h"
 #include "grad_nn_common.h"
 #include "strata/thread_pool.h"
 
@@ -12,8 +13,6 @@ namespace strata::cpu::grad_nn {
 namespace {
 
 using dnnl::memory;
-
-enum class ConvGradMode { Input, Weight, Both };
 
 memory::dims toDims(const std::vector<std::int64_t>& v) {
   return memory::dims(v.begin(), v.end());
@@ -47,11 +46,7 @@ ConvGradSetup resolveConvGrad(const Attributes& attrs, DType dtype, const Shape&
   }
   if (w[0] % s.group != 0)
     fail("W has {} output channels, not divisible by group {}", w[0], s.group);
-  std::vector<std::int64_t> kernel(w.begin() + 2, w.end());
-  if (attrs.has("kernel_shape") && attrs.getInts("kernel_shape") != kernel) {
-    fail("kernel_shape {} does not match the weight's spatial dims {}", shapeToString(attrs.getInts("kernel_shape")),
-         shapeToString(kernel));
-  }
+  const std::vector<std::int64_t> kernel = kernelShapeOf(attrs, w);
   s.geometry = resolveWindow(attrs, std::vector<std::int64_t>(x.begin() + 2, x.end()), kernel, false);
   s.y = {x[0], w[0]};
   s.y.insert(s.y.end(), s.geometry.output.begin(), s.geometry.output.end());
@@ -280,31 +275,9 @@ class ConvGradKernel : public OpKernel {
  public:
   ConvGradKernel(ConvGradMode mode, const KernelInit& init) {
     const TensorMeta& dy = init.inputs.at(0).meta;
-    Shape x, w;
-    switch (mode) {
-      case ConvGradMode::Input:
-        x = init.attrs.getInts("input_shape");
-        w = init.inputs.at(1).meta.shape;
-        wIndex_ = 1;
-        dxOut_ = 0;
-        break;
-      case ConvGradMode::Weight:
-        x = init.inputs.at(1).meta.shape;
-        w = init.attrs.getInts("weight_shape");
-        xIndex_ = 1;
-        dwOut_ = 0;
-        dbOut_ = init.outputs.size() > 1 ? 1 : -1;
-        break;
-      case ConvGradMode::Both:
-        x = init.inputs.at(1).meta.shape;
-        w = init.inputs.at(2).meta.shape;
-        xIndex_ = 1;
-        wIndex_ = 2;
-        dxOut_ = 0;
-        dwOut_ = 1;
-        dbOut_ = init.outputs.size() > 2 ? 2 : -1;
-        break;
-    }
+    io_ = convGradOperands(mode, init);
+    const Shape& x = io_.x;
+    const Shape& w = io_.w;
     setup_ = resolveConvGrad(init.attrs, dy.dtype, x, w, dy.shape);
     empty_ = numElements(setup_.x) == 0 || numElements(setup_.w) == 0 || numElements(setup_.y) == 0;
     if (empty_ || setup_.dtype == DType::Float64)
@@ -313,12 +286,12 @@ class ConvGradKernel : public OpKernel {
   }
 
   void compute(KernelContext& ctx) override {
-    const bool wantData = dxOut_ >= 0 && ctx.hasOutput(static_cast<std::size_t>(dxOut_));
-    const bool wantWeights = dwOut_ >= 0 && ctx.hasOutput(static_cast<std::size_t>(dwOut_));
-    const bool wantBias = dbOut_ >= 0 && ctx.hasOutput(static_cast<std::size_t>(dbOut_));
-    Tensor* dx = wantData ? &ctx.output(static_cast<std::size_t>(dxOut_)) : nullptr;
-    Tensor* dw = wantWeights ? &ctx.output(static_cast<std::size_t>(dwOut_)) : nullptr;
-    Tensor* db = wantBias ? &ctx.output(static_cast<std::size_t>(dbOut_)) : nullptr;
+    const bool wantData = io_.dxOut >= 0 && ctx.hasOutput(static_cast<std::size_t>(io_.dxOut));
+    const bool wantWeights = io_.dwOut >= 0 && ctx.hasOutput(static_cast<std::size_t>(io_.dwOut));
+    const bool wantBias = io_.dbOut >= 0 && ctx.hasOutput(static_cast<std::size_t>(io_.dbOut));
+    Tensor* dx = wantData ? &ctx.output(static_cast<std::size_t>(io_.dxOut)) : nullptr;
+    Tensor* dw = wantWeights ? &ctx.output(static_cast<std::size_t>(io_.dwOut)) : nullptr;
+    Tensor* db = wantBias ? &ctx.output(static_cast<std::size_t>(io_.dbOut)) : nullptr;
     if (empty_) {
       for (Tensor* t : {dx, dw, db}) {
         if (t != nullptr && t->bytes() > 0)
@@ -329,7 +302,7 @@ class ConvGradKernel : public OpKernel {
     const Tensor& dy = ctx.input(0);
     if (setup_.dtype == DType::Float64) {
       if (dx != nullptr) {
-        convGradInputF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(wIndex_)).data<double>(),
+        convGradInputF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(io_.wIndex)).data<double>(),
                          dx->data<double>());
       }
       if (dw != nullptr || db != nullptr) {
@@ -337,7 +310,7 @@ class ConvGradKernel : public OpKernel {
         Tensor scratch;
         if (dw == nullptr)
           scratch = Tensor::empty(DType::Float64, setup_.w, MemoryCategory::Workspace);
-        convGradWeightF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(xIndex_)).data<double>(),
+        convGradWeightF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(io_.xIndex)).data<double>(),
                           dw != nullptr ? dw->data<double>() : scratch.data<double>(),
                           db != nullptr ? db->data<double>() : nullptr);
       }
@@ -350,7 +323,7 @@ class ConvGradKernel : public OpKernel {
       // Weights first: dY's blocked copy is then shared with the data pass, and X's region is reused for dX.
       memory& dyMem = dyWeights_.bind(dy, scratch, primBytes, true);
       dyConverted = dyWeights_.needed;
-      memory& xMem = xWeights_.bind(ctx.input(static_cast<std::size_t>(xIndex_)), scratch, primBytes, true);
+      memory& xMem = xWeights_.bind(ctx.input(static_cast<std::size_t>(io_.xIndex)), scratch, primBytes, true);
       Tensor dwScratch;  // dB alone still needs somewhere to put dW
       if (dw == nullptr)
         dwScratch = Tensor::empty(DType::Float32, setup_.w, MemoryCategory::Workspace);
@@ -375,7 +348,7 @@ class ConvGradKernel : public OpKernel {
       } else {
         dyMem = &dyData_.bind(dy, scratch, primBytes, true);
       }
-      memory& wMem = wData_.bind(ctx.input(static_cast<std::size_t>(wIndex_)), scratch, primBytes, true);
+      memory& wMem = wData_.bind(ctx.input(static_cast<std::size_t>(io_.wIndex)), scratch, primBytes, true);
       memory& dxMem = dxData_.bind(*dx, scratch, primBytes, false);
       std::unordered_map<int, memory> args{
           {DNNL_ARG_DIFF_DST, *dyMem}, {DNNL_ARG_WEIGHTS, wMem}, {DNNL_ARG_DIFF_SRC, dxMem}};
@@ -403,9 +376,9 @@ class ConvGradKernel : public OpKernel {
     const memory::desc wAny(toDims(wDims), memory::data_type::f32, memory::format_tag::any);
     const memory::desc xConv(toDims(s.x), memory::data_type::f32, memory::format_tag::any);
     const memory::desc yConv(toDims(s.y), memory::data_type::f32, memory::format_tag::any);
-    const bool wantData = dxOut_ >= 0;
-    const bool wantWeights = dwOut_ >= 0;
-    hasBiasPrimitive_ = dbOut_ >= 0;
+    const bool wantData = io_.dxOut >= 0;
+    const bool wantWeights = io_.dwOut >= 0;
+    hasBiasPrimitive_ = io_.dbOut >= 0;
     const memory::desc biasDesc = hasBiasPrimitive_ ? plainDesc({s.w[0]}) : memory::desc();
 
     dnnl::convolution_forward::desc fwdDesc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
@@ -458,8 +431,7 @@ class ConvGradKernel : public OpKernel {
 
   ConvGradSetup setup_;
   bool empty_ = false;
-  int xIndex_ = -1, wIndex_ = -1;             // input positions of X and W (dY is input 0)
-  int dxOut_ = -1, dwOut_ = -1, dbOut_ = -1;  // output positions, -1 when the op has no such output
+  ConvGradOperands io_;  // positions of the operands and outputs
   dnnl::convolution_backward_weights weightsPrimitive_;
   dnnl::convolution_backward_data dataPrimitive_;
   bool hasBiasPrimitive_ = false;

@@ -336,30 +336,9 @@ void registerLayerNormGrad(OpRegistry& registry) {
 
 // ---- Loss gradients ----
 
-enum class Reduction { None, Sum, Mean };
-
-struct LossConfig {
-  Reduction reduction = Reduction::Mean;
-  std::optional<std::int64_t> ignoreIndex;
-};
-
-LossConfig readLossConfig(const Attributes& attrs) {
-  LossConfig config;
-  const std::string name = attrs.getString("reduction", "mean");
-  if (name == "none") {
-    config.reduction = Reduction::None;
-  } else if (name == "sum") {
-    config.reduction = Reduction::Sum;
-  } else if (name == "mean") {
-    config.reduction = Reduction::Mean;
-  } else {
-    fail("reduction must be none, sum or mean, got '{}'", name);
-  }
-  if (attrs.has("ignore_index")) {
-    config.ignoreIndex = attrs.getInt("ignore_index");
-  }
-  return config;
-}
+using reduction_detail::LossConfig;
+using reduction_detail::readLossConfig;
+using Reduction = reduction_detail::LossReduction;
 
 // Checks dLoss, labels and weights against the [N, C, d1, ...] input shape `scores` of the forward loss.
 void checkLossGradInputs(const ShapeContext& ctx, const TensorMeta& dLoss, const TensorMeta& labels,

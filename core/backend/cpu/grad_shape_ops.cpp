@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "cpu_ops.h"
+#include "data_movement_plan.h"
 #include "shape_ops_common.h"
 #include "slice_pad_plan.h"
 #include "strata/thread_pool.h"
@@ -21,8 +22,6 @@ namespace strata::cpu {
 
 namespace {
 
-using slice_pad::PadMode;
-using slice_pad::padMode;
 using slice_pad::padSource;
 using slice_pad::planSlice;
 using slice_pad::sliceOperands;
@@ -35,25 +34,8 @@ using namespace shape_detail;
 // single outer row (embedding tables, axis-0 pads) still splits over the threads.
 constexpr std::int64_t kColumnBlock = 1024;
 
-std::int64_t productOf(const Shape& shape, std::size_t begin, std::size_t end) {
-  std::int64_t p = 1;
-  for (std::size_t i = begin; i < end; ++i)
-    p *= shape[i];
-  return p;
-}
-
 bool isFloatType(DType dtype) {
   return dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Float16 || dtype == DType::BFloat16;
-}
-
-// The forward input's shape from the "shape" attribute, checked for negative dims.
-Shape shapeAttr(const Attributes& attrs) {
-  Shape shape = attrs.getInts("shape");
-  for (std::int64_t d : shape) {
-    if (d < 0)
-      fail("shape {} has a negative dimension", listToString(shape));
-  }
-  return shape;
 }
 
 // d[0..count) += s[0..count) for a floating-point T (Half and BFloat16 go through float).
@@ -261,36 +243,6 @@ ComputeFn makeGatherGrad(const KernelInit& init) {
 // ([begin_0, ..., begin_n-1, end_0, ..., end_n-1], one pair per axis, negative pads crop). Every output element
 // adds into the input element the forward Pad copied it from; the map is separable, so it folds one padded axis at
 // a time.
-
-struct PadGradPlan {
-  Shape shape;  // dX
-  PadMode mode = PadMode::Constant;
-  std::vector<std::int64_t> begin, end;
-  Shape outShape;  // dY
-};
-
-PadGradPlan planPadGrad(const Attributes& attrs) {
-  PadGradPlan plan;
-  plan.shape = shapeAttr(attrs);
-  plan.mode = padMode(attrs);
-  const auto pads = attrs.getInts("pads");
-  const std::size_t rank = plan.shape.size();
-  if (pads.size() != 2 * rank) {
-    fail("pads {} must have 2 * {} entries for shape {}", listToString(pads), rank, shapeToString(plan.shape));
-  }
-  plan.begin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(rank));
-  plan.end.assign(pads.begin() + static_cast<std::ptrdiff_t>(rank), pads.end());
-  plan.outShape = plan.shape;
-  for (std::size_t k = 0; k < rank; ++k) {
-    plan.outShape[k] += plan.begin[k] + plan.end[k];
-    if (plan.outShape[k] < 0)
-      fail("pads {} make axis {} of {} negative", listToString(pads), k, shapeToString(plan.shape));
-    if (plan.mode != PadMode::Constant && plan.shape[k] == 0 && plan.outShape[k] > 0) {
-      fail("cannot pad the empty axis {} in a non-constant mode", k);
-    }
-  }
-  return plan;
-}
 
 std::vector<TensorMeta> inferPadGrad(const ShapeContext& ctx) {
   const TensorMeta& dy = ctx.input(0).meta;

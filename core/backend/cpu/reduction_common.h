@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "elementwise_common.h"
+#include "reduction_plan.h"
 
 namespace strata::cpu::reduction_detail {
 
@@ -14,14 +15,6 @@ using elementwise_detail::dispatch;
 using elementwise_detail::FloatTypes;
 using elementwise_detail::repeatMeta;
 using elementwise_detail::requireDType;
-
-// A tensor viewed as [outer, axis, inner] around one axis.
-struct AxisSplit {
-  std::int64_t outer = 1;
-  std::int64_t axis = 1;
-  std::int64_t inner = 1;
-};
-AxisSplit splitAtAxis(const Shape& shape, std::int64_t axis);
 
 // (Log)softmax over the middle axis of an [outer, axis, inner] view; instantiated for float and double.
 template <typename T>

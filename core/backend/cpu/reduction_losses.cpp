@@ -14,34 +14,7 @@ namespace {
 
 using elementwise_detail::IndexTypes;
 
-enum class Reduction { None, Sum, Mean };
-
-Reduction parseReduction(const std::string& name) {
-  if (name == "none") {
-    return Reduction::None;
-  }
-  if (name == "sum") {
-    return Reduction::Sum;
-  }
-  if (name == "mean") {
-    return Reduction::Mean;
-  }
-  fail("reduction must be none, sum or mean, got '{}'", name);
-}
-
-struct LossConfig {
-  Reduction reduction = Reduction::Mean;
-  std::optional<std::int64_t> ignoreIndex;
-};
-
-LossConfig readLossConfig(const Attributes& attrs) {
-  LossConfig config;
-  config.reduction = parseReduction(attrs.getString("reduction", "mean"));
-  if (attrs.has("ignore_index")) {
-    config.ignoreIndex = attrs.getInt("ignore_index");
-  }
-  return config;
-}
+using Reduction = LossReduction;
 
 // Output metas shared by both losses: the loss (labels' shape for reduction none, else a scalar), then for
 // SoftmaxCrossEntropyLoss the log-probabilities.

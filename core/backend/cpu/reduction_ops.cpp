@@ -18,21 +18,6 @@ namespace strata::cpu {
 
 namespace reduction_detail {
 
-AxisSplit splitAtAxis(const Shape& shape, std::int64_t axis) {
-  AxisSplit split;
-  for (std::int64_t d = 0; d < static_cast<std::int64_t>(shape.size()); ++d) {
-    const std::int64_t dim = shape[static_cast<std::size_t>(d)];
-    if (d < axis) {
-      split.outer *= dim;
-    } else if (d == axis) {
-      split.axis = dim;
-    } else {
-      split.inner *= dim;
-    }
-  }
-  return split;
-}
-
 namespace {
 
 using elementwise_detail::TypeList;
@@ -185,25 +170,9 @@ void reduceTyped(const Tensor& in, Tensor& out, const std::vector<bool>& reduced
   const T* src = in.data<T>();
   T* dst = out.data<T>();
   const std::int64_t outCount = out.numel();
-  std::int64_t reduceCount = 1;
   // Merge the input's dims into groups of the same kind, innermost last; size-1 dims do not matter.
-  std::vector<std::int64_t> groupDims;
-  std::vector<bool> groupReduced;
-  for (std::size_t d = 0; d < in.shape().size(); ++d) {
-    const std::int64_t dim = in.shape()[d];
-    if (reducedAxis[d]) {
-      reduceCount *= dim;
-    }
-    if (dim == 1) {
-      continue;
-    }
-    if (!groupDims.empty() && groupReduced.back() == reducedAxis[d]) {
-      groupDims.back() *= dim;
-    } else {
-      groupDims.push_back(dim);
-      groupReduced.push_back(reducedAxis[d]);
-    }
-  }
+  const ReduceGroups groups = groupReducedAxes(in.shape(), reducedAxis);
+  const std::int64_t reduceCount = groups.reduceCount;
   if (outCount == 0) {
     return;
   }
@@ -211,17 +180,10 @@ void reduceTyped(const Tensor& in, Tensor& out, const std::vector<bool>& reduced
     std::fill(dst, dst + outCount, Op::finish(Op::init(), 0));
     return;
   }
-  DimGroup kept;
-  DimGroup reduced;
-  std::int64_t stride = 1;
-  for (std::size_t g = groupDims.size(); g-- > 0;) {
-    DimGroup& group = groupReduced[g] ? reduced : kept;
-    group.dims.insert(group.dims.begin(), groupDims[g]);
-    group.strides.insert(group.strides.begin(), stride);
-    stride *= groupDims[g];
-  }
+  DimGroup kept{groups.keptDims, groups.keptStrides};
+  DimGroup reduced{groups.reducedDims, groups.reducedStrides};
 
-  if (!groupDims.empty() && groupReduced.back()) {
+  if (groups.innerReduced) {
     // Innermost group reduced: contiguous runs of `run` elements.
     const std::int64_t run = reduced.dims.back();
     reduced.dims.pop_back();

@@ -14,6 +14,7 @@
 #endif
 
 #include "cpu_ops.h"
+#include "data_movement_plan.h"
 #include "shape_ops_common.h"
 #include "strata/thread_pool.h"
 
@@ -316,79 +317,25 @@ void transposeBytes(void* dst, const void* src, const Shape& inShape, const std:
   const std::int64_t count = numElements(inShape);
   if (count == 0)
     return;
-  const std::size_t rank = inShape.size();
-  // Drop unit axes; they do not move data.
-  std::vector<std::int64_t> newIndex(rank, -1);
-  Shape dims;
-  for (std::size_t a = 0; a < rank; ++a) {
-    if (inShape[a] != 1) {
-      newIndex[a] = static_cast<std::int64_t>(dims.size());
-      dims.push_back(inShape[a]);
-    }
-  }
-  std::vector<std::int64_t> p;
-  for (std::size_t i = 0; i < rank; ++i) {
-    const std::int64_t a = newIndex[static_cast<std::size_t>(perm[i])];
-    if (a >= 0)
-      p.push_back(a);
-  }
-  // Merge output axes that are consecutive input axes: (first input axis, axis count) per output group.
-  std::vector<std::pair<std::int64_t, std::int64_t>> groups;
-  for (std::int64_t a : p) {
-    if (!groups.empty() && a == groups.back().first + groups.back().second) {
-      ++groups.back().second;
-    } else {
-      groups.emplace_back(a, 1);
-    }
-  }
-  const std::size_t r = groups.size();
-  std::vector<std::size_t> order(r);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t x, std::size_t y) { return groups[x].first < groups[y].first; });
-  Shape gIn(r);
-  std::vector<std::int64_t> gPerm(r);
-  for (std::size_t j = 0; j < r; ++j) {
-    const auto& g = groups[order[j]];
-    gIn[j] = 1;
-    for (std::int64_t a = g.first; a < g.first + g.second; ++a)
-      gIn[j] *= dims[static_cast<std::size_t>(a)];
-    gPerm[order[j]] = static_cast<std::int64_t>(j);
-  }
-  if (r <= 1) {
+  const TransposePlan plan = planTranspose(inShape, perm);
+  if (plan.copy) {
     copyBytes(dst, src, static_cast<std::size_t>(count) * elemSize);
     return;
   }
-  const auto inStrides = contiguousStrides(gIn);
-  Shape outShape(r);
-  std::vector<std::int64_t> srcStrides(r);
-  for (std::size_t i = 0; i < r; ++i) {
-    outShape[i] = gIn[static_cast<std::size_t>(gPerm[i])];
-    srcStrides[i] = inStrides[static_cast<std::size_t>(gPerm[i])];
-  }
-  if (gPerm[r - 1] == static_cast<std::int64_t>(r - 1)) {
+  if (plan.rowsContiguous) {
     // The innermost axis stays innermost: rows copy with memcpy.
-    stridedCopy(dst, src, outShape, srcStrides, elemSize);
+    stridedCopy(dst, src, plan.shape, plan.srcStrides, elemSize);
     return;
   }
   // Batched 2-D transposes between the input's innermost axis (a) and the output's innermost axis (b), in tiles
   // that stay in cache.
-  const auto outStrides = contiguousStrides(outShape);
-  std::size_t q = 0;
-  while (gPerm[q] != static_cast<std::int64_t>(r - 1))
-    ++q;
-  const std::int64_t da = gIn[r - 1];
-  const std::int64_t db = outShape[r - 1];
-  const std::int64_t dstStrideA = outStrides[q];
-  const std::int64_t srcStrideB = srcStrides[r - 1];
-  std::vector<std::int64_t> batchDims, batchIn, batchOut;
-  for (std::size_t i = 0; i + 1 < r; ++i) {
-    if (i == q)
-      continue;
-    batchDims.push_back(outShape[i]);
-    batchIn.push_back(srcStrides[i]);
-    batchOut.push_back(outStrides[i]);
-  }
+  const std::int64_t da = plan.da;
+  const std::int64_t db = plan.db;
+  const std::int64_t dstStrideA = plan.dstStrideA;
+  const std::int64_t srcStrideB = plan.srcStrideB;
+  const Shape& batchDims = plan.batchDims;
+  const std::vector<std::int64_t>& batchIn = plan.batchIn;
+  const std::vector<std::int64_t>& batchOut = plan.batchOut;
   constexpr std::int64_t kTile = 32;
   const std::int64_t tilesA = (da + kTile - 1) / kTile;
   const std::int64_t tilesB = (db + kTile - 1) / kTile;

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "cuda_allocator.h"
@@ -26,7 +27,18 @@ class CudaDeviceBackend final : public DeviceBackend {
  public:
   void copy(void* dst, Device dstDevice, const void* src, Device srcDevice, std::size_t bytes) override {
     const Device device = dstDevice.type == DeviceType::CUDA ? dstDevice : srcDevice;
+    const DeviceGuard guard(device.index);  // copies come from any thread (Gloo's staging worker)
     const cudaStream_t stream = defaultCudaStream(device.index).handle();
+    if (srcDevice.type == DeviceType::CUDA && dstDevice.type == DeviceType::CUDA && srcDevice != dstDevice) {
+      // Between GPUs: the copy runs on the destination's stream, after the source's queued work.
+      std::optional<CudaEvent> sourceReady;
+      {
+        const DeviceGuard onSource(srcDevice.index);  // an event is recorded on its own device's streams
+        sourceReady.emplace();
+        sourceReady->record(defaultCudaStream(srcDevice.index).handle());
+      }
+      sourceReady->wait(stream);
+    }
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
     if (dstDevice.type == DeviceType::CPU) {
       STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -34,6 +46,7 @@ class CudaDeviceBackend final : public DeviceBackend {
   }
 
   void fillZero(void* dst, Device device, std::size_t bytes) override {
+    const DeviceGuard guard(device.index);
     STRATA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, defaultCudaStream(device.index).handle()));
   }
 };

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "../cpu/matmul_shape.h"
 #include "cuda_context.h"
 #include "cuda_ops.h"
 #include "cuda_stream.h"
@@ -284,27 +285,11 @@ class GemmKernel : public OpKernel {
 
 // ---- MatMul: numpy matmul semantics ----
 
-struct MatmulSetup {
-  std::int64_t m = 0, n = 0, k = 0;
-  Shape batchA, batchB, batch;  // batch dims, both padded with leading 1s to batch's rank
-};
+// MatMul's shapes as the CPU resolves them (matmul_shape.h).
+using MatmulSetup = cpu::MatmulShape;
 
 MatmulSetup resolveMatmul(const Shape& a, const Shape& b) {
-  // 1-D operands are promoted: A [K] -> [1, K], B [K] -> [K, 1]; the output drops the added dims (same bytes).
-  const Shape am = a.size() == 1 ? Shape{1, a[0]} : a;
-  const Shape bm = b.size() == 1 ? Shape{b[0], 1} : b;
-  MatmulSetup s;
-  s.m = am[am.size() - 2];
-  s.k = am.back();
-  s.n = bm.back();
-  s.batchA.assign(am.begin(), am.end() - 2);
-  s.batchB.assign(bm.begin(), bm.end() - 2);
-  s.batch = broadcastShapes(s.batchA, s.batchB);
-  while (s.batchA.size() < s.batch.size())
-    s.batchA.insert(s.batchA.begin(), 1);
-  while (s.batchB.size() < s.batch.size())
-    s.batchB.insert(s.batchB.begin(), 1);
-  return s;
+  return cpu::matmulShape(a, b);
 }
 
 // Batch index -> element offset of an operand whose batch dims are `dims` (1 = broadcast) inside `batch`.

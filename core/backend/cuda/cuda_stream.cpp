@@ -57,10 +57,34 @@ float CudaEvent::elapsedSince(const CudaEvent& start) const {
   return ms;
 }
 
+void makeCurrent(int device) {
+  int current = -1;
+  STRATA_CUDA_CHECK(cudaGetDevice(&current));
+  if (current != device) {
+    STRATA_CUDA_CHECK(cudaSetDevice(device));
+  }
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  STRATA_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) {
+    STRATA_CUDA_CHECK(cudaSetDevice(device));
+  } else {
+    previous_ = -1;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) {
+    cudaSetDevice(previous_);
+  }
+}
+
 cudaStream_t streamOf(const KernelContext& ctx) {
   auto* stream = dynamic_cast<CudaStream*>(ctx.stream);
   STRATA_CHECK(stream != nullptr, "a CUDA kernel was run without a CUDA stream (the plan was built for {})",
                ctx.stream != nullptr ? ctx.stream->device().toString() : std::string("no device"));
+  makeCurrent(stream->device().index);
   return stream->handle();
 }
 

@@ -45,7 +45,23 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
-// The stream a kernel must enqueue on.
+// Makes `device` the calling thread's current CUDA device (kernel launches, events and library calls act on the
+// current device; a worker thread starts on device 0).
+void makeCurrent(int device);
+
+// Sets the current device for a scope and restores the previous one (allocations and copies made from any thread).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// The stream a kernel must enqueue on; also makes the kernel's device current on this thread.
 cudaStream_t streamOf(const KernelContext& ctx);
 // The default compute stream of a device (the backend must be initialised for it).
 CudaStream& defaultCudaStream(int deviceIndex);

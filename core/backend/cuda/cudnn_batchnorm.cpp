@@ -38,7 +38,7 @@ std::int64_t innerSize(const Shape& shape) {
 }
 
 void copyDevice(const KernelContext& ctx, Tensor& dst, const Tensor& src) {
-  if (dst.bytes() > 0) {
+  if (dst.bytes() > 0 && dst.rawData() != src.rawData()) {  // running statistics may be updated in place
     STRATA_CUDA_CHECK(
         cudaMemcpyAsync(dst.rawData(), src.rawData(), dst.bytes(), cudaMemcpyDeviceToDevice, streamOf(ctx)));
   }
@@ -87,7 +87,10 @@ class BatchNormKernel : public OpKernel {
     }
     const Device device = ctx.output(0).device();
     const cudaStream_t stream = streamOf(ctx);
-    const std::size_t statBytes = static_cast<std::size_t>(channels_) * dtypeSize(dtype_);
+    // Each statistic starts on a 256-byte boundary (cuDNN's per-channel kernels may load vectors).
+    constexpr std::size_t kAlign = 256;
+    const std::size_t statBytes =
+        (static_cast<std::size_t>(channels_) * dtypeSize(dtype_) + kAlign - 1) / kAlign * kAlign;
     Tensor scratch = workspaceBytes(4 * statBytes, device);
     char* base = static_cast<char*>(scratch.rawData());
     void* batchMean = base;

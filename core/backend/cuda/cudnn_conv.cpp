@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../cpu/conv_geometry.h"
 #include "../cpu/dnnl_context.h"
 #include "cuda_context.h"
 #include "cuda_ops.h"
@@ -29,19 +30,10 @@ void registerCudnnNormKernels(OpRegistry& registry);  // cudnn_batchnorm.cpp
 
 namespace {
 
-std::vector<std::int64_t> spatialOf(const Shape& shape) {
-  return {shape.begin() + 2, shape.end()};
-}
-
-// The kernel's spatial sizes: W's dims 2..., which the kernel_shape attribute must match when given.
-std::vector<std::int64_t> kernelShapeOf(const Attributes& attrs, const Shape& weight) {
-  std::vector<std::int64_t> fromWeight(weight.begin() + 2, weight.end());
-  if (attrs.has("kernel_shape") && attrs.getInts("kernel_shape") != fromWeight) {
-    fail("kernel_shape {} does not match the weight's spatial dims {}", shapeToString(attrs.getInts("kernel_shape")),
-         shapeToString(fromWeight));
-  }
-  return fromWeight;
-}
+using cpu::ConvGradMode;
+using cpu::ConvGradOperands;
+using cpu::kernelShapeOf;
+using cpu::spatialOf;
 
 // A forward convolution x [N, C, in...] * w [M, C / group, k...] -> y [N, M, out...] in ONNX terms: windows start
 // at o * stride - padBegin; the end padding is whatever makes y's size.
@@ -257,11 +249,11 @@ class ConvPlan {
   DType dtype_;
   CudnnScalars scalars_;
   bool padded_ = false;
-  std::int64_t planes_ = 0;  // N * C of X
-  nn::Spatial3 inSize_;      // X's spatial dims, promoted to 3
-  nn::Spatial3 paddedSize_;  // the padded copy's
-  nn::Spatial3 offset_;      // copy[j] = X[j + offset]
-  Shape paddedShape_;        // [N, C, padded spatial...]
+  std::int64_t planes_ = 0;         // N * C of X
+  nn::Spatial3 inSize_;             // X's spatial dims, promoted to 3
+  nn::Spatial3 paddedSize_;         // the padded copy's
+  nn::Spatial3 offset_{{0, 0, 0}};  // copy[j] = X[j + offset]; 0 along dims that need no copy
+  Shape paddedShape_;               // [N, C, padded spatial...]
   TensorDescriptor xDesc_, yDesc_, biasDesc_;
   FilterDescriptor wDesc_;
   ConvolutionDescriptor conv_[3];  // one per direction: each keeps its algorithm's math type
@@ -329,17 +321,17 @@ class ConvTransposeKernel : public OpKernel {
     empty_ = numElements(y) == 0 || numElements(x.shape) == 0 || numElements(w.shape) == 0;
     if (empty_)
       return;
-    const std::size_t n = x.shape.size() - 2;
-    const std::vector<std::int64_t> kernel = kernelShapeOf(init.attrs, w.shape);
+    // The window as the CPU resolves it (conv_geometry.h); the end pads follow from the output size.
+    cpu::DeconvWindow window = cpu::resolveDeconvWindow(init.attrs, x.shape, w.shape);
     ConvShape s;
     s.dtype = x.dtype;
     s.group = init.attrs.getInt("group", 1);
     s.x = y;  // the convolution runs from ConvTranspose's output ...
     s.w = w.shape;
     s.y = x.shape;  // ... to its input
-    s.strides = init.attrs.getInts("strides", std::vector<std::int64_t>(n, 1));
-    s.dilations = init.attrs.getInts("dilations", std::vector<std::int64_t>(n, 1));
-    s.padBegin = padBegin(init.attrs, x.shape, kernel, s.strides, s.dilations);
+    s.strides = std::move(window.strides);
+    s.dilations = std::move(window.dilations);
+    s.padBegin = std::move(window.padBegin);
     plan_ = std::make_unique<ConvPlan>(s, init.nodeName);
     if (hasBias_) {
       Shape biasDims(cudnnDims(y).size(), 1);
@@ -365,39 +357,6 @@ class ConvTransposeKernel : public OpKernel {
   }
 
  private:
-  // The begin pads as dnnl_conv.cpp's resolveDeconv sets them (the end pads follow from the output size).
-  static std::vector<std::int64_t> padBegin(const Attributes& attrs, const Shape& x,
-                                            const std::vector<std::int64_t>& kernel,
-                                            const std::vector<std::int64_t>& strides,
-                                            const std::vector<std::int64_t>& dilations) {
-    const std::size_t n = kernel.size();
-    const std::vector<std::int64_t> in = spatialOf(x);
-    const std::vector<std::int64_t> outputPadding = attrs.getInts("output_padding", std::vector<std::int64_t>(n, 0));
-    const std::string autoPad = attrs.getString("auto_pad", "NOTSET");
-    std::vector<std::int64_t> begin(n, 0);
-    auto extentOf = [&](std::size_t i) { return (kernel[i] - 1) * dilations[i] + 1; };
-    if (attrs.has("output_shape")) {
-      std::vector<std::int64_t> requested = attrs.getInts("output_shape");
-      if (requested.size() == n + 2)
-        requested.erase(requested.begin(), requested.begin() + 2);
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::int64_t total = strides[i] * (in[i] - 1) + outputPadding[i] + extentOf(i) - requested[i];
-        begin[i] = total < 0 ? 0 : (autoPad == "SAME_UPPER" ? total / 2 : total - total / 2);
-      }
-    } else if (autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER") {
-      for (std::size_t i = 0; i < n; ++i) {
-        const std::int64_t total =
-            std::max<std::int64_t>(0, strides[i] * (in[i] - 1) + outputPadding[i] + extentOf(i) - in[i] * strides[i]);
-        begin[i] = autoPad == "SAME_UPPER" ? total / 2 : total - total / 2;
-      }
-    } else if (autoPad != "VALID") {
-      const std::vector<std::int64_t> pads = attrs.getInts("pads", std::vector<std::int64_t>(2 * n, 0));
-      for (std::size_t i = 0; i < n; ++i)
-        begin[i] = pads.at(i);
-    }
-    return begin;
-  }
-
   bool hasBias_ = false;
   bool empty_ = false;
   std::unique_ptr<ConvPlan> plan_;
@@ -406,37 +365,13 @@ class ConvTransposeKernel : public OpKernel {
 
 // ---- ConvGradInput (dY, W -> dX), ConvGradWeight (dY, X -> dW [, dB]), ConvGrad (dY, X, W -> dX, dW [, dB]) ----
 
-enum class ConvGradMode { Input, Weight, Both };
-
 class ConvGradKernel : public OpKernel {
  public:
   ConvGradKernel(ConvGradMode mode, const KernelInit& init) {
     const TensorMeta& dy = init.inputs.at(0).meta;
-    Shape x, w;
-    switch (mode) {
-      case ConvGradMode::Input:
-        x = init.attrs.getInts("input_shape");
-        w = init.inputs.at(1).meta.shape;
-        wIndex_ = 1;
-        dxOut_ = 0;
-        break;
-      case ConvGradMode::Weight:
-        x = init.inputs.at(1).meta.shape;
-        w = init.attrs.getInts("weight_shape");
-        xIndex_ = 1;
-        dwOut_ = 0;
-        dbOut_ = init.outputs.size() > 1 ? 1 : -1;
-        break;
-      case ConvGradMode::Both:
-        x = init.inputs.at(1).meta.shape;
-        w = init.inputs.at(2).meta.shape;
-        xIndex_ = 1;
-        wIndex_ = 2;
-        dxOut_ = 0;
-        dwOut_ = 1;
-        dbOut_ = init.outputs.size() > 2 ? 2 : -1;
-        break;
-    }
+    io_ = cpu::convGradOperands(mode, init);
+    const Shape& x = io_.x;
+    const Shape& w = io_.w;
     empty_ = numElements(x) == 0 || numElements(w) == 0 || numElements(dy.shape) == 0;
     if (empty_)
       return;
@@ -457,9 +392,9 @@ class ConvGradKernel : public OpKernel {
   }
 
   void compute(KernelContext& ctx) override {
-    Tensor* dx = output(ctx, dxOut_);
-    Tensor* dw = output(ctx, dwOut_);
-    Tensor* db = output(ctx, dbOut_);
+    Tensor* dx = output(ctx, io_.dxOut);
+    Tensor* dw = output(ctx, io_.dwOut);
+    Tensor* db = output(ctx, io_.dbOut);
     if (empty_) {
       for (Tensor* t : {dx, dw, db}) {
         if (t != nullptr && t->bytes() > 0)
@@ -469,11 +404,11 @@ class ConvGradKernel : public OpKernel {
     }
     const void* dy = ctx.input(0).rawData();
     if (dw != nullptr)
-      plan_->backwardFilter(ctx, ctx.input(static_cast<std::size_t>(xIndex_)).rawData(), dy, dw->rawData());
+      plan_->backwardFilter(ctx, ctx.input(static_cast<std::size_t>(io_.xIndex)).rawData(), dy, dw->rawData());
     if (db != nullptr)
       plan_->backwardBias(ctx, dy, db->rawData());
     if (dx != nullptr)
-      plan_->backwardData(ctx, dy, ctx.input(static_cast<std::size_t>(wIndex_)).rawData(), dx->rawData());
+      plan_->backwardData(ctx, dy, ctx.input(static_cast<std::size_t>(io_.wIndex)).rawData(), dx->rawData());
   }
 
  private:
@@ -483,8 +418,7 @@ class ConvGradKernel : public OpKernel {
   }
 
   bool empty_ = false;
-  int xIndex_ = -1, wIndex_ = -1;             // input positions of X and W (dY is input 0)
-  int dxOut_ = -1, dwOut_ = -1, dbOut_ = -1;  // output positions, -1 when the op has no such output
+  ConvGradOperands io_;  // positions of the operands and outputs
   std::unique_ptr<ConvPlan> plan_;
 };
 

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cuda_check.h"
+#include "strata/comm/collective_arrivals.h"
 #include "strata/cuda/nccl_process_group.h"
 #include "strata/error.h"
 
@@ -68,38 +69,6 @@ std::string lastNcclError(ncclComm_t comm) {
 
 namespace strata::cuda {
 namespace {
-
-std::string arrivalKey(const std::string& prefix, int rank) {
-  return prefix + fmt::format("collective/rank/{}", rank);
-}
-
-// "rank 1 of 2 did not join (rank 1 last joined #16)", from the arrival records; never throws.
-std::string describeMissing(Store& store, const std::string& prefix, int size, std::int64_t seq,
-                            std::chrono::milliseconds timeout) {
-  try {
-    std::vector<int> missing;
-    std::vector<std::string> last;
-    for (int r = 0; r < size; ++r) {
-      const std::string k = arrivalKey(prefix, r);
-      std::int64_t joined = 0;
-      if (store.check({k})) {
-        joined = std::stoll(store.getString(k, timeout));
-      }
-      if (joined < seq) {
-        missing.push_back(r);
-        last.push_back(joined > 0 ? fmt::format("rank {} last joined #{}", r, joined)
-                                  : fmt::format("rank {} joined none", r));
-      }
-    }
-    if (missing.empty()) {
-      return fmt::format("all {} ranks joined", size);
-    }
-    return fmt::format("{} {} of {} did not join ({})", missing.size() == 1 ? "rank" : "ranks",
-                       fmt::join(missing, ", "), size, fmt::join(last, ", "));
-  } catch (const std::exception& e) {
-    return fmt::format("the ranks that did not join are unknown (store query failed: {})", e.what());
-  }
-}
 
 ncclDataType_t ncclTypeOf(const Tensor& t, const char* op, const char* what) {
   switch (t.dtype()) {
@@ -452,7 +421,7 @@ void NcclProcessGroup::recorderLoop() {
     const std::int64_t seq = issuedSeq_;
     lock.unlock();
     try {
-      store_.setString(arrivalKey(prefix_, rank_), std::to_string(seq));
+      store_.setString(collectiveArrivalKey(prefix_, rank_), std::to_string(seq));
     } catch (const std::exception& e) {
       if (!warned) {
         spdlog::warn(
@@ -499,7 +468,7 @@ WorkHandle NcclProcessGroup::launch(const std::string& name, std::size_t bytes, 
       work = std::make_shared<NcclWork>(
           state_, description, device_, computeStream_, std::move(tensors), options_.timeout,
           [&store = store_, prefix = prefix_, size = size_, seq, timeout = options_.timeout] {
-            return describeMissing(store, prefix, size, seq, timeout);
+            return describeMissingRanks(store, prefix, size, seq, timeout);
           });
       // The collective reads what kernels queued before this call write (gradients).
       computeReady_->record(computeStream_);

@@ -101,9 +101,10 @@ class OpRegistry {
   std::map<std::pair<std::string, DeviceType>, KernelFactory> kernels_;
 };
 
-// Runs one op eagerly on the CPU: infers shapes, creates the kernel, allocates outputs and computes them.
-// Used for constant folding and in tests.
+// Runs one op eagerly: infers shapes, creates the kernel for `device`, allocates outputs and computes them; the
+// outputs are returned in host memory. Used for constant folding (on the CPU) and in tests.
 std::vector<Tensor> runOpEagerly(const std::string& type, const std::vector<const Tensor*>& inputs,
-                                 const Attributes& attrs, std::size_t outputCount = 1, bool training = false);
+                                 const Attributes& attrs, std::size_t outputCount = 1, bool training = false,
+                                 Device device = Device::cpu());
 
 }  // namespace strata

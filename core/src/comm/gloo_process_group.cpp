@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "gloo_store_adapter.h"
+#include "strata/comm/collective_arrivals.h"
 #include "strata/device_backend.h"
 #include "strata/error.h"
 
@@ -137,10 +138,6 @@ GlooProcessGroup::~GlooProcessGroup() {
   worker_.join();
 }
 
-std::string GlooProcessGroup::key(const std::string& suffix) const {
-  return prefix_ + suffix;
-}
-
 WorkHandle GlooProcessGroup::enqueue(const std::string& name, std::size_t bytes,
                                      std::function<void(std::uint32_t tag)> run) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -183,7 +180,7 @@ void GlooProcessGroup::execute(Job& job) {
     return;
   }
   try {
-    store_->setString(key(fmt::format("collective/rank/{}", rank_)), std::to_string(job.seq));
+    store_->setString(collectiveArrivalKey(prefix_, rank_), std::to_string(job.seq));
   } catch (const std::exception& e) {
     spdlog::warn("{}: could not record the arrival in the store: {}", job.work->description(), e.what());
   }
@@ -202,29 +199,7 @@ void GlooProcessGroup::execute(Job& job) {
 }
 
 std::string GlooProcessGroup::describeMissing(std::int64_t seq) const {
-  try {
-    std::vector<int> missing;
-    std::vector<std::string> last;
-    for (int r = 0; r < size_; ++r) {
-      const std::string k = key(fmt::format("collective/rank/{}", r));
-      std::int64_t joined = 0;
-      if (store_->check({k})) {
-        joined = std::stoll(store_->getString(k, options_.timeout));
-      }
-      if (joined < seq) {
-        missing.push_back(r);
-        last.push_back(joined > 0 ? fmt::format("rank {} last joined #{}", r, joined)
-                                  : fmt::format("rank {} joined none", r));
-      }
-    }
-    if (missing.empty()) {
-      return fmt::format("all {} ranks joined", size_);
-    }
-    return fmt::format("{} {} of {} did not join ({})", missing.size() == 1 ? "rank" : "ranks",
-                       fmt::join(missing, ", "), size_, fmt::join(last, ", "));
-  } catch (const std::exception& e) {
-    return fmt::format("the ranks that did not join are unknown (store query failed: {})", e.what());
-  }
+  return describeMissingRanks(*store_, prefix_, size_, seq, options_.timeout);
 }
 
 WorkHandle GlooProcessGroup::allReduce(Tensor tensor, ReduceOp op) {

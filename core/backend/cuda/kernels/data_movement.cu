@@ -315,81 +315,24 @@ void transpose(void* dst, const void* src, const Shape& inShape, const std::vect
     return;
   }
   // As the CPU's transposeBytes: drop unit axes, then merge output axes that are consecutive input axes.
-  const std::size_t rank = inShape.size();
-  std::vector<std::int64_t> newIndex(rank, -1);
-  Shape dims;
-  for (std::size_t a = 0; a < rank; ++a) {
-    if (inShape[a] != 1) {
-      newIndex[a] = static_cast<std::int64_t>(dims.size());
-      dims.push_back(inShape[a]);
-    }
-  }
-  std::vector<std::int64_t> p;
-  for (std::size_t i = 0; i < rank; ++i) {
-    const std::int64_t a = newIndex[static_cast<std::size_t>(perm[i])];
-    if (a >= 0) {
-      p.push_back(a);
-    }
-  }
-  std::vector<std::pair<std::int64_t, std::int64_t>> groups;  // (first input axis, axis count) per output group
-  for (std::int64_t a : p) {
-    if (!groups.empty() && a == groups.back().first + groups.back().second) {
-      ++groups.back().second;
-    } else {
-      groups.emplace_back(a, 1);
-    }
-  }
-  const std::size_t r = groups.size();
-  if (r <= 1) {
+  const cpu::shape_detail::TransposePlan plan = cpu::shape_detail::planTranspose(inShape, perm);
+  if (plan.copy) {
     copyBytes(dst, src, static_cast<std::size_t>(count) * elemSize, stream);
     return;
   }
-  std::vector<std::size_t> order(r);
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t x, std::size_t y) { return groups[x].first < groups[y].first; });
-  Shape gIn(r);
-  std::vector<std::int64_t> gPerm(r);
-  for (std::size_t j = 0; j < r; ++j) {
-    const auto& g = groups[order[j]];
-    gIn[j] = 1;
-    for (std::int64_t a = g.first; a < g.first + g.second; ++a) {
-      gIn[j] *= dims[static_cast<std::size_t>(a)];
-    }
-    gPerm[order[j]] = static_cast<std::int64_t>(j);
-  }
-  const auto inStrides = contiguousStrides(gIn);
-  Shape outShape(r);
-  Strides srcStrides(r);
-  for (std::size_t i = 0; i < r; ++i) {
-    outShape[i] = gIn[static_cast<std::size_t>(gPerm[i])];
-    srcStrides[i] = inStrides[static_cast<std::size_t>(gPerm[i])];
-  }
-  if (gPerm[r - 1] == static_cast<std::int64_t>(r - 1)) {
+  if (plan.rowsContiguous) {
     // The innermost axis stays innermost: a strided copy of contiguous rows.
-    stridedCopy(dst, src, outShape, srcStrides, elemSize, stream);
+    stridedCopy(dst, src, plan.shape, plan.srcStrides, elemSize, stream);
     return;
   }
   // Batched 2-D transposes between the input's innermost axis (a, output axis q) and the output's (b).
-  const auto outStrides = contiguousStrides(outShape);
-  std::size_t q = 0;
-  while (gPerm[q] != static_cast<std::int64_t>(r - 1)) {
-    ++q;
-  }
-  Shape batchDims;
-  Strides batchIn, batchOut;
-  for (std::size_t i = 0; i + 1 < r; ++i) {
-    if (i == q) {
-      continue;
-    }
-    batchDims.push_back(outShape[i]);
-    batchIn.push_back(srcStrides[i]);
-    batchOut.push_back(outStrides[i]);
-  }
+  const Shape& batchDims = plan.batchDims;
+  const Strides& batchIn = plan.batchIn;
+  const Strides& batchOut = plan.batchOut;
   const Indexer inBatch = makeIndexer(batchDims, batchIn, "Transpose");
   const Indexer outBatch = makeIndexer(batchDims, batchOut, "Transpose");
-  const std::int64_t da = gIn[r - 1];
-  const std::int64_t db = outShape[r - 1];
+  const std::int64_t da = plan.da;
+  const std::int64_t db = plan.db;
   const std::int64_t batches = numElements(batchDims);
   constexpr std::int64_t kMaxGrid = 65535;
   const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>((db + kTile - 1) / kTile, kMaxGrid)),
@@ -399,7 +342,7 @@ void transpose(void* dst, const void* src, const Shape& inShape, const std::vect
   visitWord(elemSize, [&](auto tag) {
     using T = decltype(tag);
     transposeTilesKernel<T><<<grid, block, 0, stream>>>(static_cast<T*>(dst), static_cast<const T*>(src), da, db,
-                                                        outStrides[q], srcStrides[r - 1], batches, inBatch, outBatch);
+                                                        plan.dstStrideA, plan.srcStrideB, batches, inBatch, outBatch);
     STRATA_CUDA_CHECK_LAUNCH();
   });
 }

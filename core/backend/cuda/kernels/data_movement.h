@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../../cpu/data_movement_plan.h"
 #include "strata/op_registry.h"
 #include "strata/shape.h"
 #include "strata/tensor.h"
@@ -117,8 +118,8 @@ struct NdGeometry {
 void gatherND(void* dst, const void* data, const std::int64_t* indices, const NdGeometry& geometry,
               std::size_t elemSize, Device device, unsigned long long* bad, cudaStream_t stream);
 
-// The CPU's reduction attribute of ScatterElements / ScatterND, in the same order.
-enum class Reduction { None, Add, Mul, Max, Min };
+// The reduction attribute of ScatterElements / ScatterND, as the CPU reads it.
+using Reduction = cpu::shape_detail::ScatterReduction;
 
 // ScatterElements into dst (already holding data): updates[p] combines into dst[p with its axis coordinate replaced
 // by idx[p]]. Repeated targets combine in index order (a stable sort by target), as the CPU's serial loop does.

@@ -14,19 +14,9 @@ namespace dm {
 
 namespace {
 
-using cpu::shape_detail::listToString;
+using cpu::shape_detail::PadGradPlan;
+using cpu::shape_detail::planPadGrad;
 namespace slice_pad = cpu::slice_pad;
-
-// The forward input's shape from the "shape" attribute, checked for negative dims.
-Shape shapeAttr(const Attributes& attrs) {
-  Shape shape = attrs.getInts("shape");
-  for (std::int64_t d : shape) {
-    if (d < 0) {
-      fail("shape {} has a negative dimension", listToString(shape));
-    }
-  }
-  return shape;
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // SliceGrad(dY, [starts, ends, axes, steps]) -> dX: zeros, with dY scattered where the forward Slice read.
@@ -91,37 +81,6 @@ ComputeFn makeGatherGrad(const KernelInit& init) {
 // PadGrad(dY) -> dX of attribute `shape`; attributes `mode` and `pads` ([begin_0, ..., end_n-1], negative pads
 // crop). The map is separable: one padded axis folds back per pass, as on the CPU.
 
-struct PadGradPlan {
-  Shape shape;  // dX
-  PadKind mode = PadKind::Constant;
-  std::vector<std::int64_t> begin, end;
-  Shape outShape;  // dY
-};
-
-PadGradPlan planPadGrad(const Attributes& attrs) {
-  PadGradPlan plan;
-  plan.shape = shapeAttr(attrs);
-  plan.mode = padKind(slice_pad::padMode(attrs));
-  const auto pads = attrs.getInts("pads");
-  const std::size_t rank = plan.shape.size();
-  if (pads.size() != 2 * rank) {
-    fail("pads {} must have 2 * {} entries for shape {}", listToString(pads), rank, shapeToString(plan.shape));
-  }
-  plan.begin.assign(pads.begin(), pads.begin() + static_cast<std::ptrdiff_t>(rank));
-  plan.end.assign(pads.begin() + static_cast<std::ptrdiff_t>(rank), pads.end());
-  plan.outShape = plan.shape;
-  for (std::size_t k = 0; k < rank; ++k) {
-    plan.outShape[k] += plan.begin[k] + plan.end[k];
-    if (plan.outShape[k] < 0) {
-      fail("pads {} make axis {} of {} negative", listToString(pads), k, shapeToString(plan.shape));
-    }
-    if (plan.mode != PadKind::Constant && plan.shape[k] == 0 && plan.outShape[k] > 0) {
-      fail("cannot pad the empty axis {} in a non-constant mode", k);
-    }
-  }
-  return plan;
-}
-
 ComputeFn makePadGrad(const KernelInit& init) {
   const PadGradPlan plan = planPadGrad(init.attrs);
   return [plan](KernelContext& ctx) {
@@ -162,7 +121,7 @@ ComputeFn makePadGrad(const KernelInit& init) {
         dst = step.rawData();
       }
       padGradFold(dst, src, dtype, productOf(current, 0, k), current[k], next[k], productOf(current, k + 1, rank),
-                  plan.begin[k], plan.mode, stream);
+                  plan.begin[k], padKind(plan.mode), stream);
       previous = std::move(step);
       src = dst;
       current = next;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../cpu/data_movement_plan.h"
 #include "../../cpu/shape_ops_common.h"
 #include "../../cpu/slice_pad_plan.h"
 #include "cuda_stream.h"
@@ -71,13 +72,7 @@ void withIndexCheck(const KernelContext& ctx, const Tensor& hostIndices, const T
   }
 }
 
-inline std::int64_t productOf(const Shape& shape, std::size_t begin, std::size_t end) {
-  std::int64_t p = 1;
-  for (std::size_t i = begin; i < end; ++i) {
-    p *= shape[i];
-  }
-  return p;
-}
+using cpu::shape_detail::productOf;
 
 inline std::size_t elemSizeOf(const Tensor& t) {
   return dtypeSize(t.dtype());

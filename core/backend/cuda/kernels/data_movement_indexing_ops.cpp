@@ -11,6 +11,10 @@ namespace strata::cuda::dm {
 
 namespace {
 
+using cpu::shape_detail::checkElementsShapes;
+using cpu::shape_detail::NdPlan;
+using cpu::shape_detail::planNd;
+
 // ---------------------------------------------------------------------------------------------------------------
 // Gather
 
@@ -48,17 +52,6 @@ ComputeFn makeGather(const KernelInit& init) {
 // ---------------------------------------------------------------------------------------------------------------
 // GatherElements and ScatterElements
 
-void checkElementsShapes(const Shape& data, const Shape& indices, std::size_t axis, const char* op) {
-  if (data.size() != indices.size()) {
-    fail("{}: indices {} must have the rank of data {}", op, shapeToString(indices), shapeToString(data));
-  }
-  for (std::size_t k = 0; k < data.size(); ++k) {
-    if (k != axis && indices[k] > data[k]) {
-      fail("{}: indices {} exceed data {} on axis {}", op, shapeToString(indices), shapeToString(data), k);
-    }
-  }
-}
-
 ComputeFn makeGatherElements(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis", 0);
   const HostConstants constants(init, {1});
@@ -83,29 +76,9 @@ ComputeFn makeGatherElements(const KernelInit& init) {
   };
 }
 
-Reduction reductionOf(const Attributes& attrs) {
-  const std::string r = attrs.getString("reduction", "none");
-  if (r == "none") {
-    return Reduction::None;
-  }
-  if (r == "add") {
-    return Reduction::Add;
-  }
-  if (r == "mul") {
-    return Reduction::Mul;
-  }
-  if (r == "max") {
-    return Reduction::Max;
-  }
-  if (r == "min") {
-    return Reduction::Min;
-  }
-  fail("unknown reduction '{}' (expected none, add, mul, max or min)", r);
-}
-
 ComputeFn makeScatterElements(const KernelInit& init) {
   const std::int64_t axisAttr = init.attrs.getInt("axis", 0);
-  const Reduction reduction = reductionOf(init.attrs);
+  const Reduction reduction = cpu::shape_detail::scatterReductionOf(init.attrs);
   const HostConstants constants(init, {1});
   return [axisAttr, reduction, constants](KernelContext& ctx) {
     if (!ctx.hasOutput(0)) {
@@ -135,40 +108,6 @@ ComputeFn makeScatterElements(const KernelInit& init) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // GatherND and ScatterND
-
-struct NdPlan {
-  std::int64_t batch = 1;       // product of the batch dims
-  std::int64_t tuples = 1;      // index tuples per batch
-  std::int64_t k = 0;           // coordinates per tuple
-  std::int64_t sliceElems = 1;  // elements each tuple addresses
-  Shape out;
-};
-
-NdPlan planNd(const Shape& data, const Shape& indices, std::int64_t batchDims, const char* op) {
-  if (indices.empty()) {
-    fail("{}: indices must have rank >= 1", op);
-  }
-  if (batchDims < 0 || batchDims >= static_cast<std::int64_t>(std::min(data.size(), indices.size()))) {
-    fail("{}: batch_dims {} is out of range", op, batchDims);
-  }
-  const auto b = static_cast<std::size_t>(batchDims);
-  NdPlan plan;
-  plan.k = indices.back();
-  if (plan.k < 1 || b + static_cast<std::size_t>(plan.k) > data.size()) {
-    fail("{}: index tuples of length {} do not fit data {}", op, plan.k, shapeToString(data));
-  }
-  for (std::size_t i = 0; i < b; ++i) {
-    if (data[i] != indices[i]) {
-      fail("{}: batch dims of data {} and indices {} differ", op, shapeToString(data), shapeToString(indices));
-    }
-    plan.batch *= data[i];
-  }
-  plan.tuples = productOf(indices, b, indices.size() - 1);
-  plan.sliceElems = productOf(data, b + static_cast<std::size_t>(plan.k), data.size());
-  plan.out.assign(indices.begin(), indices.end() - 1);
-  plan.out.insert(plan.out.end(), data.begin() + static_cast<std::ptrdiff_t>(b) + plan.k, data.end());
-  return plan;
-}
 
 NdGeometry ndGeometry(const Shape& data, const NdPlan& plan, std::size_t b) {
   const auto strides = contiguousStrides(data);
@@ -218,7 +157,7 @@ ComputeFn makeGatherND(const KernelInit& init) {
 }
 
 ComputeFn makeScatterND(const KernelInit& init) {
-  const Reduction reduction = reductionOf(init.attrs);
+  const Reduction reduction = cpu::shape_detail::scatterReductionOf(init.attrs);
   const HostConstants constants(init, {1});
   return [reduction, constants](KernelContext& ctx) {
     if (!ctx.hasOutput(0)) {

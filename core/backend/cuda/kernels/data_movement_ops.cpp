@@ -1,6 +1,6 @@
 // CUDA kernels of the data-movement ops Transpose, Concat, Split, Slice, Expand, Tile, Pad, DepthToSpace,
 // SpaceToDepth and Trilu (core/backend/cpu/data_movement_ops.cpp). Attributes, operands and errors follow the CPU
-// kernels, whose Slice / Pad plan helpers (slice_pad_plan.h) this file shares; the device work is in
+// kernels, whose plan helpers (slice_pad_plan.h, data_movement_plan.h) this file shares; the device work is in
 // data_movement.cu. registerDataMovementKernels also registers the shape and indexing families.
 
 #include <algorithm>
@@ -16,8 +16,15 @@ namespace dm {
 
 namespace {
 
-using cpu::shape_detail::listToString;
+using cpu::shape_detail::BlockPlan;
+using cpu::shape_detail::BlockPlanner;
+using cpu::shape_detail::broadcastStrides;
+using cpu::shape_detail::padAmounts;
+using cpu::shape_detail::planDepthToSpace;
+using cpu::shape_detail::planSpaceToDepth;
+using cpu::shape_detail::splitSizes;
 using cpu::shape_detail::toInt64Vector;
+using cpu::shape_detail::transposePerm;
 namespace slice_pad = cpu::slice_pad;
 
 char* bytesOf(Tensor& t) {
@@ -30,31 +37,6 @@ const char* bytesOf(const Tensor& t) {
 // ---------------------------------------------------------------------------------------------------------------
 // Transpose, DepthToSpace, SpaceToDepth
 
-std::vector<std::int64_t> transposePerm(const Attributes& attrs, std::int64_t rank) {
-  std::vector<std::int64_t> perm = attrs.getInts("perm", {});
-  if (perm.empty() && rank > 0) {
-    perm.resize(static_cast<std::size_t>(rank));
-    std::iota(perm.rbegin(), perm.rend(), std::int64_t{0});
-  }
-  if (static_cast<std::int64_t>(perm.size()) != rank) {
-    fail("perm {} does not match the input rank {}", listToString(perm), rank);
-  }
-  std::vector<bool> seen(perm.size(), false);
-  for (auto& p : perm) {
-    if (p < -rank || p >= rank) {
-      fail("perm {} is not a permutation of 0..{}", listToString(perm), rank - 1);
-    }
-    if (p < 0) {
-      p += rank;
-    }
-    if (seen[static_cast<std::size_t>(p)]) {
-      fail("perm {} repeats axis {}", listToString(perm), p);
-    }
-    seen[static_cast<std::size_t>(p)] = true;
-  }
-  return perm;
-}
-
 ComputeFn makeTranspose(const KernelInit& init) {
   const Attributes attrs = init.attrs;
   return [attrs](KernelContext& ctx) {
@@ -66,57 +48,6 @@ ComputeFn makeTranspose(const KernelInit& init) {
               streamOf(ctx));
   };
 }
-
-struct BlockPlan {
-  Shape view;                      // the input as 6-D
-  std::vector<std::int64_t> perm;  // transpose of the view
-  Shape out;
-};
-
-BlockPlan planDepthToSpace(const Shape& in, const Attributes& attrs) {
-  if (in.size() != 4) {
-    fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
-  }
-  const std::int64_t b = attrs.getInt("blocksize");
-  if (b <= 0) {
-    fail("blocksize {} must be positive", b);
-  }
-  const std::string mode = attrs.getString("mode", "DCR");
-  const std::int64_t n = in[0], c = in[1], h = in[2], w = in[3];
-  if (c % (b * b) != 0) {
-    fail("channels {} are not divisible by blocksize^2 = {}", c, b * b);
-  }
-  const std::int64_t oc = c / (b * b);
-  BlockPlan plan;
-  if (mode == "DCR") {
-    plan.view = {n, b, b, oc, h, w};
-    plan.perm = {0, 3, 4, 1, 5, 2};
-  } else if (mode == "CRD") {
-    plan.view = {n, oc, b, b, h, w};
-    plan.perm = {0, 1, 4, 2, 5, 3};
-  } else {
-    fail("unknown mode '{}' (expected DCR or CRD)", mode);
-  }
-  plan.out = {n, oc, h * b, w * b};
-  return plan;
-}
-
-BlockPlan planSpaceToDepth(const Shape& in, const Attributes& attrs) {
-  if (in.size() != 4) {
-    fail("input must be 4-D (N, C, H, W), not {}", shapeToString(in));
-  }
-  const std::int64_t b = attrs.getInt("blocksize");
-  if (b <= 0) {
-    fail("blocksize {} must be positive", b);
-  }
-  const std::int64_t n = in[0], c = in[1], h = in[2], w = in[3];
-  if (h % b != 0 || w % b != 0) {
-    fail("height {} and width {} must be divisible by blocksize {}", h, w, b);
-  }
-  return BlockPlan{{n, c, h / b, b, w / b, b}, {0, 3, 5, 1, 2, 4}, {n, c * b * b, h / b, w / b}};
-}
-
-using BlockPlanner = BlockPlan (*)(const Shape&, const Attributes&);
 
 void addBlockKernel(OpRegistry& registry, const std::string& type, BlockPlanner planner) {
   addComputeFactory(registry, type, [planner](const KernelInit& init) -> ComputeFn {
@@ -159,49 +90,6 @@ ComputeFn makeConcat(const KernelInit& init) {
       offset += chunk;
     }
   };
-}
-
-// Split's part sizes along the axis: the `split` input (opset 13), the `split` attribute (older opsets), or equal
-// parts (opset 18's num_outputs allows a smaller last part).
-std::vector<std::int64_t> splitSizes(std::int64_t dim, const Tensor* splitInput, const Attributes& attrs,
-                                     std::size_t outputCount) {
-  std::vector<std::int64_t> sizes;
-  if (splitInput != nullptr) {
-    sizes = toInt64Vector(*splitInput);
-  } else if (attrs.has("split")) {
-    sizes = attrs.getInts("split");
-  }
-  if (!sizes.empty()) {
-    if (sizes.size() != outputCount) {
-      fail("split {} has {} parts but the node has {} outputs", listToString(sizes), sizes.size(), outputCount);
-    }
-    std::int64_t sum = 0;
-    for (std::int64_t s : sizes) {
-      if (s < 0) {
-        fail("split {} has a negative size", listToString(sizes));
-      }
-      sum += s;
-    }
-    if (sum != dim) {
-      fail("split {} sums to {}, not to the axis size {}", listToString(sizes), sum, dim);
-    }
-    return sizes;
-  }
-  const auto n = static_cast<std::int64_t>(attrs.getInt("num_outputs", static_cast<std::int64_t>(outputCount)));
-  if (n <= 0) {
-    fail("cannot split into {} parts", n);
-  }
-  if (static_cast<std::size_t>(n) != outputCount) {
-    fail("num_outputs {} but the node has {} outputs", n, outputCount);
-  }
-  if (dim % n != 0 && !attrs.has("num_outputs")) {
-    fail("axis size {} does not split into {} equal parts", dim, n);
-  }
-  const std::int64_t part = (dim + n - 1) / n;
-  for (std::int64_t i = 0; i < n; ++i) {
-    sizes.push_back(std::clamp<std::int64_t>(dim - i * part, 0, part));
-  }
-  return sizes;
 }
 
 ComputeFn makeSplit(const KernelInit& init) {
@@ -255,17 +143,6 @@ ComputeFn makeSlice(const KernelInit& init) {
   };
 }
 
-// Strides (in elements) that read `in` broadcast to outShape: 0 along broadcast axes.
-std::vector<std::int64_t> broadcastStrides(const Shape& in, const Shape& outShape) {
-  const auto strides = contiguousStrides(in);
-  std::vector<std::int64_t> result(outShape.size(), 0);
-  const std::size_t offset = outShape.size() - in.size();
-  for (std::size_t k = 0; k < in.size(); ++k) {
-    result[offset + k] = in[k] == 1 ? 0 : strides[k];
-  }
-  return result;
-}
-
 void computeExpand(KernelContext& ctx) {
   if (!ctx.hasOutput(0)) {
     return;
@@ -302,34 +179,6 @@ void computeTile(KernelContext& ctx) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Pad
-
-// Per-axis (begin, end) pads, from the pads input (opset 11+; optional axes input from opset 18) or attribute.
-std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> padAmounts(const Shape& shape, const Tensor* padsInput,
-                                                                           const Tensor* axesInput,
-                                                                           const Attributes& attrs) {
-  const auto rank = static_cast<std::int64_t>(shape.size());
-  const auto pads = padsInput != nullptr ? toInt64Vector(*padsInput) : attrs.getInts("pads");
-  std::vector<std::int64_t> axes;
-  if (axesInput != nullptr) {
-    axes = toInt64Vector(*axesInput);
-  } else {
-    axes.resize(shape.size());
-    std::iota(axes.begin(), axes.end(), std::int64_t{0});
-  }
-  if (pads.size() != 2 * axes.size()) {
-    fail("pads {} must have 2 * {} entries for input {}", listToString(pads), axes.size(), shapeToString(shape));
-  }
-  std::vector<std::int64_t> begin(shape.size(), 0), end(shape.size(), 0);
-  for (std::size_t i = 0; i < axes.size(); ++i) {
-    if (axes[i] < -rank || axes[i] >= rank) {
-      fail("axis {} is out of range for rank {}", axes[i], rank);
-    }
-    const auto a = static_cast<std::size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
-    begin[a] = pads[i];
-    end[a] = pads[i + axes.size()];
-  }
-  return {begin, end};
-}
 
 ComputeFn makePad(const KernelInit& init) {
   const Attributes attrs = init.attrs;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "../../cpu/reduction_plan.h"
 #include "reduce_kernels.cuh"
 
 namespace strata::cuda {
@@ -16,7 +17,7 @@ namespace reduce {
 
 namespace {
 
-enum class Reduction { None, Sum, Mean };
+using Reduction = cpu::reduction_detail::LossReduction;
 
 struct LossConfig {
   Reduction reduction = Reduction::Mean;
@@ -26,22 +27,13 @@ struct LossConfig {
   __host__ __device__ bool ignored(std::int64_t label) const { return hasIgnoreIndex && label == ignoreIndex; }
 };
 
+// The CPU's loss attributes, in a form the kernels can take by value.
 LossConfig readLossConfig(const Attributes& attrs) {
+  const cpu::reduction_detail::LossConfig parsed = cpu::reduction_detail::readLossConfig(attrs);
   LossConfig config;
-  const std::string name = attrs.getString("reduction", "mean");
-  if (name == "none") {
-    config.reduction = Reduction::None;
-  } else if (name == "sum") {
-    config.reduction = Reduction::Sum;
-  } else if (name == "mean") {
-    config.reduction = Reduction::Mean;
-  } else {
-    fail("reduction must be none, sum or mean, got '{}'", name);
-  }
-  if (attrs.has("ignore_index")) {
-    config.hasIgnoreIndex = true;
-    config.ignoreIndex = attrs.getInt("ignore_index");
-  }
+  config.reduction = parsed.reduction;
+  config.hasIgnoreIndex = parsed.ignoreIndex.has_value();
+  config.ignoreIndex = parsed.ignoreIndex.value_or(0);
   return config;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../../cpu/reduction_plan.h"
 #include "cuda_ops.h"
 #include "reduce_kernels.cuh"
 
@@ -19,9 +20,12 @@ namespace {
 
 enum class ReduceKind { Sum, Mean, Prod, Max, Min, L1, L2, SumSquare, LogSum, LogSumExp };
 
-// Sums: int64 for integers (like the CPU), float for float and the 16-bit floats, double for double.
+// Sums: int64 for integers and double for float and double, like the CPU (a float32 sum of squares overflows
+// where the CPU's does not); float for the 16-bit floats. Reductions are bound by memory bandwidth, so the wider
+// accumulator costs little.
 template <typename T>
-using SumAccOf = std::conditional_t<std::is_integral_v<T>, std::int64_t, typename AccTypeOf<T>::type>;
+using SumAccOf = std::conditional_t<std::is_integral_v<T>, std::int64_t,
+                                    std::conditional_t<std::is_same_v<T, float>, double, typename AccTypeOf<T>::type>>;
 // Comparisons: a type that shuffles in whole 32-bit words and holds every value of T.
 template <typename T>
 using CmpAccOf = std::conditional_t<std::is_integral_v<T>, std::conditional_t<sizeof(T) == 8, std::int64_t, int>,
@@ -170,39 +174,11 @@ struct ArgOp {
 // The groups of kept and reduced dims of a contiguous input (neighbouring dims of the same kind merge; size-1
 // dims do not matter), as in the CPU kernel.
 ReduceGeometry makeGeometry(const Shape& shape, const std::vector<bool>& reducedAxis) {
-  ReduceGeometry g;
-  g.outCount = 1;
-  g.reduceCount = 1;
-  std::vector<std::int64_t> groupDims;
-  std::vector<bool> groupReduced;
-  for (std::size_t d = 0; d < shape.size(); ++d) {
-    const std::int64_t dim = shape[d];
-    (reducedAxis[d] ? g.reduceCount : g.outCount) *= dim;
-    if (dim == 1) {
-      continue;
-    }
-    if (!groupDims.empty() && groupReduced.back() == reducedAxis[d]) {
-      groupDims.back() *= dim;
-    } else {
-      groupDims.push_back(dim);
-      groupReduced.push_back(reducedAxis[d]);
-    }
-  }
-  std::vector<std::int64_t> keptDims;
-  std::vector<std::int64_t> keptStrides;
-  std::vector<std::int64_t> reducedDims;
-  std::vector<std::int64_t> reducedStrides;
-  std::int64_t stride = 1;
-  for (std::size_t i = groupDims.size(); i-- > 0;) {
-    auto& dims = groupReduced[i] ? reducedDims : keptDims;
-    auto& strides = groupReduced[i] ? reducedStrides : keptStrides;
-    dims.insert(dims.begin(), groupDims[i]);
-    strides.insert(strides.begin(), stride);
-    stride *= groupDims[i];
-  }
-  STRATA_CHECK(
-      keptDims.size() <= static_cast<std::size_t>(kMaxDims) && reducedDims.size() <= static_cast<std::size_t>(kMaxDims),
-      "CUDA reductions take at most {} groups of kept or reduced axes, got shape {}", kMaxDims, shapeToString(shape));
+  const cpu::reduction_detail::ReduceGroups groups = cpu::reduction_detail::groupReducedAxes(shape, reducedAxis);
+  STRATA_CHECK(groups.keptDims.size() <= static_cast<std::size_t>(kMaxDims) &&
+                   groups.reducedDims.size() <= static_cast<std::size_t>(kMaxDims),
+               "CUDA reductions take at most {} groups of kept or reduced axes, got shape {}", kMaxDims,
+               shapeToString(shape));
   const auto fill = [](Indexer& indexer, const std::vector<std::int64_t>& dims,
                        const std::vector<std::int64_t>& strides) {
     indexer.rank = static_cast<int>(dims.size());
@@ -211,9 +187,12 @@ ReduceGeometry makeGeometry(const Shape& shape, const std::vector<bool>& reduced
       indexer.strides[d] = strides[d];
     }
   };
-  fill(g.kept, keptDims, keptStrides);
-  fill(g.reduced, reducedDims, reducedStrides);
-  g.innerReduced = !groupDims.empty() && groupReduced.back();
+  ReduceGeometry g;
+  g.outCount = groups.outCount;
+  g.reduceCount = groups.reduceCount;
+  fill(g.kept, groups.keptDims, groups.keptStrides);
+  fill(g.reduced, groups.reducedDims, groups.reducedStrides);
+  g.innerReduced = groups.innerReduced;
   return g;
 }
 

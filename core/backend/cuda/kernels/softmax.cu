@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "../../cpu/reduction_plan.h"
 #include "reduce_kernels.cuh"
 
 namespace strata::cuda {
@@ -158,30 +159,14 @@ __global__ void softmaxGradColumnsKernel(const T* dy, const T* y, T* dx, std::in
   }
 }
 
-// [outer, axis, inner] around `axis` (axis 0 of a scalar is a single element).
-struct AxisSplit {
-  std::int64_t outer = 1;
-  std::int64_t axis = 1;
-  std::int64_t inner = 1;
-};
+using cpu::reduction_detail::AxisSplit;
 
+// [outer, axis, inner] around `axis` as the CPU splits it (axis 0 of a scalar is a single element).
 AxisSplit splitAtAxis(const Shape& shape, std::int64_t axisAttr) {
-  AxisSplit split;
   if (shape.empty()) {
-    return split;
+    return AxisSplit{};
   }
-  const std::int64_t axis = normalizeAxis(axisAttr, static_cast<std::int64_t>(shape.size()));
-  for (std::int64_t d = 0; d < static_cast<std::int64_t>(shape.size()); ++d) {
-    const std::int64_t dim = shape[static_cast<std::size_t>(d)];
-    if (d < axis) {
-      split.outer *= dim;
-    } else if (d == axis) {
-      split.axis = dim;
-    } else {
-      split.inner *= dim;
-    }
-  }
-  return split;
+  return cpu::reduction_detail::splitAtAxis(shape, normalizeAxis(axisAttr, static_cast<std::int64_t>(shape.size())));
 }
 
 void addSoftmax(OpRegistry& registry, const std::string& type, bool logSoftmax) {

@@ -80,7 +80,6 @@ class GlooProcessGroup final : public ProcessGroup {
   void execute(Job& job);
   // "rank 1 of 2 did not join (last joined #16)", from the arrival records; never throws.
   std::string describeMissing(std::int64_t seq) const;
-  std::string key(const std::string& suffix) const;
 
   std::shared_ptr<Store> store_;
   const int rank_;
