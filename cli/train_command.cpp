@@ -256,10 +256,6 @@ void train(const TrainOptions& options) {
   const bool lead = rankEnv.rank == 0;
   const std::map<std::string, std::string> strategyOptions = parseStrategyOptions(options.strategyOptions);
   const Device device = selectDevice(options.device, rankEnv.localRank);
-  if (device.type != DeviceType::CPU && options.gradAccum > 1) {
-    fail("--grad-accum {} with --device {}: gradient accumulation runs on the CPU only so far", options.gradAccum,
-         device.toString());
-  }
   const std::unique_ptr<LoadedStrategy> strategy = PluginHost(toPaths(options.pluginDirs)).load(options.strategy);
   std::shared_ptr<Store> store;
   std::unique_ptr<ProcessGroup> group;

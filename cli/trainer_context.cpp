@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "strata/optim/device_optimizer.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cli {
@@ -16,6 +17,14 @@ void forFloat(const Tensor& t, Fn&& fn) {
   }
 }
 
+// Gradients on a GPU are accumulated by the kernels its backend registered for the optimizer.
+DeviceOptimizerKernels& deviceKernels(const Tensor& grad) {
+  DeviceOptimizerKernels* kernels = deviceOptimizerKernels(grad.device().type);
+  STRATA_CHECK(kernels != nullptr, "gradient accumulation on {}: its backend registered no kernels",
+               grad.device().toString());
+  return *kernels;
+}
+
 }  // namespace
 
 GradientAccumulator::GradientAccumulator(TrainingPlan& plan, int microBatches)
@@ -25,8 +34,8 @@ GradientAccumulator::GradientAccumulator(TrainingPlan& plan, int microBatches)
   }
   ParameterStore& store = plan.parameters();
   for (std::size_t g = 0; g < store.groupCount(); ++g) {
-    sums_.push_back(
-        Tensor::zeros(store.flatGradients(g).dtype(), store.flatGradients(g).shape(), MemoryCategory::Gradients));
+    const Tensor& grad = store.flatGradients(g);
+    sums_.push_back(Tensor::zeros(grad.dtype(), grad.shape(), MemoryCategory::Gradients, grad.device()));
   }
   hook_ = plan.executor().addGradientReadyHook([this](int parameter) { onGradientReady(parameter); });
 }
@@ -42,6 +51,10 @@ void GradientAccumulator::accumulate() {
   for (std::size_t g = 0; g < store.groupCount(); ++g) {
     const Tensor& grad = store.flatGradients(g);
     Tensor& sum = sums_[g];
+    if (grad.device().type != DeviceType::CPU) {
+      deviceKernels(grad).accumulate(sum, grad, micro_ == 0);
+      continue;
+    }
     forFloat(grad, [&](auto tag) {
       using T = decltype(tag);
       const T* src = grad.data<T>();
@@ -63,6 +76,10 @@ void GradientAccumulator::onGradientReady(int parameter) {
   const Tensor grad = plan_.parameters().gradient(static_cast<std::size_t>(parameter));
   const ParameterInfo& info = plan_.parameters().info(static_cast<std::size_t>(parameter));
   const Tensor sum = sums_[info.group].viewAs(info.offset, info.meta);
+  if (grad.device().type != DeviceType::CPU) {
+    deviceKernels(grad).finishAccumulation(grad, sum, 1.0 / microBatches_);
+    return;
+  }
   forFloat(grad, [&](auto tag) {
     using T = decltype(tag);
     T* g = grad.data<T>();

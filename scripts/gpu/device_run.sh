@@ -42,7 +42,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   run conformance_gpu env STRATA_ONNX_NODE_TESTS="$pack/onnx-node-tests" "$pack/bin/strata_conformance_tests"
   unset STRATA_TEST_DEVICE
   run ddp_shared_gpu python3 tests/multirank/check_ddp_equivalence.py --strata "$pack/bin/strata" \
-    --work-dir /tmp/strata-ddp --nproc 2 --device cuda
+    --work-dir /tmp/strata-ddp --nproc 2 --grad-accum 2 --device cuda
   for model in resnet50 vgg16 densenet121 convnext_tiny efficientnet_v2_s; do
     run "step_${model}_f64" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
       --work-dir /tmp/strata-ref --device cuda --dtype float64 --batch 16 --updates 3 --tolerance 1e-9 \
