@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# --device end to end, on whatever machine runs it. Without a usable GPU: `--device cuda` fails with exit code 1
+# (not a crash) and says why, and `--device auto` trains on the CPU. With one: a short run on cuda reports the
+# device and the GPU figures in summary.json.
+set -uo pipefail
+strata=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$strata" run --device cuda >"$work/probe.out" 2>&1
+status=$?
+if [ $status -ne 0 ]; then
+  [ $status -eq 1 ] || fail "--device cuda without a GPU exited with $status (a crash?)"
+  grep -Eq "cannot use CUDA: .+Run with --device cpu|built without the CUDA backend" "$work/probe.out" ||
+    fail "--device cuda without a GPU did not say why: $(cat "$work/probe.out")"
+  "$strata" train --device auto --data synthetic --max-steps 2 --batch-size 8 --out "$work/auto" >/dev/null 2>&1 ||
+    fail "--device auto did not fall back to the CPU"
+  grep -q '"device": "cpu"' "$work/auto/summary.json" || fail "--device auto: summary.json does not say cpu"
+  echo "no GPU here: $(grep -m1 -E "cannot use CUDA|without the CUDA backend" "$work/probe.out")"
+  exit 0
+fi
+"$strata" train --device cuda --data synthetic --max-steps 20 --batch-size 32 --out "$work/gpu" >/dev/null 2>&1 ||
+  fail "training on cuda failed"
+grep -q '"device": "cuda:0' "$work/gpu/summary.json" || fail "summary.json does not name the GPU"
+grep -q '"gpu_utilization_mean"' "$work/gpu/summary.json" || fail "summary.json has no GPU utilisation"
+echo "trained on $(grep -o '"device": "[^"]*"' "$work/gpu/summary.json")"
