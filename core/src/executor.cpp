@@ -1,13 +1,29 @@
 #include "strata/executor.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "strata/error.h"
 
 namespace strata {
 
+namespace {
+
+// Note [Asynchronous errors]: device kernels fail after their launch returned, so an error surfaces at the next
+// synchronisation, far from the node that caused it. STRATA_SYNC_EACH_NODE=1 synchronises after every node, so the
+// error names its node (slow: for debugging, like CUDA_LAUNCH_BLOCKING=1).
+bool syncEachNodeFromEnvironment() {
+  const char* value = std::getenv("STRATA_SYNC_EACH_NODE");
+  return value != nullptr && value[0] != '\0' && value[0] != '0';
+}
+
+}  // namespace
+
 Executor::Executor(Program program, Device device)
-    : program_(std::move(program)), device_(device), stream_(&defaultStream(device)) {}
+    : program_(std::move(program)),
+      device_(device),
+      stream_(&defaultStream(device)),
+      syncEachNode_(device.type != DeviceType::CPU && syncEachNodeFromEnvironment()) {}
 
 void Executor::validateInputs(const std::vector<Tensor>& inputs) const {
   if (inputs.size() != program_.inputs.size()) {
@@ -80,6 +96,9 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
     }
     try {
       step.kernel->compute(ctx);
+      if (syncEachNode_) {
+        stream_->synchronize();
+      }
     } catch (const Error& e) {
       fail("node '{}' ({}): {}", step.nodeName, step.opType, e.what());
     }
@@ -99,7 +118,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
   }
 
   if (synchronize) {
-    stream_->synchronize();
+    this->synchronize();
   }
   std::vector<Tensor> outputs;
   outputs.reserve(program_.outputs.size());
@@ -107,6 +126,20 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
     outputs.push_back(slots[static_cast<std::size_t>(id)]);
   }
   return outputs;
+}
+
+void Executor::synchronize() {
+  try {
+    stream_->synchronize();
+  } catch (const Error& e) {
+    if (syncEachNode_ || device_.type == DeviceType::CPU) {
+      throw;
+    }
+    fail(
+        "{} (a kernel of this plan failed asynchronously on {}; rerun with STRATA_SYNC_EACH_NODE=1 to learn which "
+        "node)",
+        e.what(), device_.toString());
+  }
 }
 
 int Executor::addBeforeNodeHook(NodeHook hook) {

@@ -29,7 +29,8 @@ class Executor {
   // The work is enqueued on the device's stream; with synchronize == false the caller must call synchronize()
   // before reading the outputs on the host.
   std::vector<Tensor> run(const std::vector<Tensor>& inputs, bool synchronize = true);
-  void synchronize() { stream_->synchronize(); }
+  // Waits for the enqueued work; a device error raised here names the plan's device (Note [Asynchronous errors]).
+  void synchronize();
 
   const Program& program() const { return program_; }
   // Runs so far; seeds per-run randomness (dropout), restored on resume so a resumed run draws the same masks.
@@ -50,6 +51,7 @@ class Executor {
   Program program_;
   Device device_;
   Stream* stream_;
+  bool syncEachNode_ = false;  // STRATA_SYNC_EACH_NODE=1 on a device: errors name their node
   std::uint64_t runCount_ = 0;
   std::vector<std::pair<int, NodeHook>> beforeHooks_;
   std::vector<std::pair<int, NodeHook>> afterHooks_;
