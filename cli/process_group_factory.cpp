@@ -1,5 +1,10 @@
 #include "process_group_factory.h"
 
+#include <unistd.h>
+
+#include <set>
+
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "strata/comm/gloo_process_group.h"
@@ -9,21 +14,39 @@
 #endif
 
 namespace strata::cli {
+namespace {
+
+#ifdef STRATA_HAS_CUDA
+// Whether no two ranks use the same GPU, judged by host name and PCI bus id (an explicit --device cuda:N for
+// several local ranks shares one GPU; per-rank CUDA_VISIBLE_DEVICES gives each rank its own as device 0).
+bool everyRankHasItsOwnGpu(Store& store, const RankEnvironment& rank, Device device,
+                           std::chrono::milliseconds timeout) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  store.setString(fmt::format("gpu/rank/{}", rank.rank), fmt::format("{}|{}", host, cuda::pciBusId(device.index)));
+  std::set<std::string> gpus;
+  for (int r = 0; r < rank.worldSize; ++r) {
+    gpus.insert(store.getString(fmt::format("gpu/rank/{}", r), timeout));
+  }
+  return static_cast<int>(gpus.size()) == rank.worldSize;
+}
+#endif
+
+}  // namespace
 
 std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
                                                  Device device, std::chrono::milliseconds timeout) {
   const ProcessGroupOptions options{.timeout = timeout};
 #ifdef STRATA_HAS_CUDA
   if (device.type == DeviceType::CUDA) {
-    const int gpus = cuda::probeDevices().count;
-    if (rank.localWorldSize <= gpus) {
+    if (everyRankHasItsOwnGpu(*store, rank, device, timeout)) {
       if (rank.rank == 0) {
         spdlog::info("collectives: NCCL (one GPU per rank)");
       }
       return cuda::createNcclProcessGroup(*store, rank.rank, rank.worldSize, device.index, options);
     }
     if (rank.rank == 0) {
-      spdlog::info("collectives: Gloo with host staging ({} local ranks share {} GPU(s))", rank.localWorldSize, gpus);
+      spdlog::info("collectives: Gloo with host staging (ranks share a GPU)");
     }
   }
 #endif

@@ -64,8 +64,8 @@ void step(const StepOptions& options) {
 
   const std::filesystem::path dir(options.dumpDir);
   StepResult result = plan.step(inputs, labels);
-  fmt::print("loss: {}\n",
-             result.loss.dtype() == DType::Float64 ? *result.loss.data<double>() : *result.loss.data<float>());
+  const Tensor loss = result.loss.to(Device::cpu());  // the plan may run on a GPU
+  fmt::print("loss: {}\n", loss.dtype() == DType::Float64 ? *loss.data<double>() : *loss.data<float>());
   dump(dir, "loss", result.loss);
   for (std::size_t i = 0; i < result.outputs.size(); ++i) {
     writeTensorProto(dir / fmt::format("output_{}.pb", i), result.outputs[i], outputNames.at(i));

@@ -334,6 +334,20 @@ void train(const TrainOptions& options) {
   GradientAccumulator accumulator(plan, micro);
   TrainerContext context(plan, optimizer, group.get(), rankEnv.rank, rankEnv.worldSize, strategyOptions, micro);
   strategy->setup(context);
+  // An error unwinds the stack past the plan and the context before the strategy, whose destructor may still
+  // reach them: tear it down first (the normal path below does so explicitly).
+  struct TeardownOnError {
+    LoadedStrategy* strategy;
+    bool done = false;
+    ~TeardownOnError() {
+      if (!done) {
+        try {
+          strategy->teardown();
+        } catch (...) {  // already unwinding from the error that matters
+        }
+      }
+    }
+  } teardownOnError{strategy.get()};
   if (rankEnv.worldSize > 1) {
     fmt::print("rank {} of {}: strategy {} set up, {} batches of {} per epoch\n", rankEnv.rank, rankEnv.worldSize,
                options.strategy, loader.batchesPerEpoch(), options.batchSize);
@@ -393,6 +407,9 @@ void train(const TrainOptions& options) {
       }
       const double lr = learningRateAt(schedule, step);
       strategy->step(lr);
+      if (device.type != DeviceType::CPU) {
+        plan.executor().synchronize();  // the optimizer's kernels belong to this step's time
+      }
       const double stepSeconds = seconds(std::chrono::steady_clock::now() - computeStart);
       computeSeconds += stepSeconds;
       lastLoss = microLoss;
@@ -446,6 +463,7 @@ void train(const TrainOptions& options) {
   }
 
   strategy->teardown();
+  teardownOnError.done = true;
   const MemorySnapshot memory = allocator.stats().snapshot();
   nlohmann::json gpuFigures = {{"gpu_utilization_mean", nullptr}};
 #ifdef STRATA_HAS_CUDA
@@ -454,7 +472,8 @@ void train(const TrainOptions& options) {
     if (usage.available) {
       gpuFigures = {{"gpu_utilization_mean", usage.utilizationMean},
                     {"gpu_utilization_max", usage.utilizationMax},
-                    {"gpu_memory_used_max_bytes", usage.memoryUsedMaxBytes},
+                    // NVML's figure is the whole device's (every process on it, ranks sharing it included).
+                    {"gpu_device_memory_used_max_bytes", usage.memoryUsedMaxBytes},
                     {"gpu_memory_total_bytes", usage.memoryTotalBytes},
                     {"gpu_samples", usage.samples}};
     } else {

@@ -1,6 +1,7 @@
 #include "strata/graphs/training_plan.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "strata/error.h"
 #include "strata/graphs/lower.h"
@@ -174,7 +175,9 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
   for (const Tensor& t : inputs) {
     metas.push_back(t.meta());
   }
-  if (!evalExecutor_ || metas != evalMetas_) {
+  auto cached = std::find_if(evalExecutors_.begin(), evalExecutors_.end(),
+                             [&metas](const auto& entry) { return entry.first == metas; });
+  if (cached == evalExecutors_.end()) {
     Graph eval = evalModeGraph(model_);
     const int lossNode = builtInLossNode(model_);
     if (lossNode >= 0) {  // evaluate the logits, not the loss
@@ -191,16 +194,19 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
     for (std::size_t b = 0; b < training_.bufferUpdates.size(); ++b) {
       specialised.values[static_cast<std::size_t>(training_.bufferUpdates[b].first)].constant = buffers_[b].second;
     }
-    evalExecutor_ = std::make_unique<Executor>(
-        lowerToProgram(specialised, LowerOptions{.device = options_.device, .training = false}), options_.device);
-    evalMetas_ = metas;
+    // One plan per input shape: an epoch's last, smaller batch must not rebuild the full-batch plan each epoch.
+    evalExecutors_.emplace_back(
+        metas,
+        std::make_unique<Executor>(
+            lowerToProgram(specialised, LowerOptions{.device = options_.device, .training = false}), options_.device));
+    cached = std::prev(evalExecutors_.end());
   }
   std::vector<Tensor> onDevice;
   onDevice.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     onDevice.push_back(t.to(options_.device, MemoryCategory::Activations));
   }
-  return evalExecutor_->run(onDevice);
+  return cached->second->run(onDevice);
 }
 
 Graph TrainingPlan::modelWithCurrentWeights() const {

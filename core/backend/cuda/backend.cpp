@@ -27,16 +27,15 @@ class CudaDeviceBackend final : public DeviceBackend {
  public:
   void copy(void* dst, Device dstDevice, const void* src, Device srcDevice, std::size_t bytes) override {
     const Device device = dstDevice.type == DeviceType::CUDA ? dstDevice : srcDevice;
-    const DeviceGuard guard(device.index);  // copies come from any thread (Gloo's staging worker)
+    makeCurrent(device.index);  // copies come from any thread (Gloo's staging worker)
     const cudaStream_t stream = defaultCudaStream(device.index).handle();
     if (srcDevice.type == DeviceType::CUDA && dstDevice.type == DeviceType::CUDA && srcDevice != dstDevice) {
       // Between GPUs: the copy runs on the destination's stream, after the source's queued work.
+      makeCurrent(srcDevice.index);  // an event is recorded on its own device's streams
       std::optional<CudaEvent> sourceReady;
-      {
-        const DeviceGuard onSource(srcDevice.index);  // an event is recorded on its own device's streams
-        sourceReady.emplace();
-        sourceReady->record(defaultCudaStream(srcDevice.index).handle());
-      }
+      sourceReady.emplace();
+      sourceReady->record(defaultCudaStream(srcDevice.index).handle());
+      makeCurrent(device.index);
       sourceReady->wait(stream);
     }
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
@@ -46,7 +45,7 @@ class CudaDeviceBackend final : public DeviceBackend {
   }
 
   void fillZero(void* dst, Device device, std::size_t bytes) override {
-    const DeviceGuard guard(device.index);
+    makeCurrent(device.index);
     STRATA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, defaultCudaStream(device.index).handle()));
   }
 };
@@ -148,6 +147,12 @@ std::string describeDevice(int index) {
   const cudaDeviceProp& props = contextFor(index).properties;
   return fmt::format("{} (sm_{}{}, {:.1f} GiB)", props.name, props.major, props.minor,
                      static_cast<double>(props.totalGlobalMem) / (1U << 30U));
+}
+
+std::string pciBusId(int index) {
+  char id[64] = {0};
+  STRATA_CUDA_CHECK(cudaDeviceGetPCIBusId(id, sizeof(id), index));
+  return id;
 }
 
 void setTf32(bool enabled) {

@@ -51,7 +51,7 @@ void* CudaAllocator::allocate(std::size_t bytes, MemoryCategory category) {
 }
 
 void* CudaAllocator::mallocOrThrow(std::size_t rounded, std::size_t requested, MemoryCategory category) {
-  const DeviceGuard guard(deviceIndex_);
+  makeCurrent(deviceIndex_);
   void* block = nullptr;
   cudaError_t status = cudaMalloc(&block, rounded);
   if (status == cudaErrorMemoryAllocation) {
@@ -100,7 +100,7 @@ void CudaAllocator::releaseCachedLocked() {
     return;
   }
   // Queued kernels may still use cached blocks; cudaFree waits for the device, but be explicit.
-  const DeviceGuard guard(deviceIndex_);
+  makeCurrent(deviceIndex_);
   cudaDeviceSynchronize();
   for (const auto& [size, block] : freeBlocks_) {
     cudaFree(block);

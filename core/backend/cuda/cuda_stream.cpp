@@ -65,21 +65,6 @@ void makeCurrent(int device) {
   }
 }
 
-DeviceGuard::DeviceGuard(int device) {
-  STRATA_CUDA_CHECK(cudaGetDevice(&previous_));
-  if (previous_ != device) {
-    STRATA_CUDA_CHECK(cudaSetDevice(device));
-  } else {
-    previous_ = -1;
-  }
-}
-
-DeviceGuard::~DeviceGuard() {
-  if (previous_ >= 0) {
-    cudaSetDevice(previous_);
-  }
-}
-
 cudaStream_t streamOf(const KernelContext& ctx) {
   auto* stream = dynamic_cast<CudaStream*>(ctx.stream);
   STRATA_CHECK(stream != nullptr, "a CUDA kernel was run without a CUDA stream (the plan was built for {})",

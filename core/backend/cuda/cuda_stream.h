@@ -46,20 +46,10 @@ class CudaEvent {
 };
 
 // Makes `device` the calling thread's current CUDA device (kernel launches, events and library calls act on the
-// current device; a worker thread starts on device 0).
+// current device; a worker thread starts on device 0). Nothing restores the previous device: setting device 0 back
+// on a thread that never used it would create a CUDA context there (hundreds of MB on GPU 0 per process), and
+// every path that launches work calls this first.
 void makeCurrent(int device);
-
-// Sets the current device for a scope and restores the previous one (allocations and copies made from any thread).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 // The stream a kernel must enqueue on; also makes the kernel's device current on this thread.
 cudaStream_t streamOf(const KernelContext& ctx);

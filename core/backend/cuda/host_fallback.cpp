@@ -26,8 +26,7 @@ std::set<std::string>& fallbackOps() {
 
 class HostStagedKernel final : public OpKernel {
  public:
-  HostStagedKernel(std::unique_ptr<OpKernel> cpu, std::vector<Tensor> hostConstants)
-      : cpu_(std::move(cpu)), hostConstants_(std::move(hostConstants)) {}
+  explicit HostStagedKernel(std::unique_ptr<OpKernel> cpu) : cpu_(std::move(cpu)) {}
 
   void compute(KernelContext& ctx) override {
     ctx.stream->synchronize();
@@ -62,7 +61,6 @@ class HostStagedKernel final : public OpKernel {
 
  private:
   std::unique_ptr<OpKernel> cpu_;
-  std::vector<Tensor> hostConstants_;  // kept alive: the CPU kernel may hold pointers into its KernelInit
 };
 
 }  // namespace
@@ -78,19 +76,16 @@ void registerHostFallbackKernels(OpRegistry& registry) {
       fallbackOps().insert(type);
     }
     registry.addKernel(type, DeviceType::CUDA, [cpuFactory = *cpuFactory](const KernelInit& init) {
-      // Plan-time constants may be device tensors (parameters in a device flat buffer): CPU factories read them
-      // on the host.
-      std::vector<Tensor> hostConstants(init.inputs.size());
+      // Plan-time constants that live on the device are trainable parameters (views of the device flat buffer):
+      // the CPU kernel sees them as run-time inputs, so it never caches values derived from a snapshot.
       std::vector<InputInfo> inputs = init.inputs;
-      for (std::size_t i = 0; i < inputs.size(); ++i) {
-        if (inputs[i].constant != nullptr && inputs[i].constant->device().type != DeviceType::CPU) {
-          hostConstants[i] = inputs[i].constant->to(Device::cpu());
-          inputs[i].constant = &hostConstants[i];
+      for (InputInfo& input : inputs) {
+        if (input.constant != nullptr && input.constant->device().type != DeviceType::CPU) {
+          input.constant = nullptr;
         }
       }
       KernelInit hostInit{inputs, init.outputs, init.attrs, init.nodeName, init.training};
-      auto cpuKernel = cpuFactory(hostInit);
-      return std::make_unique<HostStagedKernel>(std::move(cpuKernel), std::move(hostConstants));
+      return std::make_unique<HostStagedKernel>(cpuFactory(hostInit));
     });
   }
 }

@@ -62,8 +62,7 @@ class TrainingPlan {
   std::vector<std::string> names_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::unique_ptr<Executor> executor_;
-  std::unique_ptr<Executor> evalExecutor_;
-  std::vector<TensorMeta> evalMetas_;
+  std::vector<std::pair<std::vector<TensorMeta>, std::unique_ptr<Executor>>> evalExecutors_;  // by input metas
 };
 
 }  // namespace strata

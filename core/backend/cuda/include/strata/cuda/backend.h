@@ -21,6 +21,9 @@ void registerCudaKernels();
 
 // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)".
 std::string describeDevice(int index);
+// The device's PCI bus id ("0000:3B:00.0"): the same GPU has the same id in every process, whatever
+// CUDA_VISIBLE_DEVICES numbered it.
+std::string pciBusId(int index);
 
 // Precision knobs (see cuda_context.h): TF32 for float32 convolutions and GEMMs.
 void setTf32(bool enabled);
