@@ -29,20 +29,6 @@ double seconds(std::chrono::milliseconds d) {
   return static_cast<double>(d.count()) / 1000.0;
 }
 
-std::string formatBytes(std::size_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024.0 * 1024.0) {
-    return fmt::format("{:.1f} GB", b / (1024.0 * 1024.0 * 1024.0));
-  }
-  if (b >= 1024.0 * 1024.0) {
-    return fmt::format("{:.1f} MB", b / (1024.0 * 1024.0));
-  }
-  if (b >= 1024.0) {
-    return fmt::format("{:.1f} KB", b / 1024.0);
-  }
-  return fmt::format("{} B", bytes);
-}
-
 // NCCL's own explanation of the last failure (ncclGetLastError), or "" when it has none.
 std::string lastNcclError(ncclComm_t comm) {
   const char* last = ncclGetLastError(comm);
@@ -460,8 +446,7 @@ WorkHandle NcclProcessGroup::launch(const std::string& name, std::size_t bytes, 
     }
     seq = nextSeq_++;
     const std::int64_t step = step_.load();
-    std::string description = bytes > 0 ? fmt::format("{} #{} ({}) at step {}", name, seq, formatBytes(bytes), step)
-                                        : fmt::format("{} #{} at step {}", name, seq, step);
+    std::string description = describeCollective(name, seq, bytes, step);
     try {
       // Before the work's events are created: an event belongs to the device current at its creation.
       STRATA_CUDA_CHECK(cudaSetDevice(device_));

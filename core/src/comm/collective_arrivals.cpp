@@ -8,6 +8,29 @@
 
 namespace strata {
 
+namespace {
+
+std::string formatBytes(std::size_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024.0 * 1024.0) {
+    return fmt::format("{:.1f} GB", b / (1024.0 * 1024.0 * 1024.0));
+  }
+  if (b >= 1024.0 * 1024.0) {
+    return fmt::format("{:.1f} MB", b / (1024.0 * 1024.0));
+  }
+  if (b >= 1024.0) {
+    return fmt::format("{:.1f} KB", b / 1024.0);
+  }
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace
+
+std::string describeCollective(const std::string& name, std::int64_t seq, std::size_t bytes, std::int64_t step) {
+  return bytes > 0 ? fmt::format("{} #{} ({}) at step {}", name, seq, formatBytes(bytes), step)
+                   : fmt::format("{} #{} at step {}", name, seq, step);
+}
+
 std::string collectiveArrivalKey(const std::string& prefix, int rank) {
   return prefix + fmt::format("collective/rank/{}", rank);
 }

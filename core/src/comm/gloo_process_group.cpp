@@ -26,20 +26,6 @@ double seconds(std::chrono::nanoseconds d) {
   return std::chrono::duration<double>(d).count();
 }
 
-std::string formatBytes(std::size_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (b >= 1024.0 * 1024.0 * 1024.0) {
-    return fmt::format("{:.1f} GB", b / (1024.0 * 1024.0 * 1024.0));
-  }
-  if (b >= 1024.0 * 1024.0) {
-    return fmt::format("{:.1f} MB", b / (1024.0 * 1024.0));
-  }
-  if (b >= 1024.0) {
-    return fmt::format("{:.1f} KB", b / 1024.0);
-  }
-  return fmt::format("{} B", bytes);
-}
-
 void checkTensor(const Tensor& t, const char* op, const char* what) {
   STRATA_CHECK(t.defined(), "{}: {} is undefined", op, what);
   STRATA_CHECK(t.dtype() == DType::Float32 || t.dtype() == DType::Float64,
@@ -144,8 +130,7 @@ WorkHandle GlooProcessGroup::enqueue(const std::string& name, std::size_t bytes,
   STRATA_CHECK(!stopping_, "{}: the process group is shutting down", name);
   const std::int64_t seq = nextSeq_++;
   const std::int64_t step = step_.load();
-  const std::string description = bytes > 0 ? fmt::format("{} #{} ({}) at step {}", name, seq, formatBytes(bytes), step)
-                                            : fmt::format("{} #{} at step {}", name, seq, step);
+  const std::string description = describeCollective(name, seq, bytes, step);
   auto work = std::make_shared<AsyncWork>(description, [this, seq] { return describeMissing(seq); });
   queue_.push_back(Job{work, seq, step, std::move(run)});
   queued_.notify_one();

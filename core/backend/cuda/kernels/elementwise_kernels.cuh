@@ -4,6 +4,7 @@
 // over the dtype sets the CPU kernels accept, and one broadcasting map kernel over any number of inputs. Each op
 // is a functor over the accumulation type (float for the 16-bit floats), mirroring the CPU lambda of the same op.
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../cpu/broadcast.h"
 #include "kernel_utils.cuh"
 
 namespace strata::cuda {
@@ -201,67 +203,25 @@ Acc<T> accFromDouble(double value) {
 
 // ---- Broadcasting.
 
-// Indexers that read inputs of `inShapes` at each linear index of `outShape` (numpy rules). Size-1 output dims are
-// dropped and dims every input walks as one run are merged, as the CPU's makeBroadcastLayout does, so index math
-// stays cheap and ranks above kMaxDims still work in the common cases. An input read at one element gets rank 0.
+// Indexers that read inputs of `inShapes` at each linear index of `outShape` (numpy rules), from the CPU's
+// makeBroadcastLayout: size-1 output dims dropped and dims every input walks as one run merged, so index math stays
+// cheap and ranks above kMaxDims still work in the common cases. An input read at one element gets rank 0.
 inline std::vector<Indexer> broadcastIndexers(const Shape& outShape, std::span<const Shape> inShapes) {
-  const std::size_t rank = outShape.size();
-  const std::size_t inputs = inShapes.size();
-  std::vector<std::vector<std::int64_t>> full(inputs, std::vector<std::int64_t>(rank, 0));
-  for (std::size_t k = 0; k < inputs; ++k) {
-    const Shape& shape = inShapes[k];
-    STRATA_CHECK(shape.size() <= rank, "cannot broadcast shape {} to {}", shapeToString(shape),
-                 shapeToString(outShape));
-    const std::size_t pad = rank - shape.size();
-    std::int64_t stride = 1;
-    for (std::size_t d = shape.size(); d-- > 0;) {
-      const std::int64_t dim = shape[d];
-      STRATA_CHECK(dim == outShape[d + pad] || dim == 1, "cannot broadcast shape {} to {}", shapeToString(shape),
-                   shapeToString(outShape));
-      full[k][d + pad] = dim == 1 ? 0 : stride;
-      stride *= dim;
-    }
-  }
-  // Innermost first.
-  std::vector<std::int64_t> dims;
-  std::vector<std::vector<std::int64_t>> strides(inputs);
-  for (std::size_t d = rank; d-- > 0;) {
-    const std::int64_t dim = outShape[d];
-    if (dim == 1) {
-      continue;
-    }
-    bool merge = !dims.empty();
-    for (std::size_t k = 0; k < inputs && merge; ++k) {
-      merge = full[k][d] == strides[k].back() * dims.back();
-    }
-    if (merge) {
-      dims.back() *= dim;
-      continue;
-    }
-    dims.push_back(dim);
-    for (std::size_t k = 0; k < inputs; ++k) {
-      strides[k].push_back(full[k][d]);
-    }
-  }
-  STRATA_CHECK(dims.size() <= static_cast<std::size_t>(kMaxDims),
+  const cpu::BroadcastLayout layout = cpu::makeBroadcastLayout(outShape, inShapes);
+  STRATA_CHECK(layout.dims.size() <= static_cast<std::size_t>(kMaxDims),
                "CUDA elementwise kernels broadcast over at most {} dimensions, got {} (output shape {})", kMaxDims,
-               dims.size(), shapeToString(outShape));
-  std::vector<Indexer> result(inputs);
-  const int merged = static_cast<int>(dims.size());
-  for (std::size_t k = 0; k < inputs; ++k) {
-    bool reads = false;
-    for (const std::int64_t s : strides[k]) {
-      reads = reads || s != 0;
-    }
-    if (!reads) {
+               layout.dims.size(), shapeToString(outShape));
+  std::vector<Indexer> result(inShapes.size());
+  for (std::size_t k = 0; k < inShapes.size(); ++k) {
+    const std::vector<std::int64_t>& strides = layout.strides[k];
+    if (std::all_of(strides.begin(), strides.end(), [](std::int64_t s) { return s == 0; })) {
       continue;  // rank 0: always offset 0
     }
     Indexer& indexer = result[k];
-    indexer.rank = merged;
-    for (int j = 0; j < merged; ++j) {
-      const auto uj = static_cast<std::size_t>(j);
-      indexer.sizes[merged - 1 - j] = dims[uj];
-      indexer.strides[merged - 1 - j] = strides[k][uj];
+    indexer.rank = static_cast<int>(layout.dims.size());
+    for (std::size_t d = 0; d < layout.dims.size(); ++d) {
+      indexer.sizes[d] = layout.dims[d];
+      indexer.strides[d] = strides[d];
     }
   }
   return result;

@@ -264,8 +264,8 @@ class CudaOptimizerKernels final : public DeviceOptimizerKernels {
     const cudaStream_t stream = computeStreamOf(grad);
     visitDeviceFloat(grad.dtype(), "gradient accumulation", [&](auto tag) {
       using T = decltype(tag);
-      finishAccumulationKernel<T><<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(grad.data<T>(), sum.data<T>(), n,
-                                                                                  static_cast<Acc<T>>(scale));
+      finishAccumulationKernel<T>
+          <<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(grad.data<T>(), sum.data<T>(), n, static_cast<Acc<T>>(scale));
       STRATA_CUDA_CHECK_LAUNCH();
     });
   }

@@ -5,6 +5,7 @@
 // collective that fails or times out can say which ranks never arrived.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -19,5 +20,8 @@ std::string collectiveArrivalKey(const std::string& prefix, int rank);
 // collective `seq`; never throws.
 std::string describeMissingRanks(Store& store, const std::string& prefix, int size, std::int64_t seq,
                                  std::chrono::milliseconds timeout);
+
+// "allReduce #16 (98.3 MB) at step 7": how errors and the watchdog name a collective (bytes 0: no size).
+std::string describeCollective(const std::string& name, std::int64_t seq, std::size_t bytes, std::int64_t step);
 
 }  // namespace strata
