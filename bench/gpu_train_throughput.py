@@ -7,8 +7,9 @@ cross-entropy, backward, SGD with momentum, loss read back with .item(), as Stra
 batch size and image size. Both sides: median step time after warm-up steps, images/s = batch / median, peak
 memory (Strata's allocator accounting vs torch.cuda.max_memory_allocated). Rounds alternate between the two.
 
-Precisions: fp32 (TF32 off on both sides), tf32 (TF32 allowed on both sides), bf16 (PyTorch autocast; Strata's
---precision bf16 is not implemented yet, so its column says so instead of a figure).
+Precisions: fp32 (TF32 off on both sides), tf32 (TF32 allowed on both sides), bf16 (PyTorch autocast against
+Strata's --precision bf16), fp16 (autocast with GradScaler against --precision fp16 with dynamic loss scaling).
+TF32 stays allowed for the float32 ops that remain under bf16 and fp16, on both sides.
 Run on the GPU machine through scripts/gpu/device_run.sh, which sets up the libraries.
 """
 import argparse
@@ -60,8 +61,10 @@ def strata_step(strata, path, batch, size, classes, precision, steps, warmup, wo
 
 
 def torch_step(model, batch, size, classes, precision, steps, warmup):
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = precision != "fp32"
+    torch.backends.cudnn.allow_tf32 = precision != "fp32"
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16")
     torch.backends.cudnn.benchmark = True
     model = model.cuda().train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -74,10 +77,11 @@ def torch_step(model, batch, size, classes, precision, steps, warmup):
         start = time.perf_counter()
         x, y = x_host.cuda(), y_host.cuda()
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast("cuda", dtype=low or torch.float32, enabled=low is not None):
             loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         loss.item()
         if i >= warmup:
             times.append((time.perf_counter() - start) * 1000.0)
@@ -89,7 +93,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", default=os.path.join(os.path.dirname(__file__), "..", "build", "cli", "strata"))
     parser.add_argument("--models", default=",".join(CASES))
-    parser.add_argument("--precisions", default="fp32,tf32,bf16")
+    parser.add_argument("--precisions", default="fp32,tf32,bf16,fp16")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)

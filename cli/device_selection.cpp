@@ -1,5 +1,7 @@
 #include "device_selection.h"
 
+#include <cmath>
+
 #include <spdlog/spdlog.h>
 
 #include "strata/error.h"
@@ -14,13 +16,21 @@ void checkPrecision(const std::string& precision) {
   if (precision != "fp32" && precision != "tf32" && precision != "bf16" && precision != "fp16") {
     fail("--precision {}: expected fp32, tf32, bf16 or fp16", precision);
   }
-  if (precision == "bf16" || precision == "fp16") {
-    // The kernels take 16-bit tensors, but the trainer does not yet keep float32 master weights, cast the graph
-    // or scale the loss: refuse rather than train in a precision the user did not ask for.
-    fail("--precision {}: mixed-precision training is not implemented yet; use fp32 or tf32", precision);
-  }
 }
 
+// Mixed precision on the CPU runs the 16-bit ops in float32 and rounds their results (Note [Low precision on the
+// CPU]): right for checking a model, slower than fp32.
+Device noteEmulation(const DeviceOptions& options, Device device) {
+  if (device.type == DeviceType::CPU && mixedPrecisionOf(options)) {
+    spdlog::info(
+        "--precision {} on the CPU: 16-bit tensors with float32 arithmetic (emulated: for checking, slower "
+        "than fp32)",
+        options.precision);
+  }
+  return device;
+}
+
+#ifdef STRATA_HAS_CUDA
 int parseCudaIndex(const std::string& spec) {
   if (spec == "cuda") {
     return -1;
@@ -35,6 +45,7 @@ int parseCudaIndex(const std::string& spec) {
   }
   fail("--device {}: expected cpu, cuda, cuda:N or auto", spec);
 }
+#endif
 
 }  // namespace
 
@@ -42,7 +53,55 @@ void addDeviceOptions(CLI::App& command, DeviceOptions& options) {
   command.add_option("--device", options.device,
                      "cpu | cuda | cuda:N | auto (CUDA when a GPU is present; each local rank takes its own GPU)");
   command.add_option("--precision", options.precision,
-                     "fp32 | tf32 (default: TF32 tensor cores for float32 convolutions and GEMMs on GPUs)");
+                     "fp32 | tf32 (default: TF32 tensor cores for float32 convolutions and GEMMs on GPUs) | bf16 | "
+                     "fp16 (mixed precision: convolutions and GEMMs in 16 bits, float32 master weights)");
+}
+
+void addLossScaleOption(CLI::App& command, DeviceOptions& options) {
+  command.add_option("--loss-scale", options.lossScale,
+                     "with --precision fp16: dynamic (default; starts at 65536, halves on overflow, doubles after 2000 "
+                     "good steps) or a fixed scale");
+}
+
+std::optional<DType> mixedPrecisionOf(const DeviceOptions& options) {
+  if (options.precision == "bf16") {
+    return DType::BFloat16;
+  }
+  if (options.precision == "fp16") {
+    return DType::Float16;
+  }
+  return std::nullopt;
+}
+
+std::optional<LossScalerOptions> lossScalerOptionsOf(const DeviceOptions& options) {
+  if (options.precision != "fp16") {
+    if (options.lossScale != "dynamic") {
+      fail("--loss-scale {}: loss scaling applies to --precision fp16 only (bf16 has float32's range)",
+           options.lossScale);
+    }
+    return std::nullopt;
+  }
+  LossScalerOptions scaler;
+  if (options.lossScale == "dynamic") {
+    return scaler;
+  }
+  try {
+    std::size_t used = 0;
+    scaler.initialScale = std::stod(options.lossScale, &used);
+    scaler.dynamic = false;
+    if (used == options.lossScale.size() && scaler.initialScale > 0 && std::isfinite(scaler.initialScale)) {
+      return scaler;
+    }
+  } catch (const std::exception&) {
+  }
+  fail("--loss-scale {}: expected dynamic or a positive number", options.lossScale);
+}
+
+void requireFullPrecision(const DeviceOptions& options, const std::string& command) {
+  if (mixedPrecisionOf(options)) {
+    fail("--precision {}: {} runs in fp32 or tf32; mixed precision is a training mode (train, step)", options.precision,
+         command);
+  }
 }
 
 #ifdef STRATA_HAS_CUDA
@@ -51,7 +110,7 @@ Device selectDevice(const DeviceOptions& options, int localRank) {
   checkPrecision(options.precision);
   const std::string& spec = options.device;
   if (spec == "cpu") {
-    return Device::cpu();
+    return noteEmulation(options, Device::cpu());
   }
   if (spec != "auto" && spec.rfind("cuda", 0) != 0) {
     fail("--device {}: expected cpu, cuda, cuda:N or auto", spec);
@@ -61,7 +120,7 @@ Device selectDevice(const DeviceOptions& options, int localRank) {
   if (probe.count == 0) {
     if (spec == "auto") {
       spdlog::info("--device auto: training on the CPU ({})", probe.whyNone);
-      return Device::cpu();
+      return noteEmulation(options, Device::cpu());
     }
     fail("--device {}: cannot use CUDA: {}. Run with --device cpu (or auto) to use the CPU", spec, probe.whyNone);
   }
@@ -83,11 +142,11 @@ std::string describe(Device device) {
 Device selectDevice(const DeviceOptions& options, int /*localRank*/) {
   checkPrecision(options.precision);
   if (options.device == "cpu") {
-    return Device::cpu();
+    return noteEmulation(options, Device::cpu());
   }
   if (options.device == "auto") {
     spdlog::info("--device auto: training on the CPU (this strata was built without the CUDA backend)");
-    return Device::cpu();
+    return noteEmulation(options, Device::cpu());
   }
   fail(
       "--device {}: this strata was built without the CUDA backend (configured with -DSTRATA_CUDA=OFF or without "

@@ -1,20 +1,33 @@
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "strata/device.h"
+#include "strata/dtype.h"
+#include "strata/optim/loss_scaler.h"
 
 namespace strata::cli {
 
 // --device and --precision, shared by the commands that run a model.
 struct DeviceOptions {
-  std::string device = "cpu";      // cpu | cuda | cuda:N | auto
-  std::string precision = "tf32";  // fp32 | tf32 | bf16 | fp16
+  std::string device = "cpu";         // cpu | cuda | cuda:N | auto
+  std::string precision = "tf32";     // fp32 | tf32 | bf16 | fp16
+  std::string lossScale = "dynamic";  // fp16 only: dynamic | a fixed positive scale
 };
 
 void addDeviceOptions(CLI::App& command, DeviceOptions& options);
+// --loss-scale, for the commands that update weights over many steps (train).
+void addLossScaleOption(CLI::App& command, DeviceOptions& options);
+
+// BFloat16 or Float16 for --precision bf16 / fp16 (mixed precision over float32 master weights); nullopt otherwise.
+std::optional<DType> mixedPrecisionOf(const DeviceOptions& options);
+// The loss scaling --precision fp16 trains with (from --loss-scale); nullopt for the other precisions.
+std::optional<LossScalerOptions> lossScalerOptionsOf(const DeviceOptions& options);
+// For commands that do not train (run): bf16 and fp16 are a training mode, so they are refused with why.
+void requireFullPrecision(const DeviceOptions& options, const std::string& command);
 
 // Resolves --device for this process (local rank r of a job takes GPU r modulo the GPUs visible), initialises the
 // CUDA backend when it is chosen and applies --precision. `auto` falls back to the CPU, saying why; an explicit

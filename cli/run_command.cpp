@@ -115,6 +115,7 @@ void run(const RunOptions& options) {
     fmt::print("inputs: random (seed {})\n", options.seed);
   }
 
+  requireFullPrecision(options.device, "run");
   const Device device = selectDevice(options.device);
   if (device.type != DeviceType::CPU) {
     fmt::print("device: {}\n", describe(device));

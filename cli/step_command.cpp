@@ -52,6 +52,7 @@ void step(const StepOptions& options) {
   }
   planOptions.loss = parseLossKind(options.loss);
   planOptions.device = selectDevice(options.device);
+  planOptions.mixedPrecision = mixedPrecisionOf(options.device);  // one step: gradients unscaled, as computed
   std::vector<std::string> outputNames;
   for (int id : graph.outputs) {
     outputNames.push_back(graph.values[static_cast<std::size_t>(id)].name);

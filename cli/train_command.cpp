@@ -281,6 +281,12 @@ void train(const TrainOptions& options) {
   planOptions.inputMetas = defaultInputMetas(graph, options.batchSize);
   planOptions.loss = parseLossKind(options.loss);
   planOptions.device = device;
+  planOptions.mixedPrecision = mixedPrecisionOf(options.device);
+  std::optional<LossScaler> lossScaler;
+  if (const std::optional<LossScalerOptions> scaling = lossScalerOptionsOf(options.device)) {
+    lossScaler.emplace(*scaling);
+    planOptions.scaledLoss = true;
+  }
   const int logits = graph.outputs.at(0);
   TrainingPlan plan(std::move(graph), planOptions);
   const Shape sample(planOptions.inputMetas[0].shape.begin() + 1, planOptions.inputMetas[0].shape.end());
@@ -305,6 +311,9 @@ void train(const TrainOptions& options) {
   optimizerOptions.weightDecay = options.weightDecay;
   optimizerOptions.maxGradNorm = options.clipGradNorm;
   Optimizer optimizer(plan.parameters(), optimizerOptions);
+  if (lossScaler) {
+    optimizer.setLossScaler(&*lossScaler);
+  }
 
   const int micro = std::max(1, options.gradAccum);
   const std::int64_t stepsPerEpoch = loader.batchesPerEpoch() / micro;
@@ -385,6 +394,9 @@ void train(const TrainOptions& options) {
     while (step < totalSteps && stepInEpoch < stepsPerEpoch) {
       const auto computeStart = std::chrono::steady_clock::now();
       double microLoss = 0;
+      if (lossScaler) {
+        plan.setLossScale(lossScaler->scale());  // the scale after the last step's overflow check
+      }
       for (int m = 0; m < micro; ++m) {
         std::optional<Batch> batch = loader.next();
         if (!batch) {
@@ -509,7 +521,12 @@ void train(const TrainOptions& options) {
                             {"final_train_loss", lastLoss},
                             {"test_accuracy", testAccuracy},
                             {"params", plan.parameters().totalElements()},
+                            {"precision", options.device.precision},
                             {"ranks", ranks}};
+  if (lossScaler) {
+    summary["loss_scale_final"] = lossScaler->scale();
+    summary["skipped_steps"] = lossScaler->skippedSteps();  // overflowed fp16 gradients, not applied
+  }
   writeJsonAtomically(runDir / "summary.json", summary);
   fmt::print("summary: {}\n", (runDir / "summary.json").string());
   if (!options.exportPath.empty()) {
@@ -549,6 +566,7 @@ void addTrainCommand(CLI::App& app) {
   c->add_option("--log-every", o->logEvery, "log a metrics line every N steps")->check(CLI::PositiveNumber);
   c->add_option("--synthetic-samples", o->syntheticSamples, "training samples of --data synthetic");
   addDeviceOptions(*c, o->device);
+  addLossScaleOption(*c, o->device);
   c->add_option("--threads", o->model.threads, "CPU threads (default: all cores, divided among local ranks)");
   addLaunchOptions(*c, o->launch);
   c->add_option("--strategy", o->strategy, "distribution strategy plugin (single, ddp, or a third-party one)");

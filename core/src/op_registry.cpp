@@ -67,6 +67,7 @@ OpRegistry& OpRegistry::instance() {
     cpu::registerReductionGradOps(registry);
     cpu::registerShapeGradOps(registry);
     cpu::registerNnGradOps(registry);
+    cpu::registerLowPrecisionOps(registry);
   });
   return registry;
 }

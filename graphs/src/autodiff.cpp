@@ -163,7 +163,8 @@ class BackwardBuilder {
     seed.name = "loss/grad_seed";
     seed.meta = one.meta();
     seed.constant = one;
-    contributions_[loss_].push_back(g_.addValue(std::move(seed)));
+    tg_.lossGradSeed = g_.addValue(std::move(seed));
+    contributions_[loss_].push_back(tg_.lossGradSeed);
 
     for (std::size_t n = forwardNodes_; n-- > 0;) {
       if (active(n)) {

@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "strata/error.h"
+#include "strata/graphs/autocast.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
 
@@ -116,8 +117,19 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
       loss = addLossNode(withLoss, "ReduceMean", {squared}, attrs);
     }
   }
-  const Graph full = specialize(withLoss, SpecializeOptions{.inputMetas = metas, .training = true});
+  Graph full = specialize(withLoss, SpecializeOptions{.inputMetas = metas, .training = true});
+  if (options.mixedPrecision) {
+    full =
+        specialize(autocast(full, *options.mixedPrecision), SpecializeOptions{.inputMetas = metas, .training = true});
+  }
   training_ = buildTrainingGraph(full, AutodiffOptions{.loss = loss});
+  if (options.scaledLoss) {  // the seed becomes the step's last input, so the scale can change between steps
+    Value& seed = training_.graph.values[static_cast<std::size_t>(training_.lossGradSeed)];
+    lossScale_ = Tensor::empty(seed.meta, MemoryCategory::Other, options.device);
+    lossScale_.copyFrom(seed.constant);
+    seed.constant = Tensor();
+    training_.graph.inputs.push_back(training_.lossGradSeed);
+  }
 
   std::vector<std::pair<std::string, Tensor>> initial;
   for (int p : training_.parameters) {
@@ -163,11 +175,32 @@ StepResult TrainingPlan::step(const std::vector<Tensor>& inputs, const Tensor& l
   for (Tensor& t : all) {
     t = t.to(options_.device, MemoryCategory::Activations);  // host batches go to the plan's device
   }
+  if (options_.scaledLoss) {
+    all.push_back(lossScale_);
+  }
   std::vector<Tensor> results = executor_->run(all);
   StepResult result;
   result.loss = results[0];
   result.outputs.assign(results.begin() + 1, results.end());
   return result;
+}
+
+void TrainingPlan::setLossScale(double scale) {
+  STRATA_CHECK(options_.scaledLoss, "setLossScale on a plan built without scaledLoss");
+  if (scale == lossScaleValue_) {
+    return;
+  }
+  Tensor host = Tensor::empty(lossScale_.meta());
+  visitDType(host.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      *host.data<T>() = static_cast<T>(scale);
+    } else {
+      fail("the loss must be float32 or float64 to be scaled, not {}", dtypeName(host.dtype()));
+    }
+  });
+  lossScale_.copyFrom(host);
+  lossScaleValue_ = scale;
 }
 
 std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {

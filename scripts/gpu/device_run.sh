@@ -3,7 +3,7 @@
 # points the loader at the packed libraries and at cuDNN/cuBLAS/NCCL inside PyTorch's nvidia-* packages, then runs
 #   tests   the gpu-labelled tests: CUDA device tests, every gradient rule on the GPU vs the CPU backend, the ONNX
 #           node suite on the GPU, a 2-rank DDP run sharing the GPU through Gloo, and the five paper models'
-#           training step against PyTorch on the GPU
+#           training step against PyTorch on the GPU, bf16/fp16 mixed precision against PyTorch autocast
 #   bench   bench/gpu_train_throughput.py (Strata vs PyTorch eager, same GPU, one run)
 #   all     both.  Results land in $OUT (the device tool brings them back).
 set -uo pipefail
@@ -50,6 +50,12 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     run "step_${model}_f32" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
       --work-dir /tmp/strata-ref --device cuda --dtype float32 --batch 16 --updates 3 --tolerance 1e-3 \
       --grad-tolerance 1e-2
+  done
+  for precision in bf16 fp16; do
+    for model in resnet50 vgg16 convnext_tiny; do
+      run "mixed_${model}_${precision}" python3 tests/reference/check_mixed_precision.py --model "$model" \
+        --precision "$precision" --batch 16 --device cuda --strata "$pack/bin/strata" --work-dir /tmp/strata-ref
+    done
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then

@@ -29,6 +29,23 @@ done
 "$strata" train "${common[@]}" --max-steps 3 --loss mse --out "$work/mse" > /dev/null
 grep -q '"final_train_loss"' "$work/mse/summary.json"
 
+# Mixed precision (emulated on the CPU): bf16 learns like fp32; fp16 reports its loss scaling. A fixed scale of
+# 1e30 overflows float16 on every step, so every step is skipped.
+"$strata" train "${common[@]}" --epochs 1 --precision bf16 --out "$work/bf16" > /dev/null
+python3 - "$work/full/metrics.jsonl" "$work/bf16/metrics.jsonl" <<'PY'
+import json, sys
+def first_epoch_loss(path):
+    return next(json.loads(l)["train_loss"] for l in open(path) if '"type":"epoch"' in l)
+fp32, bf16 = first_epoch_loss(sys.argv[1]), first_epoch_loss(sys.argv[2])
+assert abs(bf16 - fp32) < 0.05 * fp32, f"bf16 epoch loss {bf16} vs fp32 {fp32}"
+PY
+grep -q '"precision": "bf16"' "$work/bf16/summary.json"
+"$strata" train "${common[@]}" --max-steps 4 --precision fp16 --out "$work/fp16" > /dev/null
+grep -q '"loss_scale_final"' "$work/fp16/summary.json"
+grep -q '"skipped_steps"' "$work/fp16/summary.json"
+"$strata" train "${common[@]}" --max-steps 3 --precision fp16 --loss-scale 1e30 --out "$work/overflow" > /dev/null
+grep -q '"skipped_steps": 3' "$work/overflow/summary.json"
+
 # Errors: resuming without a checkpoint, a missing data set directory.
 if "$strata" train "${common[@]}" --resume "$work/full" 2> "$work/err.log"; then exit 1; fi
 grep -q "no checkpoint to resume from" "$work/err.log"

@@ -15,10 +15,10 @@ import sys
 import numpy as np
 import onnx
 import torch
-from onnx import numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torchvision_models  # noqa: E402
+from torchvision_models import load_tensor, safe_name  # noqa: E402
 
 LR = 0.01
 MOMENTUM = 0.9
@@ -35,14 +35,6 @@ def rel(a, b, floor=0.0):
     return float(np.linalg.norm(a - b) / denom) if denom > 0 else float(np.linalg.norm(a - b))
 
 
-def load(path):
-    return numpy_helper.to_array(onnx.load_tensor(path))
-
-
-def safe(name):
-    return name.replace("/", "_").replace(":", "_").replace("\\", "_")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True, choices=sorted(torchvision_models.MODELS))
@@ -57,11 +49,10 @@ def main() -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     updates = args.updates
-    if args.device != "cpu":
-        probe = subprocess.run([args.strata, "run", "--device", args.device], capture_output=True, text=True)
-        if probe.returncode != 0 and any(why in probe.stderr for why in ("cannot use CUDA", "without the CUDA backend")):
-            print(f"skipped: {probe.stderr.strip().splitlines()[-1]}")
-            return 77  # ctest: skipped
+    skip = torchvision_models.gpu_skip_reason(args.strata, args.device)
+    if skip:
+        print(f"skipped: {skip}")
+        return 77  # ctest: skipped
 
     torch.set_num_threads(args.threads)
     work = os.path.join(args.work_dir, f"step-{args.model}-{args.dtype}-b{args.batch}")
@@ -83,15 +74,11 @@ def main() -> int:
         torch.backends.cudnn.allow_tf32 = False
         model, x, labels = model.cuda(), x.cuda(), labels.cuda()
 
-    with open(os.path.join(work, "x.pb"), "wb") as f:
-        f.write(numpy_helper.from_array(host_x.numpy(), "input").SerializeToString())
-    with open(os.path.join(work, "y.pb"), "wb") as f:
-        f.write(numpy_helper.from_array(host_labels.numpy().astype(np.int64), "labels").SerializeToString())
+    x_file, y_file = torchvision_models.write_batch(work, host_x, host_labels)
     out_dir = os.path.join(work, "strata")
-    subprocess.run([args.strata, "step", model_path, "--input", os.path.join(work, "x.pb"), "--labels",
-                    os.path.join(work, "y.pb"), "--dump-dir", out_dir, "--threads", str(args.threads),
-                    "--updates", str(max(updates, 1)), "--optimizer", "sgd", "--lr", str(LR), "--momentum", str(MOMENTUM),
-                    "--device", args.device, "--precision", "fp32"],
+    subprocess.run([args.strata, "step", model_path, "--input", x_file, "--labels", y_file, "--dump-dir", out_dir,
+                    "--threads", str(args.threads), "--updates", str(max(updates, 1)), "--optimizer", "sgd", "--lr",
+                    str(LR), "--momentum", str(MOMENTUM), "--device", args.device, "--precision", "fp32"],
                    check=True)
     initializers = {i.name for i in onnx.load(model_path, load_external_data=False).graph.initializer}
 
@@ -104,8 +91,8 @@ def main() -> int:
         loss = torch.nn.functional.cross_entropy(output, labels)
         loss.backward()
         if update == 0:
-            loss_err = rel(load(os.path.join(out_dir, "loss.pb")), loss.detach().cpu().numpy())
-            out_err = rel(load(os.path.join(out_dir, "output_0.pb")), output.detach().cpu().numpy())
+            loss_err = rel(load_tensor(os.path.join(out_dir, "loss.pb")), loss.detach().cpu().numpy())
+            out_err = rel(load_tensor(os.path.join(out_dir, "output_0.pb")), output.detach().cpu().numpy())
             print(f"{args.model} ({args.dtype}, batch {args.batch}): loss error {loss_err:.2e}, "
                   f"output error {out_err:.2e}")
             if loss_err > args.tolerance or out_err > args.tolerance:
@@ -117,7 +104,8 @@ def main() -> int:
                 if name not in initializers:
                     failures.append(f"parameter {name} is not an initializer of the exported model")
                     continue
-                err = rel(load(os.path.join(out_dir, "grads", safe(name) + ".pb")), p.grad.cpu().numpy(), floor)
+                grad = load_tensor(os.path.join(out_dir, "grads", safe_name(name) + ".pb"))
+                err = rel(grad, p.grad.cpu().numpy(), floor)
                 checked += 1
                 worst = max(worst, (name, err), key=lambda t: t[1])
                 if err > args.grad_tolerance:
@@ -128,7 +116,8 @@ def main() -> int:
     param_floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.detach().cpu().numpy() ** 2)) for p in params.values())))
     for name, p in params.items():
         if name in initializers and updates > 0:
-            err = rel(load(os.path.join(out_dir, "params", safe(name) + ".pb")), p.detach().cpu().numpy(), param_floor)
+            value = load_tensor(os.path.join(out_dir, "params", safe_name(name) + ".pb"))
+            err = rel(value, p.detach().cpu().numpy(), param_floor)
             worst = max(worst, (name, err), key=lambda t: t[1])
             if err > args.grad_tolerance:
                 failures.append(f"parameter {name} after {updates} updates: {err:.2e}")

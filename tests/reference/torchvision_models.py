@@ -1,6 +1,12 @@
 """The torchvision models Strata's reference tests use, built the way the study exports them for training."""
+import os
+import subprocess
+
+import numpy as np
+import onnx
 import torch
 import torchvision
+from onnx import numpy_helper
 
 # name -> (constructor, input height/width)
 MODELS = {
@@ -32,3 +38,32 @@ def export(model: torch.nn.Module, example: torch.Tensor, path: str) -> None:
     """Exports for training as the study does: opset 17, training mode kept, no constant folding."""
     torch.onnx.export(model, example, path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
                       do_constant_folding=False, input_names=["input"], output_names=["logits"])
+
+
+def gpu_skip_reason(strata: str, device: str):
+    """Why `strata --device DEVICE` cannot run here (no GPU, or built without CUDA), or None when it can."""
+    if device == "cpu":
+        return None
+    probe = subprocess.run([strata, "run", "--device", device], capture_output=True, text=True)
+    if probe.returncode != 0 and any(why in probe.stderr for why in ("cannot use CUDA", "without the CUDA backend")):
+        return probe.stderr.strip().splitlines()[-1]
+    return None
+
+
+def load_tensor(path: str) -> np.ndarray:
+    return numpy_helper.to_array(onnx.load_tensor(path))
+
+
+def safe_name(name: str) -> str:
+    """An initializer name as `strata step` writes it into a file name."""
+    return name.replace("/", "_").replace(":", "_").replace("\\", "_")
+
+
+def write_batch(work: str, x: torch.Tensor, labels: torch.Tensor):
+    """Writes the batch as the TensorProto files `strata step` reads; returns (x.pb, y.pb)."""
+    paths = (os.path.join(work, "x.pb"), os.path.join(work, "y.pb"))
+    with open(paths[0], "wb") as f:
+        f.write(numpy_helper.from_array(x.cpu().numpy(), "input").SerializeToString())
+    with open(paths[1], "wb") as f:
+        f.write(numpy_helper.from_array(labels.cpu().numpy().astype(np.int64), "labels").SerializeToString())
+    return paths

@@ -20,4 +20,8 @@ void registerReductionGradOps(OpRegistry& registry);    // SoftmaxGrad, LayerNor
 void registerShapeGradOps(OpRegistry& registry);        // SliceGrad, GatherGrad, PadGrad, ...
 void registerNnGradOps(OpRegistry& registry);           // ConvGradInput/Weight, pooling grads, BatchNormalizationGrad
 
+// Marks the ops mixed precision runs in float16/bfloat16 and wraps their CPU kernels to emulate that (after all
+// the others are registered).
+void registerLowPrecisionOps(OpRegistry& registry);
+
 }  // namespace strata::cpu

@@ -100,6 +100,9 @@ class ConvPlan {
     }
     padded_ = copy;
     planes_ = s.x[0] * s.x[1];
+    yBatch_ = s.y[0];
+    yChannels_ = s.y[1];
+    yInner_ = numElements(s.y) / (yBatch_ * yChannels_);
     for (std::size_t i = 0; i < n; ++i) {
       inSize_.d[3 - n + i] = s.x[2 + i];
       paddedSize_.d[3 - n + i] = xPadded[i];
@@ -200,8 +203,12 @@ class ConvPlan {
         cudnnAddTensor(contextOf(ctx).cudnn, scalars_.one(), biasDesc_.get(), bias, scalars_.one(), yDesc_.get(), y));
   }
 
-  // db = dy summed over everything but the channels.
+  // db = dy summed over everything but the channels; for the 16-bit floats by our own kernel, which sums in float.
   void backwardBias(const KernelContext& ctx, const void* dy, void* db) {
+    if (dtype_ == DType::Float16 || dtype_ == DType::BFloat16) {
+      nn::launchChannelSum(dtype_, dy, db, yBatch_, yChannels_, yInner_, deviceOf(ctx), streamOf(ctx));
+      return;
+    }
     STRATA_CUDNN_CHECK(cudnnConvolutionBackwardBias(contextOf(ctx).cudnn, scalars_.one(), yDesc_.get(), dy,
                                                     scalars_.zero(), biasDesc_.get(), db));
   }
@@ -258,6 +265,7 @@ class ConvPlan {
   FilterDescriptor wDesc_;
   ConvolutionDescriptor conv_[3];  // one per direction: each keeps its algorithm's math type
   std::string geometry_;
+  std::int64_t yBatch_ = 0, yChannels_ = 0, yInner_ = 0;  // Y as [N, M, inner], for the bias gradient
   bool chosen_[3] = {false, false, false};
   ConvAlgoChoice algo_[3];
 };

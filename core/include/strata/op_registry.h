@@ -77,6 +77,9 @@ struct OpSchema {
   ShapeFn inferShapes;
   // Whether the op may be evaluated at load time when all its inputs are constants (false for random ops).
   bool foldable = true;
+  // Whether every backend runs it on float16/bfloat16 inputs (all floating inputs of one node in the same 16-bit
+  // dtype, floating outputs in it too). Mixed precision keeps the other ops in float32 (graphs/autocast.h).
+  bool lowPrecision = false;
 };
 
 // Op types (ONNX default domain) with their shape functions and per-device kernel factories.

@@ -158,11 +158,17 @@ double Optimizer::globalGradNorm() const {
 }
 
 double Optimizer::step(double lr) {
+  const double lossScale = scaler_ != nullptr ? scaler_->scale() : 1.0;
+  const double norm = options_.maxGradNorm > 0 || scaler_ != nullptr ? globalGradNorm() / lossScale : 0.0;
+  lastStepSkipped_ = scaler_ != nullptr && !scaler_->update(std::isfinite(norm));
+  if (lastStepSkipped_) {
+    return norm;
+  }
   ++steps_;
-  const double norm = options_.maxGradNorm > 0 ? globalGradNorm() : 0.0;
   // PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below one.
-  const double scale =
+  const double clip =
       options_.maxGradNorm > 0 && norm > options_.maxGradNorm ? options_.maxGradNorm / (norm + 1e-6) : 1.0;
+  const double scale = clip / lossScale;
   const std::size_t groups = store_.groupCount();
   for (std::size_t g = 0; g < groups; ++g) {
     const Tensor& param = store_.flatParameters(g);

@@ -26,6 +26,12 @@ struct Spatial3 {
 void launchWindowCopy(std::size_t elementSize, const void* in, void* out, std::int64_t planes, const Spatial3& inSize,
                       const Spatial3& outSize, const Spatial3& offset, cudaStream_t stream);
 
+// db[c] = the sum of dy[n, c, i] over n < batch and i < inner (a convolution's bias gradient), accumulated in float
+// by the deterministic reduction engine (Note [CUDA reduction engine]); partial sums live in workspace on `device`.
+// dtype: float16 or bfloat16.
+void launchChannelSum(DType dtype, const void* dy, void* db, std::int64_t batch, std::int64_t channels,
+                      std::int64_t inner, Device device, cudaStream_t stream);
+
 // A pooling window with the spatial dims promoted to 3 (leading dims: size 1, kernel 1, stride 1, no padding).
 struct PoolWindow {
   std::int64_t in[3] = {1, 1, 1};
@@ -43,17 +49,18 @@ struct PoolWindow {
 // MaxPool / AveragePool forward as the CPU's direct loop: the max ignores NaN (a window of only NaN or only padding
 // gives -inf or 0), the average divides by the window positions inside the input (count_include_pad = 0) or inside
 // input + explicit pads (= 1). `indices` (nullable, MaxPool only): flat index of the max in X (row-major, or
-// column-major spatial when columnMajorIndices), -1 when the window holds no value. dtype: float32, float64, int8,
-// uint8.
+// column-major spatial when columnMajorIndices), -1 when the window holds no value. dtype: float32, float64,
+// float16, bfloat16 (compared and averaged in double, rounded once), int8, uint8.
 void launchPoolForward(DType dtype, bool isMax, bool countIncludePad, const PoolWindow& window, std::int64_t planes,
                        const void* x, void* y, std::int64_t* indices, bool columnMajorIndices, cudaStream_t stream);
 
 // MaxPoolGrad: dX receives each dY at the first maximum of its window (row-major window order; the first NaN when
-// there is one). `argmax` is workspace of planes * outVolume int64. dtype: float32 or float64.
+// there is one). `argmax` is workspace of planes * outVolume int64. dtype: float32, float64, float16 or bfloat16 (the
+// 16-bit floats compared and summed in float).
 void launchMaxPoolGrad(DType dtype, const PoolWindow& window, std::int64_t planes, const void* dy, const void* x,
                        std::int64_t* argmax, void* dx, cudaStream_t stream);
 
-// AveragePoolGrad with the forward's divisor rule. dtype: float32 or float64.
+// AveragePoolGrad with the forward's divisor rule. dtype: float32, float64, float16 or bfloat16 (summed in float).
 void launchAveragePoolGrad(DType dtype, bool countIncludePad, const PoolWindow& window, std::int64_t planes,
                            const void* dy, void* dx, cudaStream_t stream);
 

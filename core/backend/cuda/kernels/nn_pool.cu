@@ -4,6 +4,7 @@
 // scatter adds them, so no atomics and the same sums.
 
 #include <cmath>
+#include <type_traits>
 
 #include "nn_kernels.h"
 
@@ -34,7 +35,18 @@ __device__ inline void unflatten(std::int64_t flat, const std::int64_t (&sizes)[
 
 template <typename T>
 __device__ inline double asDouble(T v) {
-  return static_cast<double>(v);
+  return static_cast<double>(toAcc(v));  // the 16-bit floats through float
+}
+
+template <typename T>
+__device__ inline T fromDouble(double v) {
+  if constexpr (std::is_same_v<T, __half>) {
+    return __double2half(v);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __double2bfloat16(v);
+  } else {
+    return static_cast<T>(v);
+  }
 }
 
 template <typename T>
@@ -91,7 +103,7 @@ __global__ void poolForwardKernel(bool isMax, bool countIncludePad, PoolWindow w
       const std::int64_t divisor = countIncludePad ? padded : count;
       value = divisor > 0 ? sum / static_cast<double>(divisor) : 0.0;
     }
-    y[i] = static_cast<T>(value);
+    y[i] = fromDouble<T>(value);
     if (indices != nullptr)
       indices[i] = bestIndex;
   }
@@ -103,8 +115,10 @@ __device__ inline bool isNan(T v) {
 }
 
 // The plane-local index of each window's first maximum (first NaN when there is one), -1 for an empty window.
+// Values compare in the accumulation type (float for the 16-bit floats, exact).
 template <typename T>
 __global__ void maxPoolArgmaxKernel(PoolWindow w, std::int64_t total, const T* x, std::int64_t* argmax) {
+  using A = typename AccTypeOf<T>::type;
   const std::int64_t inVolume = w.inVolume();
   const std::int64_t outVolume = w.outVolume();
   STRATA_GRID_STRIDE_LOOP(i, total) {
@@ -118,14 +132,14 @@ __global__ void maxPoolArgmaxKernel(PoolWindow w, std::int64_t total, const T* x
     }
     const T* p = x + plane * inVolume;
     std::int64_t best = -1;
-    T bestValue = T{0};
+    A bestValue = A(0);
     for (std::int64_t k0 = kb[0]; k0 < ke[0]; ++k0) {
       const std::int64_t p0 = start[0] + k0 * w.dilation[0];
       for (std::int64_t k1 = kb[1]; k1 < ke[1]; ++k1) {
         const std::int64_t row = (p0 * w.in[1] + start[1] + k1 * w.dilation[1]) * w.in[2];
         for (std::int64_t k2 = kb[2]; k2 < ke[2]; ++k2) {
           const std::int64_t index = row + start[2] + k2 * w.dilation[2];
-          const T v = p[index];
+          const A v = toAcc(p[index]);
           if (best < 0 || v > bestValue || (isNan(v) && !isNan(bestValue))) {
             best = index;
             bestValue = v;
@@ -152,8 +166,10 @@ __device__ inline bool holds(std::int64_t pos, std::int64_t o, std::int64_t stri
   return (pos + padBegin - o * stride) % dilation == 0;
 }
 
+// Sums in the accumulation type (float for the 16-bit floats).
 template <typename T>
 __global__ void maxPoolGradKernel(PoolWindow w, std::int64_t total, const T* dy, const std::int64_t* argmax, T* dx) {
+  using A = typename AccTypeOf<T>::type;
   const std::int64_t inVolume = w.inVolume();
   const std::int64_t outVolume = w.outVolume();
   STRATA_GRID_STRIDE_LOOP(i, total) {
@@ -166,7 +182,7 @@ __global__ void maxPoolGradKernel(PoolWindow w, std::int64_t total, const T* dy,
       windowsHolding(pos[d], w.out[d], w.stride[d], w.padBegin[d], w.kernel[d], w.dilation[d], ob[d], oe[d]);
     const std::int64_t* routes = argmax + plane * outVolume;
     const T* grad = dy + plane * outVolume;
-    T sum = T{0};
+    A sum = A(0);
     for (std::int64_t o0 = ob[0]; o0 < oe[0]; ++o0) {
       if (!holds(pos[0], o0, w.stride[0], w.padBegin[0], w.dilation[0]))
         continue;
@@ -178,16 +194,17 @@ __global__ void maxPoolGradKernel(PoolWindow w, std::int64_t total, const T* dy,
             continue;
           const std::int64_t oi = (o0 * w.out[1] + o1) * w.out[2] + o2;
           if (routes[oi] == local)
-            sum += grad[oi];
+            sum += toAcc(grad[oi]);
         }
       }
     }
-    dx[i] = sum;
+    dx[i] = fromAcc<T>(sum);
   }
 }
 
 template <typename T>
 __global__ void averagePoolGradKernel(bool countIncludePad, PoolWindow w, std::int64_t total, const T* dy, T* dx) {
+  using A = typename AccTypeOf<T>::type;
   const std::int64_t inVolume = w.inVolume();
   const std::int64_t outVolume = w.outVolume();
   STRATA_GRID_STRIDE_LOOP(i, total) {
@@ -198,7 +215,7 @@ __global__ void averagePoolGradKernel(bool countIncludePad, PoolWindow w, std::i
     for (int d = 0; d < 3; ++d)
       windowsHolding(pos[d], w.out[d], w.stride[d], w.padBegin[d], w.kernel[d], w.dilation[d], ob[d], oe[d]);
     const T* grad = dy + plane * outVolume;
-    T sum = T{0};
+    A sum = A(0);
     // A window's divisor factor along dim d: its positions inside the input, or inside input + explicit pads.
     auto factor = [&](int d, std::int64_t o) {
       const std::int64_t start = o * w.stride[d] - w.padBegin[d];
@@ -224,11 +241,11 @@ __global__ void averagePoolGradKernel(bool countIncludePad, PoolWindow w, std::i
           const std::int64_t divisor = f0 * f1 * factor(2, o2);
           if (divisor == 0)
             continue;
-          sum += grad[(o0 * w.out[1] + o1) * w.out[2] + o2] / static_cast<T>(divisor);
+          sum += toAcc(grad[(o0 * w.out[1] + o1) * w.out[2] + o2]) / static_cast<A>(divisor);
         }
       }
     }
-    dx[i] = sum;
+    dx[i] = fromAcc<T>(sum);
   }
 }
 
@@ -288,6 +305,12 @@ void launchPoolForward(DType dtype, bool isMax, bool countIncludePad, const Pool
     case DType::Float64:
       poolForward<double>(isMax, countIncludePad, window, planes, x, y, indices, columnMajorIndices, stream);
       break;
+    case DType::Float16:
+      poolForward<__half>(isMax, countIncludePad, window, planes, x, y, indices, columnMajorIndices, stream);
+      break;
+    case DType::BFloat16:
+      poolForward<__nv_bfloat16>(isMax, countIncludePad, window, planes, x, y, indices, columnMajorIndices, stream);
+      break;
     case DType::Int8:
       poolForward<std::int8_t>(isMax, countIncludePad, window, planes, x, y, indices, columnMajorIndices, stream);
       break;
@@ -308,6 +331,12 @@ void launchMaxPoolGrad(DType dtype, const PoolWindow& window, std::int64_t plane
     case DType::Float64:
       maxPoolGrad<double>(window, planes, dy, x, argmax, dx, stream);
       break;
+    case DType::Float16:
+      maxPoolGrad<__half>(window, planes, dy, x, argmax, dx, stream);
+      break;
+    case DType::BFloat16:
+      maxPoolGrad<__nv_bfloat16>(window, planes, dy, x, argmax, dx, stream);
+      break;
     default:
       fail("MaxPoolGrad on CUDA: unsupported dtype {}", dtypeName(dtype));
   }
@@ -321,6 +350,12 @@ void launchAveragePoolGrad(DType dtype, bool countIncludePad, const PoolWindow& 
       break;
     case DType::Float64:
       averagePoolGrad<double>(countIncludePad, window, planes, dy, dx, stream);
+      break;
+    case DType::Float16:
+      averagePoolGrad<__half>(countIncludePad, window, planes, dy, dx, stream);
+      break;
+    case DType::BFloat16:
+      averagePoolGrad<__nv_bfloat16>(countIncludePad, window, planes, dy, dx, stream);
       break;
     default:
       fail("AveragePoolGrad on CUDA: unsupported dtype {}", dtypeName(dtype));

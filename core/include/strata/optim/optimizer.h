@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/optim/loss_scaler.h"
 #include "strata/optim/parameter_store.h"
 
 namespace strata {
@@ -30,8 +31,13 @@ class Optimizer {
  public:
   Optimizer(ParameterStore& store, const OptimizerOptions& options);
 
-  // One update with learning rate lr. Returns the gradients' global L2 norm (before clipping).
+  // One update with learning rate lr. Returns the gradients' global L2 norm (before clipping, loss scale divided
+  // out). With a loss scaler, gradients that overflowed are not applied: the step is skipped (steps() does not
+  // advance), the scaler backs off, and the norm returned is not finite.
   double step(double lr);
+  // The gradients are multiplied by scaler->scale() (TrainingPlan::setLossScale); nullptr: they are not.
+  void setLossScaler(LossScaler* scaler) { scaler_ = scaler; }
+  bool lastStepSkipped() const { return lastStepSkipped_; }
   std::int64_t steps() const { return steps_; }
   const OptimizerOptions& options() const { return options_; }
 
@@ -46,6 +52,8 @@ class Optimizer {
   OptimizerOptions options_;
   std::vector<Tensor> state_;  // SGD: [momentum per group]; Adam: [m per group, v per group]
   std::int64_t steps_ = 0;
+  LossScaler* scaler_ = nullptr;
+  bool lastStepSkipped_ = false;
 };
 
 }  // namespace strata

@@ -17,6 +17,8 @@ struct AutodiffOptions {
 struct TrainingGraph {
   Graph graph;
   int loss = kNoValue;
+  // The constant the loss gradient starts from (1); a plan that scales the loss feeds it at run time instead.
+  int lossGradSeed = kNoValue;
   // Trainable parameters: float initializers on differentiable edges, in first-use order.
   std::vector<int> parameters;
   // The final gradient of each parameter (same order). Each is produced by a node of its own, so it can be bound

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ struct TrainingPlanOptions {
   std::int64_t defaultBatch = 1;
   LossKind loss = LossKind::CrossEntropy;
   Device device = Device::cpu();
+  // Float16 or BFloat16: mixed precision (graphs/autocast.h) over float32 master weights and gradients.
+  std::optional<DType> mixedPrecision;
+  // The loss gradient starts from setLossScale's value instead of 1 (loss scaling for float16).
+  bool scaledLoss = false;
 };
 
 struct StepResult {
@@ -43,6 +48,9 @@ class TrainingPlan {
   // The eval plan is built on first use for the inputs' shapes (the last batch of an epoch may be smaller).
   std::vector<Tensor> evaluate(const std::vector<Tensor>& inputs);
 
+  // Scales the loss gradient, so every gradient comes out multiplied by `scale` (needs options.scaledLoss).
+  void setLossScale(double scale);
+
   ParameterStore& parameters() { return *store_; }
   const std::vector<std::string>& parameterNames() const { return names_; }
   Executor& executor() { return *executor_; }
@@ -62,6 +70,8 @@ class TrainingPlan {
   std::vector<std::string> names_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::unique_ptr<Executor> executor_;
+  Tensor lossScale_;  // the loss gradient's seed, fed to the step when the loss is scaled
+  double lossScaleValue_ = 1.0;
   std::vector<std::pair<std::vector<TensorMeta>, std::unique_ptr<Executor>>> evalExecutors_;  // by input metas
 };
 
