@@ -30,7 +30,6 @@ Device noteEmulation(const DeviceOptions& options, Device device) {
   return device;
 }
 
-#ifdef STRATA_HAS_CUDA
 int parseCudaIndex(const std::string& spec) {
   if (spec == "cuda") {
     return -1;
@@ -45,7 +44,6 @@ int parseCudaIndex(const std::string& spec) {
   }
   fail("--device {}: expected cpu, cuda, cuda:N or auto", spec);
 }
-#endif
 
 }  // namespace
 
@@ -143,6 +141,12 @@ Device selectDevice(const DeviceOptions& options, int /*localRank*/) {
   checkPrecision(options.precision);
   if (options.device == "cpu") {
     return noteEmulation(options, Device::cpu());
+  }
+  if (options.device != "auto" && options.device.rfind("cuda", 0) != 0) {
+    fail("--device {}: expected cpu, cuda, cuda:N or auto", options.device);
+  }
+  if (options.device != "auto") {
+    parseCudaIndex(options.device);  // a malformed cuda:N is reported as such
   }
   if (options.device == "auto") {
     spdlog::info("--device auto: training on the CPU (this strata was built without the CUDA backend)");

@@ -1,5 +1,6 @@
 #include "strata/graphs/autocast.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -11,9 +12,16 @@ namespace {
 
 // Matrix products gain the most from 16-bit tensor cores and accumulate in float32 on every backend.
 const std::set<std::string, std::less<>> kLowPrecisionOps = {"Conv", "ConvTranspose", "Gemm", "MatMul"};
-// Ops that round nothing a float32 run would keep (max, sign tests, copies) or add two 16-bit values.
-const std::set<std::string, std::less<>> kFollowOps = {"Relu",    "MaxPool",   "Add",      "Reshape",   "Flatten",
-                                                       "Squeeze", "Unsqueeze", "Identity", "Transpose", "Concat"};
+// Ops that round nothing a float32 run would keep (max, sign tests, copies), add two 16-bit values, or normalise
+// 16-bit data with float32 statistics (batch norm: its schema names the operands that take 16 bits).
+const std::set<std::string, std::less<>> kFollowOps = {
+    "Relu",      "MaxPool",  "Add",       "Reshape", "Flatten",           "Squeeze",
+    "Unsqueeze", "Identity", "Transpose", "Concat",  "BatchNormalization"};
+
+// Whether operand i takes the 16-bit dtype; empty slots: every floating operand does.
+bool holds(const std::vector<std::size_t>& slots, std::size_t i) {
+  return slots.empty() || std::find(slots.begin(), slots.end(), i) != slots.end();
+}
 
 class Autocaster {
  public:
@@ -65,18 +73,27 @@ class Autocaster {
     return isFloatingPoint(dtype) && dtype != DType::Float32;
   }
 
-  bool runsLow(const Node& node) const {
-    const AutocastClass cls = autocastClassOf(node.opType);
+  // The schema of an op that may run in 16 bits, or nullptr.
+  static const OpSchema* lowPrecisionSchema(const Node& node) {
     const OpSchema* schema = OpRegistry::instance().schema(node.opType);
-    if (cls == AutocastClass::Float32 || schema == nullptr || !schema->lowPrecision) {
+    const bool low =
+        autocastClassOf(node.opType) != AutocastClass::Float32 && schema != nullptr && schema->lowPrecision;
+    return low ? schema : nullptr;
+  }
+
+  bool runsLow(const Node& node) const {
+    const OpSchema* schema = lowPrecisionSchema(node);
+    if (schema == nullptr) {
       return false;
     }
+    const AutocastClass cls = autocastClassOf(node.opType);
     bool anyFloat = false;
-    for (int v : node.inputs) {
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      const int v = node.inputs[i];
       if (isOtherFloat(v)) {
         return false;  // float64 and 16-bit models keep their own precision
       }
-      if (isFloat32(v)) {
+      if (isFloat32(v) && holds(schema->lowPrecisionInputs, i)) {
         anyFloat = true;
         if (cls == AutocastClass::Follow && !forms_[static_cast<std::size_t>(v)].producedLow) {
           return false;  // a float32 operand: promote, as PyTorch does
@@ -88,15 +105,19 @@ class Autocaster {
 
   void rewrite(const Node& node) {
     const bool low = runsLow(node);
+    const OpSchema* schema = low ? lowPrecisionSchema(node) : nullptr;
     Node copy = node;
-    for (int& input : copy.inputs) {
+    for (std::size_t i = 0; i < copy.inputs.size(); ++i) {
+      int& input = copy.inputs[i];
       if (isFloat32(input)) {
-        input = low ? lowForm(input, node.phase) : wideForm(input, node.phase);
+        const bool takesLow = low && holds(schema->lowPrecisionInputs, i);
+        input = takesLow ? lowForm(input, node.phase) : wideForm(input, node.phase);
       }
     }
     if (low) {
-      for (int& output : copy.outputs) {
-        if (isFloat32(output)) {
+      for (std::size_t o = 0; o < copy.outputs.size(); ++o) {
+        int& output = copy.outputs[o];
+        if (isFloat32(output) && holds(schema->lowPrecisionOutputs, o)) {
           Forms& forms = forms_[static_cast<std::size_t>(output)];
           forms = Forms{.wide = kNoValue, .low = addLowValue(output), .producedLow = true};
           output = forms.low;

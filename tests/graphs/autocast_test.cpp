@@ -34,8 +34,9 @@ void setInts(onnx::NodeProto* node, const std::string& name, std::vector<std::in
   }
 }
 
-// x[N,3,8,8] -> Conv -> BatchNorm -> Relu -> MaxPool -> Conv -> Relu -> Conv -> Add(residual) -> Flatten -> Gemm
-// -> y[N,10]: each autocast class, a parameter used twice (w2), and a residual that mixes 16 bits and float32.
+// x[N,3,8,8] -> Conv -> BatchNorm -> Relu -> MaxPool -> Conv -> Relu -> Conv -> Add(residual) -> Add(bias2) ->
+// Flatten -> Gemm -> y[N,10]: each autocast class, a parameter used twice (w2), a residual between two 16-bit
+// values, and an Add that mixes 16 bits with a float32 parameter.
 // Numeric comparisons pool with AveragePool instead: 16-bit rounding reorders near-ties in a max-pool window, and
 // each flip sends a window's gradient to another element, which at this tiny batch moves w1's gradient by ~10%.
 onnx::ModelProto smallCnn(const std::string& pool = "MaxPool") {
@@ -48,6 +49,7 @@ onnx::ModelProto smallCnn(const std::string& pool = "MaxPool") {
   testing::addInitializer(model, "mean", {4}, {0.0f, 0.0f, 0.0f, 0.0f});
   testing::addInitializer(model, "var", {4}, {1.0f, 1.0f, 1.0f, 1.0f});
   testing::addInitializer(model, "w2", {4, 4, 3, 3}, randomValues(144, 3, 0.3f));
+  testing::addInitializer(model, "bias2", {4, 1, 1}, randomValues(4, 6, 0.1f));
   testing::addInitializer(model, "wf", {10, 64}, randomValues(640, 4, 0.2f));
   testing::addInitializer(model, "bf", {10}, randomValues(10, 5, 0.1f));
   setInts(testing::addNode(model, "Conv", {"x", "w1", "b1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
@@ -60,7 +62,8 @@ onnx::ModelProto smallCnn(const std::string& pool = "MaxPool") {
   testing::addNode(model, "Relu", {"c2"}, {"r2"}, "relu2");
   setInts(testing::addNode(model, "Conv", {"r2", "w2"}, {"c3"}, "conv3"), "pads", {1, 1, 1, 1});
   testing::addNode(model, "Add", {"c3", "p1"}, {"sum"}, "residual");
-  testing::addNode(model, "Flatten", {"sum"}, {"flat"}, "flatten");
+  testing::addNode(model, "Add", {"sum", "bias2"}, {"biased"}, "bias");
+  testing::addNode(model, "Flatten", {"biased"}, {"flat"}, "flatten");
   auto* gemm = testing::addNode(model, "Gemm", {"flat", "wf", "bf"}, {"y"}, "fc");
   auto* transB = gemm->add_attribute();
   transB->set_name("transB");
@@ -102,7 +105,8 @@ TEST(AutocastTest, ClassifiesTheOpsLikePyTorchAutocast) {
   EXPECT_EQ(autocastClassOf("MatMul"), AutocastClass::LowPrecision);
   EXPECT_EQ(autocastClassOf("Relu"), AutocastClass::Follow);
   EXPECT_EQ(autocastClassOf("Softmax"), AutocastClass::Float32);
-  EXPECT_EQ(autocastClassOf("BatchNormalization"), AutocastClass::Float32);
+  EXPECT_EQ(autocastClassOf("BatchNormalization"), AutocastClass::Follow);
+  EXPECT_EQ(autocastClassOf("LayerNormalization"), AutocastClass::Float32);
   EXPECT_EQ(autocastClassOf("SoftmaxCrossEntropyLoss"), AutocastClass::Float32);
 }
 
@@ -115,13 +119,19 @@ TEST(AutocastTest, RunsProductsAndTheOpsAfterThemIn16Bits) {
     EXPECT_EQ(outputDType(graph, node), DType::BFloat16) << node;
   }
   EXPECT_EQ(inputDType(graph, "conv1", 2), DType::BFloat16);  // the bias too
-  EXPECT_EQ(inputDType(graph, "bn1", 0), DType::Float32);     // normalisation stays in float32
-  EXPECT_EQ(outputDType(graph, "relu1"), DType::Float32);     // follows its float32 input
-  EXPECT_EQ(outputDType(graph, "pool1"), DType::Float32);
-  EXPECT_EQ(outputDType(graph, "relu2"), DType::BFloat16);  // follows conv2
-  // p1 is float32 and c3 bfloat16: the residual promotes to float32, as PyTorch does.
-  EXPECT_EQ(inputDType(graph, "residual", 0), DType::Float32);
-  EXPECT_EQ(outputDType(graph, "residual"), DType::Float32);
+  // Batch norm normalises the 16-bit data with float32 scale, bias and statistics.
+  EXPECT_EQ(inputDType(graph, "bn1", 0), DType::BFloat16);
+  for (std::size_t i = 1; i < 5; ++i) {
+    EXPECT_EQ(inputDType(graph, "bn1", i), DType::Float32) << i;
+  }
+  EXPECT_EQ(outputDType(graph, "bn1"), DType::BFloat16);
+  EXPECT_EQ(outputDType(graph, "relu1"), DType::BFloat16);
+  EXPECT_EQ(outputDType(graph, "pool1"), DType::BFloat16);
+  EXPECT_EQ(outputDType(graph, "residual"), DType::BFloat16);
+  // bias2 is a float32 parameter: the Add promotes to float32, as PyTorch does.
+  EXPECT_EQ(inputDType(graph, "bias", 0), DType::Float32);
+  EXPECT_EQ(inputDType(graph, "bias", 1), DType::Float32);
+  EXPECT_EQ(outputDType(graph, "bias"), DType::Float32);
   EXPECT_EQ(graph.values[static_cast<std::size_t>(graph.outputs.at(0))].meta.dtype, DType::Float32);
   EXPECT_EQ(graph.values[static_cast<std::size_t>(graph.outputs.at(0))].name, "y");
 }

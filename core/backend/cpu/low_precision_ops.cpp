@@ -7,11 +7,15 @@
 // conversions cost time, so this path is for checking, not for speed. Ops that only move bytes take 16-bit
 // tensors as they are.
 
+#include <algorithm>
 #include <array>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <fmt/ranges.h>
 
 #include "broadcast.h"
 #include "cpu_ops.h"
@@ -30,18 +34,42 @@ constexpr std::array kEmulatedOps = {
 constexpr std::array kNativeOps = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose",
                                    "Concat",  "Split",   "Slice",   "Expand",    "Cast"};
 
+// Batch norm keeps scale, bias and statistics in float32 beside 16-bit data, as cuDNN and PyTorch autocast do.
+struct LowPrecisionSlots {
+  std::vector<std::size_t> inputs;   // empty: every floating input
+  std::vector<std::size_t> outputs;  // empty: every floating output
+};
+const std::map<std::string, LowPrecisionSlots> kPartlyLowOps = {
+    {"BatchNormalization", {{0}, {0}}},         // X -> Y; not the running statistics
+    {"BatchNormalizationGrad", {{0, 1}, {0}}},  // dY, X -> dX; not dScale, dB
+};
+
 bool isLowPrecision(DType dtype) {
   return dtype == DType::Float16 || dtype == DType::BFloat16;
 }
 
-// The 16-bit dtype of the floating inputs, or nullopt when none is 16-bit. `fail` reports a node that mixes
-// 16-bit inputs with wider floating ones (mixed precision casts every input of such a node to one dtype).
+bool holds(const std::vector<std::size_t>& slots, std::size_t i) {
+  return slots.empty() || std::find(slots.begin(), slots.end(), i) != slots.end();
+}
+
+// The 16-bit dtype of a node, or nullopt when none of its floating inputs is 16-bit. `slots` are the inputs that
+// take it (empty: every floating one); the node's other floating inputs must then be float32. `fail` reports any
+// other mix (mixed precision casts the inputs of each node to what it takes).
 template <typename Fail>
-std::optional<DType> lowPrecisionOf(const std::vector<std::optional<DType>>& inputs, Fail&& fail) {
+std::optional<DType> lowPrecisionOf(const std::vector<std::optional<DType>>& inputs,
+                                    const std::vector<std::size_t>& slots, Fail&& fail) {
   std::optional<DType> low;
   std::optional<DType> wide;
-  for (const std::optional<DType>& dtype : inputs) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::optional<DType>& dtype = inputs[i];
     if (!dtype || !isFloatingPoint(*dtype)) {
+      continue;
+    }
+    if (!holds(slots, i)) {
+      if (isLowPrecision(*dtype)) {
+        fail(fmt::format("input {} is {}, but only inputs {} take 16 bits", i, dtypeName(*dtype),
+                         fmt::join(slots, ", ")));
+      }
       continue;
     }
     if (isLowPrecision(*dtype)) {
@@ -54,8 +82,13 @@ std::optional<DType> lowPrecisionOf(const std::vector<std::optional<DType>>& inp
     }
   }
   if (low && wide) {
-    fail(fmt::format("inputs mix {} and {}; every floating input must have the same 16-bit dtype", dtypeName(*low),
-                     dtypeName(*wide)));
+    fail(fmt::format("inputs mix {} and {}; every floating input{} must have the same 16-bit dtype", dtypeName(*low),
+                     dtypeName(*wide), slots.empty() ? "" : fmt::format(" among {}", fmt::join(slots, ", "))));
+  }
+  for (std::size_t i = 0; low && i < inputs.size(); ++i) {
+    if (!holds(slots, i) && inputs[i] && isFloatingPoint(*inputs[i]) && *inputs[i] != DType::Float32) {
+      fail(fmt::format("input {} is {}; beside 16-bit data it must be float32", i, dtypeName(*inputs[i])));
+    }
   }
   return low;
 }
@@ -146,48 +179,52 @@ class WideningKernel final : public OpKernel {
   std::vector<std::unique_ptr<Tensor>> constants_;  // widened plan-time constants the inner kernel may point at
 };
 
-void emulateLowPrecision(OpRegistry& registry, const std::string& type) {
+void emulateLowPrecision(OpRegistry& registry, const std::string& type, const LowPrecisionSlots& slots = {}) {
   const OpSchema* schema = registry.schema(type);
   const KernelFactory* factory = registry.kernel(type, DeviceType::CPU);
   STRATA_CHECK(schema != nullptr && factory != nullptr, "low precision: op {} is not registered", type);
   OpSchema wrapped = *schema;
   wrapped.lowPrecision = true;
-  wrapped.inferShapes = [infer = schema->inferShapes](const ShapeContext& ctx) {
+  wrapped.lowPrecisionInputs = slots.inputs;
+  wrapped.lowPrecisionOutputs = slots.outputs;
+  wrapped.inferShapes = [infer = schema->inferShapes, slots](const ShapeContext& ctx) {
     const std::optional<DType> low =
-        lowPrecisionOf(dtypesOf(ctx.inputs), [&ctx](const std::string& why) { ctx.error(why); });
+        lowPrecisionOf(dtypesOf(ctx.inputs), slots.inputs, [&ctx](const std::string& why) { ctx.error(why); });
     if (!low) {
       return infer(ctx);
     }
     std::vector<std::unique_ptr<Tensor>> kept;
     const std::vector<InputInfo> wide = widenedInfos(ctx.inputs, kept);
     std::vector<TensorMeta> metas = infer(ShapeContext{wide, ctx.attrs, ctx.outputCount, ctx.nodeName, ctx.opType});
-    for (TensorMeta& meta : metas) {
-      if (meta.dtype == DType::Float32) {
-        meta.dtype = *low;
+    for (std::size_t o = 0; o < metas.size(); ++o) {
+      if (metas[o].dtype == DType::Float32 && holds(slots.outputs, o)) {
+        metas[o].dtype = *low;
       }
     }
     return metas;
   };
   registry.addSchema(std::move(wrapped));
-  registry.addKernel(type, DeviceType::CPU, [inner = *factory](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    const std::optional<DType> low = lowPrecisionOf(
-        dtypesOf(init.inputs), [&init](const std::string& why) { fail("node '{}': {}", init.nodeName, why); });
-    if (!low) {
-      return inner(init);
-    }
-    std::vector<std::unique_ptr<Tensor>> kept;
-    KernelInit wide{.inputs = widenedInfos(init.inputs, kept),
-                    .outputs = init.outputs,
-                    .attrs = init.attrs,
-                    .nodeName = init.nodeName,
-                    .training = init.training};
-    for (TensorMeta& meta : wide.outputs) {
-      if (meta.dtype == *low) {
-        meta.dtype = DType::Float32;
-      }
-    }
-    return std::make_unique<WideningKernel>(inner(wide), std::move(kept));
-  });
+  registry.addKernel(
+      type, DeviceType::CPU, [inner = *factory, slots](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+        const std::optional<DType> low =
+            lowPrecisionOf(dtypesOf(init.inputs), slots.inputs,
+                           [&init](const std::string& why) { fail("node '{}': {}", init.nodeName, why); });
+        if (!low) {
+          return inner(init);
+        }
+        std::vector<std::unique_ptr<Tensor>> kept;
+        KernelInit wide{.inputs = widenedInfos(init.inputs, kept),
+                        .outputs = init.outputs,
+                        .attrs = init.attrs,
+                        .nodeName = init.nodeName,
+                        .training = init.training};
+        for (TensorMeta& meta : wide.outputs) {
+          if (meta.dtype == *low) {
+            meta.dtype = DType::Float32;
+          }
+        }
+        return std::make_unique<WideningKernel>(inner(wide), std::move(kept));
+      });
 }
 
 }  // namespace
@@ -195,6 +232,9 @@ void emulateLowPrecision(OpRegistry& registry, const std::string& type) {
 void registerLowPrecisionOps(OpRegistry& registry) {
   for (const char* type : kEmulatedOps) {
     emulateLowPrecision(registry, type);
+  }
+  for (const auto& [type, slots] : kPartlyLowOps) {
+    emulateLowPrecision(registry, type, slots);
   }
   for (const char* type : kNativeOps) {
     const OpSchema* schema = registry.schema(type);

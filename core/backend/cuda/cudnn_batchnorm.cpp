@@ -6,8 +6,12 @@
 // unbiased one. So cuDNN runs with factor 1 into zeroed scratch (its "running" outputs are then the batch mean and
 // the unbiased batch variance), and a small kernel applies ONNX's update, turning the variance back into the biased
 // one. A single value per channel (count 1) has no unbiased variance: that case skips cuDNN (mean = x, var = 0).
+//
+// Mixed precision: X, Y, dY and dX may be float16 or bfloat16 while scale, B, the statistics and their gradients
+// stay float32, as in PyTorch autocast over cuDNN (nn::checkBatchNormDTypes lists the pairs).
 
 #include <cstdlib>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -48,14 +52,37 @@ void* outputOrNull(const KernelContext& ctx, std::size_t index) {
   return ctx.hasOutput(index) ? ctx.output(index).rawData() : nullptr;
 }
 
+// Checks the (data, parameter) dtype pair, and that the inputs in `dataSlots` and `paramSlots` and output 0 (the
+// data result) have them: the kernels read raw pointers by these dtypes.
+void checkDTypes(const KernelInit& init, const char* op, DType xDtype, DType paramDtype,
+                 std::initializer_list<std::size_t> dataSlots, std::initializer_list<std::size_t> paramSlots) {
+  nn::checkBatchNormDTypes(op, xDtype, paramDtype);
+  const auto check = [&](std::size_t i, DType want) {
+    if (i < init.inputs.size() && init.inputs[i].present && init.inputs[i].meta.dtype != want) {
+      fail("{} on CUDA: input {} is {}, expected {} (X is {}, parameters {})", op, i,
+           dtypeName(init.inputs[i].meta.dtype), dtypeName(want), dtypeName(xDtype), dtypeName(paramDtype));
+    }
+  };
+  for (std::size_t i : dataSlots)
+    check(i, xDtype);
+  for (std::size_t i : paramSlots)
+    check(i, paramDtype);
+  STRATA_CHECK(init.outputs.empty() || init.outputs[0].dtype == xDtype,
+               "{} on CUDA: output 0 is {}, expected {} like X (parameters {})", op, dtypeName(init.outputs[0].dtype),
+               dtypeName(xDtype), dtypeName(paramDtype));
+}
+
 class BatchNormKernel : public OpKernel {
  public:
   explicit BatchNormKernel(const KernelInit& init) {
     const TensorMeta& x = init.inputs.at(0).meta;
-    dtype_ = x.dtype;
+    xDtype_ = x.dtype;
+    // scale (input 1) sets the dtype of every per-channel tensor: float32 beside 16-bit X.
+    paramDtype_ = init.inputs.at(1).meta.dtype;
+    checkDTypes(init, "BatchNormalization", xDtype_, paramDtype_, {}, {2, 3, 4});
     const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
     const float momentum = init.attrs.getFloat("momentum", 0.9f);
-    const bool f64 = dtype_ == DType::Float64;
+    const bool f64 = paramDtype_ == DType::Float64;
     epsilon_ = f64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
     momentum_ = f64 ? decimalOf(momentum) : static_cast<double>(momentum);
     // The ONNX attribute decides, as in the exported graph (an eval-mode export says 0 even when training).
@@ -66,16 +93,17 @@ class BatchNormKernel : public OpKernel {
     empty_ = x.numel() == 0;
     if (empty_ || !training_ || batch_ * inner_ == 1)
       return;
-    xDesc_.set(dtype_, cudnnDims(x.shape));
+    // X and Y share one descriptor; for 16-bit X cuDNN derives a float statistics descriptor.
+    xDesc_.set(xDtype_, cudnnDims(x.shape));
     STRATA_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(statsDesc_.get(), xDesc_.get(), CUDNN_BATCHNORM_SPATIAL));
   }
 
   void compute(KernelContext& ctx) override {
     if (empty_ || !training_) {
       if (!empty_) {
-        nn::launchBatchNormApply(dtype_, ctx.input(0).rawData(), ctx.input(1).rawData(), ctx.input(2).rawData(),
-                                 ctx.input(3).rawData(), ctx.input(4).rawData(), epsilon_, ctx.output(0).rawData(),
-                                 batch_, channels_, inner_, streamOf(ctx));
+        nn::launchBatchNormApply(xDtype_, paramDtype_, ctx.input(0).rawData(), ctx.input(1).rawData(),
+                                 ctx.input(2).rawData(), ctx.input(3).rawData(), ctx.input(4).rawData(), epsilon_,
+                                 ctx.output(0).rawData(), batch_, channels_, inner_, streamOf(ctx));
       }
       // Inference (or no samples): the running statistics pass through; ONNX opset 14+ declares no such outputs in
       // inference mode, older graphs may still list them.
@@ -90,7 +118,7 @@ class BatchNormKernel : public OpKernel {
     // Each statistic starts on a 256-byte boundary (cuDNN's per-channel kernels may load vectors).
     constexpr std::size_t kAlign = 256;
     const std::size_t statBytes =
-        (static_cast<std::size_t>(channels_) * dtypeSize(dtype_) + kAlign - 1) / kAlign * kAlign;
+        (static_cast<std::size_t>(channels_) * dtypeSize(paramDtype_) + kAlign - 1) / kAlign * kAlign;
     Tensor scratch = workspaceBytes(4 * statBytes, device);
     char* base = static_cast<char*>(scratch.rawData());
     void* batchMean = base;
@@ -101,28 +129,36 @@ class BatchNormKernel : public OpKernel {
     const void* varForUpdate = unbiasedVar;
     if (batch_ * inner_ == 1) {
       // One value per channel: x itself is the mean ([1, C, 1...] is laid out as [C]) and the variance is 0.
+      const void* xMean = ctx.input(0).rawData();
+      if (xDtype_ != paramDtype_) {
+        // 16-bit x: the statistics are float32, and widening is exact.
+        nn::launchWidenToFloat(xDtype_, xMean, static_cast<float*>(batchMean), channels_, stream);
+        xMean = batchMean;
+      }
       STRATA_CUDA_CHECK(cudaMemsetAsync(unbiasedVar, 0, statBytes, stream));
-      nn::launchBatchNormApply(dtype_, ctx.input(0).rawData(), ctx.input(1).rawData(), ctx.input(2).rawData(),
-                               ctx.input(0).rawData(), unbiasedVar, epsilon_, ctx.output(0).rawData(), batch_,
+      nn::launchBatchNormApply(xDtype_, paramDtype_, ctx.input(0).rawData(), ctx.input(1).rawData(),
+                               ctx.input(2).rawData(), xMean, unbiasedVar, epsilon_, ctx.output(0).rawData(), batch_,
                                channels_, inner_, stream);
-      meanForUpdate = ctx.input(0).rawData();
+      meanForUpdate = xMean;
       varForUpdate = nullptr;
     } else {
       // Note [Batch-norm running statistics]: factor 1 over zeroed buffers leaves the batch statistics in them.
       STRATA_CUDA_CHECK(cudaMemsetAsync(base, 0, 2 * statBytes, stream));
-      const CudnnScalars scalars(dtype_);
+      const CudnnScalars scalars(paramDtype_);  // float unless float64: cuDNN's compute type
       STRATA_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
           contextOf(ctx).cudnn, CUDNN_BATCHNORM_SPATIAL, scalars.one(), scalars.zero(), xDesc_.get(),
           ctx.input(0).rawData(), xDesc_.get(), ctx.output(0).rawData(), statsDesc_.get(), ctx.input(1).rawData(),
           ctx.input(2).rawData(), 1.0, batchMean, unbiasedVar, epsilon_, savedMean, savedInvStd));
     }
-    nn::launchBatchNormRunningStats(dtype_, ctx.input(3).rawData(), ctx.input(4).rawData(), meanForUpdate, varForUpdate,
-                                    momentum_, batch_ * inner_, outputOrNull(ctx, 1), outputOrNull(ctx, 2),
-                                    outputOrNull(ctx, 3), outputOrNull(ctx, 4), channels_, stream);
+    nn::launchBatchNormRunningStats(paramDtype_, ctx.input(3).rawData(), ctx.input(4).rawData(), meanForUpdate,
+                                    varForUpdate, momentum_, batch_ * inner_, outputOrNull(ctx, 1),
+                                    outputOrNull(ctx, 2), outputOrNull(ctx, 3), outputOrNull(ctx, 4), channels_,
+                                    stream);
   }
 
  private:
-  DType dtype_ = DType::Float32;
+  DType xDtype_ = DType::Float32;      // X and Y
+  DType paramDtype_ = DType::Float32;  // scale, B and the statistics
   double epsilon_ = 1e-5;
   double momentum_ = 0.9;
   bool training_ = false;
@@ -136,10 +172,13 @@ class BatchNormGradKernel : public OpKernel {
  public:
   explicit BatchNormGradKernel(const KernelInit& init) {
     training_ = init.attrs.getInt("training_mode", 0) != 0;
-    dtype_ = init.inputs.at(0).meta.dtype;
+    // dY (input 0) sets the data dtype, X (input 1) must match; scale (input 2) sets the parameters'.
+    xDtype_ = init.inputs.at(0).meta.dtype;
+    paramDtype_ = init.inputs.at(2).meta.dtype;
+    checkDTypes(init, "BatchNormalizationGrad", xDtype_, paramDtype_, {1}, {3, 4});
     const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
     // Each dtype reads epsilon as its forward kernel does.
-    epsilon_ = dtype_ == DType::Float64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
+    epsilon_ = paramDtype_ == DType::Float64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
   }
 
   void compute(KernelContext& ctx) override {
@@ -148,16 +187,18 @@ class BatchNormGradKernel : public OpKernel {
     const std::int64_t inner = innerSize(x.shape());
     if (channels == 0)
       return;
-    Tensor workspace = workspaceBytes(nn::batchNormGradWorkspaceBytes(dtype_, channels, batch * inner), x.device());
-    nn::launchBatchNormGrad(dtype_, training_, epsilon_, ctx.input(0).rawData(), x.rawData(), ctx.input(2).rawData(),
-                            training_ ? nullptr : ctx.input(3).rawData(), training_ ? nullptr : ctx.input(4).rawData(),
-                            outputOrNull(ctx, 0), outputOrNull(ctx, 1), outputOrNull(ctx, 2), batch, channels, inner,
-                            workspacePointer(workspace), streamOf(ctx));
+    Tensor workspace =
+        workspaceBytes(nn::batchNormGradWorkspaceBytes(paramDtype_, channels, batch * inner), x.device());
+    nn::launchBatchNormGrad(xDtype_, paramDtype_, training_, epsilon_, ctx.input(0).rawData(), x.rawData(),
+                            ctx.input(2).rawData(), training_ ? nullptr : ctx.input(3).rawData(),
+                            training_ ? nullptr : ctx.input(4).rawData(), outputOrNull(ctx, 0), outputOrNull(ctx, 1),
+                            outputOrNull(ctx, 2), batch, channels, inner, workspacePointer(workspace), streamOf(ctx));
   }
 
  private:
   bool training_ = false;
-  DType dtype_ = DType::Float32;
+  DType xDtype_ = DType::Float32;      // dY, X and dX
+  DType paramDtype_ = DType::Float32;  // scale, mean, var, dScale and dB
   double epsilon_ = 1e-5;
 };
 

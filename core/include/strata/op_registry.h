@@ -80,6 +80,10 @@ struct OpSchema {
   // Whether every backend runs it on float16/bfloat16 inputs (all floating inputs of one node in the same 16-bit
   // dtype, floating outputs in it too). Mixed precision keeps the other ops in float32 (graphs/autocast.h).
   bool lowPrecision = false;
+  // With lowPrecision, when only some operands take the 16-bit dtype (batch norm keeps scale, bias and statistics
+  // in float32, as cuDNN and PyTorch autocast do): those inputs and outputs. Empty: every floating one.
+  std::vector<std::size_t> lowPrecisionInputs = {};
+  std::vector<std::size_t> lowPrecisionOutputs = {};
 };
 
 // Op types (ONNX default domain) with their shape functions and per-device kernel factories.

@@ -64,15 +64,25 @@ void launchMaxPoolGrad(DType dtype, const PoolWindow& window, std::int64_t plane
 void launchAveragePoolGrad(DType dtype, bool countIncludePad, const PoolWindow& window, std::int64_t planes,
                            const void* dy, void* dx, cudaStream_t stream);
 
-// y = (x - mean[c]) * (scale[c] / sqrt(var[c] + epsilon)) + bias[c] over x [batch, channels, inner], in the dtype's
-// own arithmetic (float32 or float64).
-void launchBatchNormApply(DType dtype, const void* x, const void* scale, const void* bias, const void* mean,
-                          const void* var, double epsilon, void* y, std::int64_t batch, std::int64_t channels,
-                          std::int64_t inner, cudaStream_t stream);
+// Batch norm keeps X, Y, dY and dX in xDtype and scale, bias, statistics and their gradients in paramDtype, which
+// is also the arithmetic's: (float32, float32), (float64, float64), or 16-bit data with float32 parameters as cuDNN
+// and PyTorch autocast do ((float16 or bfloat16, float32): computed in float32, each 16-bit output rounded once).
+// Throws naming `op` and both dtypes for any other pair.
+void checkBatchNormDTypes(const char* op, DType xDtype, DType paramDtype);
+
+// y = (x - mean[c]) * (scale[c] / sqrt(var[c] + epsilon)) + bias[c] over x [batch, channels, inner], in paramDtype's
+// arithmetic.
+void launchBatchNormApply(DType xDtype, DType paramDtype, const void* x, const void* scale, const void* bias,
+                          const void* mean, const void* var, double epsilon, void* y, std::int64_t batch,
+                          std::int64_t channels, std::int64_t inner, cudaStream_t stream);
+
+// out[i] = float(in[i]) for count elements (exact). dtype: float16 or bfloat16.
+void launchWidenToFloat(DType dtype, const void* in, float* out, std::int64_t count, cudaStream_t stream);
 
 // After a training-mode forward: running = input * momentum + batch * (1 - momentum) (ONNX's convention), with the
 // biased batch variance recovered from cuDNN's unbiased one (times (count - 1) / count). Outputs are nullable;
-// savedMean / savedVar get the batch statistics themselves (biased variance).
+// savedMean / savedVar get the batch statistics themselves (biased variance). Every pointer holds `dtype`, the
+// parameters' dtype (float32 or float64).
 void launchBatchNormRunningStats(DType dtype, const void* inputMean, const void* inputVar, const void* batchMean,
                                  const void* unbiasedVar, double momentum, std::int64_t count, void* runningMean,
                                  void* runningVar, void* savedMean, void* savedVar, std::int64_t channels,
@@ -80,12 +90,14 @@ void launchBatchNormRunningStats(DType dtype, const void* inputMean, const void*
 
 // BatchNormalizationGrad as the CPU computes it (Note [Batch-norm backward] in grad_nn_norm.cpp): per-channel sums
 // of dY, dY * (x - shift), x - shift and (x - shift)^2 in double, then dX = a * dY + b * X + c. training = false
-// takes mean and var (the others are then unused, may be null). dx, dscale, dbias are nullable. `workspace` holds
-// batchNormGradWorkspaceBytes(...) bytes.
-std::size_t batchNormGradWorkspaceBytes(DType dtype, std::int64_t channels, std::int64_t count);
-void launchBatchNormGrad(DType dtype, bool training, double epsilon, const void* dy, const void* x, const void* scale,
-                         const void* mean, const void* var, void* dx, void* dscale, void* dbias, std::int64_t batch,
-                         std::int64_t channels, std::int64_t inner, void* workspace, cudaStream_t stream);
+// takes mean and var (the others are then unused, may be null). dx, dscale, dbias are nullable. dy, x, dx hold
+// xDtype; scale, mean, var, dscale, dbias paramDtype (see checkBatchNormDTypes). `workspace` holds
+// batchNormGradWorkspaceBytes(paramDtype, ...) bytes.
+std::size_t batchNormGradWorkspaceBytes(DType paramDtype, std::int64_t channels, std::int64_t count);
+void launchBatchNormGrad(DType xDtype, DType paramDtype, bool training, double epsilon, const void* dy, const void* x,
+                         const void* scale, const void* mean, const void* var, void* dx, void* dscale, void* dbias,
+                         std::int64_t batch, std::int64_t channels, std::int64_t inner, void* workspace,
+                         cudaStream_t stream);
 
 // InstanceNormalization (float32): per (n, c) plane of `size` elements, mean and variance in double.
 void launchInstanceNorm(const float* x, const float* scale, const float* bias, float epsilon, float* y,

@@ -1,5 +1,10 @@
 // Batch-norm pieces around cuDNN's training forward (cudnn_batchnorm.cpp): the inference-mode apply, the ONNX
 // running-statistics update, the backward with the CPU's formula, and InstanceNormalization.
+//
+// Batch-norm kernels take two types: T for X, Y, dY and dX, P for scale, bias and the statistics, which is also the
+// compute type. T = P (float, double) is the plain kernel. A 16-bit T with P = float is that float kernel on X
+// widened to float with each 16-bit output rounded once, which is what the CPU's emulation computes (Note [Low
+// precision on the CPU]).
 
 #include <cmath>
 
@@ -37,13 +42,25 @@ __device__ double blockSum(double value, double* scratch) {
   return total;
 }
 
-template <typename T>
-__global__ void batchNormApplyKernel(const T* x, const T* scale, const T* bias, const T* mean, const T* var, T epsilon,
+template <typename T, typename P>
+__global__ void batchNormApplyKernel(const T* x, const P* scale, const P* bias, const P* mean, const P* var, P epsilon,
                                      T* y, std::int64_t total, std::int64_t channels, std::int64_t inner) {
   STRATA_GRID_STRIDE_LOOP(i, total) {
     const std::int64_t c = (i / inner) % channels;
-    const T a = scale[c] / deviceSqrt(var[c] + epsilon);
-    y[i] = (x[i] - mean[c]) * a + bias[c];
+    const P a = scale[c] / deviceSqrt(var[c] + epsilon);
+    y[i] = static_cast<T>((static_cast<P>(x[i]) - mean[c]) * a + bias[c]);
+  }
+}
+
+__global__ void widenKernel(const __half* in, float* out, std::int64_t count) {
+  STRATA_GRID_STRIDE_LOOP(i, count) {
+    out[i] = __half2float(in[i]);
+  }
+}
+
+__global__ void widenKernel(const __nv_bfloat16* in, float* out, std::int64_t count) {
+  STRATA_GRID_STRIDE_LOOP(i, count) {
+    out[i] = __bfloat162float(in[i]);
   }
 }
 
@@ -73,16 +90,16 @@ std::int64_t gradSplits(std::int64_t count) {
   return splits < 1 ? 1 : (splits > 64 ? 64 : splits);
 }
 
-template <typename T>
-__device__ inline T channelShift(bool training, const T* x, const T* mean, std::int64_t c, std::int64_t inner,
+template <typename T, typename P>
+__device__ inline P channelShift(bool training, const T* x, const P* mean, std::int64_t c, std::int64_t inner,
                                  std::int64_t count) {
-  return training ? (count > 0 ? x[c * inner] : T{0}) : mean[c];
+  return training ? (count > 0 ? static_cast<P>(x[c * inner]) : P{0}) : mean[c];
 }
 
 // Grid: x = channel, y = split. partials[(c * splits + split) * 4 + q] for q = sum(x - shift),
 // sum((x - shift)^2), sum(dY), sum(dY * (x - shift)).
-template <typename T>
-__global__ void channelSumsKernel(bool training, const T* dy, const T* x, const T* mean, std::int64_t batch,
+template <typename T, typename P>
+__global__ void channelSumsKernel(bool training, const T* dy, const T* x, const P* mean, std::int64_t batch,
                                   std::int64_t channels, std::int64_t inner, std::int64_t splits, double* partials) {
   __shared__ double scratch[kReduceThreads / 32];
   const auto c = static_cast<std::int64_t>(blockIdx.x);
@@ -91,7 +108,7 @@ __global__ void channelSumsKernel(bool training, const T* dy, const T* x, const 
   const std::int64_t chunk = (count + splits - 1) / splits;
   const std::int64_t begin = split * chunk;
   const std::int64_t end = begin + chunk < count ? begin + chunk : count;
-  const T shift = channelShift(training, x, mean, c, inner, count);
+  const P shift = channelShift(training, x, mean, c, inner, count);
   double sx = 0, sxx = 0, sdy = 0, sdyx = 0;
   std::int64_t j = begin + threadIdx.x;
   if (j < end) {
@@ -101,8 +118,8 @@ __global__ void channelSumsKernel(bool training, const T* dy, const T* x, const 
     std::int64_t n = j / inner, i = j % inner;
     for (; j < end; j += step) {
       const std::int64_t index = (n * channels + c) * inner + i;
-      const T xs = x[index] - shift;
-      const double g = static_cast<double>(dy[index]);
+      const P xs = static_cast<P>(x[index]) - shift;
+      const double g = static_cast<double>(static_cast<P>(dy[index]));
       const double v = static_cast<double>(xs);
       sx += v;
       sxx += v * v;
@@ -125,11 +142,11 @@ __global__ void channelSumsKernel(bool training, const T* dy, const T* x, const 
 }
 
 // Per channel: dScale, dB and the coefficients of dX = a * dY + b * X + c (grad_nn_norm.cpp's batchNormGrad).
-template <typename T>
-__global__ void gradCoefficientsKernel(bool training, double epsilon, const T* x, const T* scale, const T* mean,
-                                       const T* var, std::int64_t batch, std::int64_t channels, std::int64_t inner,
-                                       std::int64_t splits, const double* partials, T* dscale, T* dbias,
-                                       T* coefficients) {
+template <typename T, typename P>
+__global__ void gradCoefficientsKernel(bool training, double epsilon, const T* x, const P* scale, const P* mean,
+                                       const P* var, std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                                       std::int64_t splits, const double* partials, P* dscale, P* dbias,
+                                       P* coefficients) {
   const std::int64_t count = batch * inner;
   const double countD = static_cast<double>(count);
   STRATA_GRID_STRIDE_LOOP(c, channels) {
@@ -153,31 +170,31 @@ __global__ void gradCoefficientsKernel(bool training, double epsilon, const T* x
     const double invStd = 1.0 / sqrt(variance + epsilon);
     const double gradScale = sumDyCentred * invStd;
     if (dscale != nullptr)
-      dscale[c] = static_cast<T>(gradScale);
+      dscale[c] = static_cast<P>(gradScale);
     if (dbias != nullptr)
-      dbias[c] = static_cast<T>(sums[2]);
+      dbias[c] = static_cast<P>(sums[2]);
     const double ca = static_cast<double>(scale[c]) * invStd;
     double cb = 0, cc = 0;
     if (training && count > 0) {
       cb = -ca * invStd * gradScale / countD;
       cc = -ca * sums[2] / countD - cb * centre;
     }
-    coefficients[c * 3] = static_cast<T>(ca);
-    coefficients[c * 3 + 1] = static_cast<T>(cb);
-    coefficients[c * 3 + 2] = static_cast<T>(cc);
+    coefficients[c * 3] = static_cast<P>(ca);
+    coefficients[c * 3 + 1] = static_cast<P>(cb);
+    coefficients[c * 3 + 2] = static_cast<P>(cc);
   }
 }
 
-template <typename T>
-__global__ void gradApplyKernel(const T* dy, const T* x, const T* coefficients, T* dx, std::int64_t total,
+template <typename T, typename P>
+__global__ void gradApplyKernel(const T* dy, const T* x, const P* coefficients, T* dx, std::int64_t total,
                                 std::int64_t channels, std::int64_t inner) {
   STRATA_GRID_STRIDE_LOOP(i, total) {
     const std::int64_t c = (i / inner) % channels;
-    const T ca = coefficients[c * 3], cb = coefficients[c * 3 + 1], cc = coefficients[c * 3 + 2];
-    if (cb == T{0} && cc == T{0}) {
-      dx[i] = ca * dy[i];
+    const P ca = coefficients[c * 3], cb = coefficients[c * 3 + 1], cc = coefficients[c * 3 + 2];
+    if (cb == P{0} && cc == P{0}) {
+      dx[i] = static_cast<T>(ca * static_cast<P>(dy[i]));
     } else {
-      dx[i] = ca * dy[i] + cb * x[i] + cc;
+      dx[i] = static_cast<T>(ca * static_cast<P>(dy[i]) + cb * static_cast<P>(x[i]) + cc);
     }
   }
 }
@@ -217,16 +234,32 @@ __global__ void instanceNormKernel(const float* x, const float* scale, const flo
     out[i] = in[i] * a + b;
 }
 
-template <typename T>
+// Calls fn(T{}, P{}) for a supported (X, parameters) dtype pair; any other pair is an error naming `op`.
+template <typename Fn>
+void visitBatchNormTypes(DType xDtype, DType paramDtype, const char* op, Fn&& fn) {
+  checkBatchNormDTypes(op, xDtype, paramDtype);
+  switch (xDtype) {
+    case DType::Float32:
+      return fn(float{}, float{});
+    case DType::Float64:
+      return fn(double{}, double{});
+    case DType::Float16:
+      return fn(__half{}, float{});
+    default:
+      return fn(__nv_bfloat16{}, float{});
+  }
+}
+
+template <typename T, typename P>
 void batchNormApply(const void* x, const void* scale, const void* bias, const void* mean, const void* var,
                     double epsilon, void* y, std::int64_t batch, std::int64_t channels, std::int64_t inner,
                     cudaStream_t stream) {
   const std::int64_t total = batch * channels * inner;
   if (total == 0)
     return;
-  batchNormApplyKernel<T><<<blocksFor(total), kThreadsPerBlock, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(scale), static_cast<const T*>(bias), static_cast<const T*>(mean),
-      static_cast<const T*>(var), static_cast<T>(epsilon), static_cast<T*>(y), total, channels, inner);
+  batchNormApplyKernel<T, P><<<blocksFor(total), kThreadsPerBlock, 0, stream>>>(
+      static_cast<const T*>(x), static_cast<const P*>(scale), static_cast<const P*>(bias), static_cast<const P*>(mean),
+      static_cast<const P*>(var), static_cast<P>(epsilon), static_cast<T*>(y), total, channels, inner);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
@@ -244,7 +277,7 @@ void runningStats(const void* inputMean, const void* inputVar, const void* batch
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
+template <typename T, typename P>
 void batchNormGrad(bool training, double epsilon, const void* dy, const void* x, const void* scale, const void* mean,
                    const void* var, void* dx, void* dscale, void* dbias, std::int64_t batch, std::int64_t channels,
                    std::int64_t inner, void* workspace, cudaStream_t stream) {
@@ -254,40 +287,60 @@ void batchNormGrad(bool training, double epsilon, const void* dy, const void* x,
   const std::int64_t count = batch * inner;
   const std::int64_t splits = gradSplits(count);
   auto* partials = static_cast<double*>(workspace);
-  auto* coefficients = reinterpret_cast<T*>(partials + channels * splits * 4);
+  auto* coefficients = reinterpret_cast<P*>(partials + channels * splits * 4);
   const auto* typedX = static_cast<const T*>(x);
-  const auto* typedMean = static_cast<const T*>(mean);
+  const auto* typedMean = static_cast<const P*>(mean);
   const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
-  channelSumsKernel<T><<<grid, kReduceThreads, 0, stream>>>(training, static_cast<const T*>(dy), typedX, typedMean,
-                                                            batch, channels, inner, splits, partials);
+  channelSumsKernel<T, P><<<grid, kReduceThreads, 0, stream>>>(training, static_cast<const T*>(dy), typedX, typedMean,
+                                                               batch, channels, inner, splits, partials);
   STRATA_CUDA_CHECK_LAUNCH();
-  gradCoefficientsKernel<T><<<blocksFor(channels), kThreadsPerBlock, 0, stream>>>(
-      training, epsilon, typedX, static_cast<const T*>(scale), typedMean, static_cast<const T*>(var), batch, channels,
-      inner, splits, partials, static_cast<T*>(dscale), static_cast<T*>(dbias), coefficients);
+  gradCoefficientsKernel<T, P><<<blocksFor(channels), kThreadsPerBlock, 0, stream>>>(
+      training, epsilon, typedX, static_cast<const P*>(scale), typedMean, static_cast<const P*>(var), batch, channels,
+      inner, splits, partials, static_cast<P*>(dscale), static_cast<P*>(dbias), coefficients);
   STRATA_CUDA_CHECK_LAUNCH();
   const std::int64_t total = count * channels;
   if (dx == nullptr || total == 0)
     return;
-  gradApplyKernel<T><<<blocksFor(total), kThreadsPerBlock, 0, stream>>>(static_cast<const T*>(dy), typedX, coefficients,
-                                                                        static_cast<T*>(dx), total, channels, inner);
+  gradApplyKernel<T, P><<<blocksFor(total), kThreadsPerBlock, 0, stream>>>(
+      static_cast<const T*>(dy), typedX, coefficients, static_cast<T*>(dx), total, channels, inner);
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launchBatchNormApply(DType dtype, const void* x, const void* scale, const void* bias, const void* mean,
-                          const void* var, double epsilon, void* y, std::int64_t batch, std::int64_t channels,
-                          std::int64_t inner, cudaStream_t stream) {
+void checkBatchNormDTypes(const char* op, DType xDtype, DType paramDtype) {
+  const bool supported = paramDtype == DType::Float32
+                             ? (xDtype == DType::Float32 || xDtype == DType::Float16 || xDtype == DType::BFloat16)
+                             : (paramDtype == DType::Float64 && xDtype == DType::Float64);
+  STRATA_CHECK(supported,
+               "{} on CUDA: X is {} with parameters in {}; supported are float32, float16 or bfloat16 X with float32 "
+               "parameters and float64 X with float64 parameters",
+               op, dtypeName(xDtype), dtypeName(paramDtype));
+}
+
+void launchBatchNormApply(DType xDtype, DType paramDtype, const void* x, const void* scale, const void* bias,
+                          const void* mean, const void* var, double epsilon, void* y, std::int64_t batch,
+                          std::int64_t channels, std::int64_t inner, cudaStream_t stream) {
+  visitBatchNormTypes(xDtype, paramDtype, "BatchNormalization", [&](auto xTag, auto paramTag) {
+    batchNormApply<decltype(xTag), decltype(paramTag)>(x, scale, bias, mean, var, epsilon, y, batch, channels, inner,
+                                                       stream);
+  });
+}
+
+void launchWidenToFloat(DType dtype, const void* in, float* out, std::int64_t count, cudaStream_t stream) {
+  if (count == 0)
+    return;
   switch (dtype) {
-    case DType::Float32:
-      batchNormApply<float>(x, scale, bias, mean, var, epsilon, y, batch, channels, inner, stream);
+    case DType::Float16:
+      widenKernel<<<blocksFor(count), kThreadsPerBlock, 0, stream>>>(static_cast<const __half*>(in), out, count);
       break;
-    case DType::Float64:
-      batchNormApply<double>(x, scale, bias, mean, var, epsilon, y, batch, channels, inner, stream);
+    case DType::BFloat16:
+      widenKernel<<<blocksFor(count), kThreadsPerBlock, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), out, count);
       break;
     default:
-      fail("BatchNormalization on CUDA: unsupported dtype {}", dtypeName(dtype));
+      fail("widening to float32 on CUDA takes float16 or bfloat16, not {}", dtypeName(dtype));
   }
+  STRATA_CUDA_CHECK_LAUNCH();
 }
 
 void launchBatchNormRunningStats(DType dtype, const void* inputMean, const void* inputVar, const void* batchMean,
@@ -308,27 +361,20 @@ void launchBatchNormRunningStats(DType dtype, const void* inputMean, const void*
   }
 }
 
-std::size_t batchNormGradWorkspaceBytes(DType dtype, std::int64_t channels, std::int64_t count) {
-  (void)dtype;  // the coefficients take a double's room whatever the dtype
+std::size_t batchNormGradWorkspaceBytes(DType paramDtype, std::int64_t channels, std::int64_t count) {
+  (void)paramDtype;  // the coefficients (parameter dtype) take a double's room whatever it is
   const auto c = static_cast<std::size_t>(channels);
   return (c * static_cast<std::size_t>(gradSplits(count)) * 4 + c * 3) * sizeof(double);
 }
 
-void launchBatchNormGrad(DType dtype, bool training, double epsilon, const void* dy, const void* x, const void* scale,
-                         const void* mean, const void* var, void* dx, void* dscale, void* dbias, std::int64_t batch,
-                         std::int64_t channels, std::int64_t inner, void* workspace, cudaStream_t stream) {
-  switch (dtype) {
-    case DType::Float32:
-      batchNormGrad<float>(training, epsilon, dy, x, scale, mean, var, dx, dscale, dbias, batch, channels, inner,
-                           workspace, stream);
-      break;
-    case DType::Float64:
-      batchNormGrad<double>(training, epsilon, dy, x, scale, mean, var, dx, dscale, dbias, batch, channels, inner,
-                            workspace, stream);
-      break;
-    default:
-      fail("BatchNormalizationGrad on CUDA: unsupported dtype {}", dtypeName(dtype));
-  }
+void launchBatchNormGrad(DType xDtype, DType paramDtype, bool training, double epsilon, const void* dy, const void* x,
+                         const void* scale, const void* mean, const void* var, void* dx, void* dscale, void* dbias,
+                         std::int64_t batch, std::int64_t channels, std::int64_t inner, void* workspace,
+                         cudaStream_t stream) {
+  visitBatchNormTypes(xDtype, paramDtype, "BatchNormalizationGrad", [&](auto xTag, auto paramTag) {
+    batchNormGrad<decltype(xTag), decltype(paramTag)>(training, epsilon, dy, x, scale, mean, var, dx, dscale, dbias,
+                                                      batch, channels, inner, workspace, stream);
+  });
 }
 
 void launchInstanceNorm(const float* x, const float* scale, const float* bias, float epsilon, float* y,

@@ -7,8 +7,8 @@ namespace strata {
 // How a node runs under mixed precision (PyTorch autocast's three lists, for the ops Strata trains).
 enum class AutocastClass {
   LowPrecision,  // matrix products (Conv, ConvTranspose, Gemm, MatMul): every floating input cast to 16 bits
-  Follow,        // cheap ops (Relu, MaxPool, Add, data movement): 16 bits when all their floating inputs are
-  Float32,       // everything else (normalisation, softmax, losses, reductions, exp/log): inputs cast to float32
+  Follow,        // cheap ops (Relu, MaxPool, Add, data movement) and batch norm: 16 bits when their data inputs are
+  Float32,       // everything else (layer norm, softmax, losses, reductions, exp/log): inputs cast to float32
 };
 
 AutocastClass autocastClassOf(const std::string& opType);

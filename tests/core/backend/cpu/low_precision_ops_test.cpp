@@ -90,6 +90,41 @@ TEST_P(LowPrecisionOpsTest, FollowOpsAndSums) {
   expectEmulated("ReduceSum", {a, axes}, {}, GetParam());
 }
 
+TEST_P(LowPrecisionOpsTest, BatchNormKeepsItsStatisticsInFloat32) {
+  const DType low = GetParam();
+  const Tensor x = cast(randomFloat32({4, 3, 5, 5}, 20), low);
+  const Tensor scale = randomFloat32({3}, 21);
+  const Tensor bias = randomFloat32({3}, 22);
+  Tensor mean = Tensor::zeros(DType::Float32, {3});
+  Tensor var = Tensor::zeros(DType::Float32, {3});
+  for (std::int64_t c = 0; c < 3; ++c) {
+    var.data<float>()[c] = 1.0f;
+  }
+  Attributes training;
+  training.set("training_mode", std::int64_t{1});
+  const std::vector<Tensor> outs =
+      runOpEagerly("BatchNormalization", {&x, &scale, &bias, &mean, &var}, training, 3, true);
+  EXPECT_EQ(outs[0].dtype(), low);
+  EXPECT_EQ(outs[1].dtype(), DType::Float32);  // running statistics
+  EXPECT_EQ(outs[2].dtype(), DType::Float32);
+  const Tensor wideX = cast(x, DType::Float32);
+  const std::vector<Tensor> wide =
+      runOpEagerly("BatchNormalization", {&wideX, &scale, &bias, &mean, &var}, training, 3, true);
+  const Tensor expected = cast(wide[0], low);
+  for (std::int64_t i = 0; i < expected.numel(); ++i) {
+    ASSERT_EQ(outs[0].data<std::uint16_t>()[i], expected.data<std::uint16_t>()[i]) << i;
+  }
+  EXPECT_EQ(outs[1].data<float>()[0], wide[1].data<float>()[0]);
+  const Tensor dy = cast(randomFloat32({4, 3, 5, 5}, 23), low);
+  const std::vector<Tensor> grads = runOpEagerly("BatchNormalizationGrad", {&dy, &x, &scale}, training, 3, true);
+  EXPECT_EQ(grads[0].dtype(), low);
+  EXPECT_EQ(grads[1].dtype(), DType::Float32);
+  EXPECT_EQ(grads[2].dtype(), DType::Float32);
+  // A 16-bit scale is not what batch norm takes.
+  const Tensor lowScale = cast(scale, low);
+  EXPECT_THROW(runOpEagerly("BatchNormalization", {&x, &lowScale, &bias, &mean, &var}, training, 3, true), Error);
+}
+
 TEST_P(LowPrecisionOpsTest, DataMovementKeepsTheBits) {
   const Tensor low = cast(randomFloat32({2, 3, 4}, 14), GetParam());
   Attributes perm;

@@ -26,6 +26,10 @@ Tensor randomLow(Shape shape, unsigned seed, DType low) {
 std::vector<double> asDoubles(const Tensor& t) {
   std::vector<double> values(static_cast<std::size_t>(t.numel()));
   for (std::int64_t i = 0; i < t.numel(); ++i) {
+    if (t.dtype() == DType::Float32) {
+      values[static_cast<std::size_t>(i)] = t.data<float>()[i];
+      continue;
+    }
     const std::uint16_t bits = t.data<std::uint16_t>()[i];
     values[static_cast<std::size_t>(i)] = t.dtype() == DType::Float16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
   }
@@ -42,18 +46,19 @@ class CudaDeviceLowPrecisionTest : public ::testing::TestWithParam<DType> {
   }
 
   // The GPU's outputs against the CPU's: the same float32 sums in another order, so a rounding may land one
-  // 16-bit step apart; the relative L2 error stays below the dtype's epsilon.
+  // 16-bit step apart; the relative L2 error stays below the dtype's epsilon. Float32 outputs (batch norm's
+  // statistics and parameter gradients) within 1e-4.
   void expectMatchesCpu(const std::string& op, const std::vector<Tensor>& inputs, const Attributes& attrs = {},
                         std::size_t outputs = 1) {
     std::vector<const Tensor*> ptrs;
     for (const Tensor& t : inputs) {
       ptrs.push_back(&t);
     }
-    const std::vector<Tensor> cpu = runOpEagerly(op, ptrs, attrs, outputs);
+    const std::vector<Tensor> cpu = runOpEagerly(op, ptrs, attrs, outputs, true);
     const std::vector<Tensor> gpu = runOpEagerly(op, ptrs, attrs, outputs, true, testing::testDevice().device);
-    const double eps = GetParam() == DType::BFloat16 ? 0x1p-8 : 0x1p-11;
     for (std::size_t k = 0; k < cpu.size(); ++k) {
-      ASSERT_EQ(gpu[k].dtype(), GetParam()) << op << " output " << k;
+      ASSERT_EQ(gpu[k].dtype(), cpu[k].dtype()) << op << " output " << k;
+      const double eps = cpu[k].dtype() == DType::Float32 ? 1e-4 : GetParam() == DType::BFloat16 ? 0x1p-8 : 0x1p-11;
       ASSERT_EQ(gpu[k].shape(), cpu[k].shape()) << op << " output " << k;
       const std::vector<double> expected = asDoubles(cpu[k]);
       const std::vector<double> actual = asDoubles(gpu[k]);
@@ -105,6 +110,28 @@ TEST_P(CudaDeviceLowPrecisionTest, FollowOpsAndSums) {
   Attributes perm;
   perm.set("perm", std::vector<std::int64_t>{0, 2, 3, 1});
   expectMatchesCpu("Transpose", {a}, perm);
+}
+
+TEST_P(CudaDeviceLowPrecisionTest, BatchNormWithFloat32Statistics) {
+  const DType low = GetParam();
+  const Tensor x = randomLow({8, 16, 6, 6}, 14, low);
+  Tensor scale = Tensor::empty(DType::Float32, {16});
+  Tensor bias = Tensor::zeros(DType::Float32, {16});
+  Tensor mean = Tensor::zeros(DType::Float32, {16});
+  Tensor var = Tensor::empty(DType::Float32, {16});
+  for (std::int64_t c = 0; c < 16; ++c) {
+    scale.data<float>()[c] = 1.0f + 0.05f * static_cast<float>(c);
+    bias.data<float>()[c] = 0.01f * static_cast<float>(c);
+    var.data<float>()[c] = 1.0f;
+  }
+  Attributes training;
+  training.set("training_mode", std::int64_t{1});
+  expectMatchesCpu("BatchNormalization", {x, scale, bias, mean, var}, training, 3);
+  expectMatchesCpu("BatchNormalizationGrad", {randomLow({8, 16, 6, 6}, 15, low), x, scale}, training, 3);
+  Attributes inference;
+  inference.set("training_mode", std::int64_t{0});
+  expectMatchesCpu("BatchNormalization", {x, scale, bias, mean, var}, inference, 1);
+  expectMatchesCpu("BatchNormalizationGrad", {randomLow({8, 16, 6, 6}, 16, low), x, scale, mean, var}, inference, 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaDeviceLowPrecision, CudaDeviceLowPrecisionTest,
