@@ -64,7 +64,10 @@ def torch_step(model, batch, size, classes, precision, steps, warmup):
     torch.backends.cuda.matmul.allow_tf32 = precision != "fp32"
     torch.backends.cudnn.allow_tf32 = precision != "fp32"
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16")
+    try:
+        scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    except (AttributeError, TypeError):  # torch before 2.3
+        scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16")
     torch.backends.cudnn.benchmark = True
     model = model.cuda().train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
