@@ -39,12 +39,14 @@ void saveCheckpoint(const fs::path& dir, TrainingPlan& plan, const Optimizer& op
     writeTensorProto(temporary / fmt::format("optimizer_{}.pb", k), optimizer.stateBuffers()[k],
                      fmt::format("optimizer_state_{}", k));
   }
-  writeJsonAtomically(temporary / "state.json", {{"epochs_done", state.epochsDone},
-                                                 {"steps", state.steps},
-                                                 {"optimizer_steps", optimizer.steps()},
-                                                 {"executor_runs", plan.executor().runCount()},
-                                                 {"parameters", store.size()},
-                                                 {"buffers", plan.buffers().size()}});
+  nlohmann::json json = {{"epochs_done", state.epochsDone},      {"steps", state.steps},
+                         {"optimizer_steps", optimizer.steps()}, {"executor_runs", plan.executor().runCount()},
+                         {"parameters", store.size()},           {"buffers", plan.buffers().size()}};
+  if (const LossScaler* scaler = optimizer.lossScaler()) {
+    const LossScalerState scaling = scaler->state();
+    json["loss_scale"] = {{"scale", scaling.scale}, {"good_steps", scaling.goodSteps}, {"skipped", scaling.skipped}};
+  }
+  writeJsonAtomically(temporary / "state.json", json);
   fs::remove_all(dir);
   fs::rename(temporary, dir);
 }
@@ -78,6 +80,18 @@ CheckpointState loadCheckpoint(const fs::path& dir, TrainingPlan& plan, Optimize
   }
   store.bumpVersion();
   optimizer.setSteps(state.at("optimizer_steps").get<std::int64_t>());
+  // fp16 resumes with the scale it had; a checkpoint of another precision leaves the scaler at its start.
+  if (LossScaler* scaler = optimizer.lossScaler(); scaler != nullptr && state.contains("loss_scale")) {
+    try {
+      const nlohmann::json& scaling = state.at("loss_scale");
+      scaler->restore(LossScalerState{scaling.at("scale").get<double>(), scaling.at("good_steps").get<std::int64_t>(),
+                                      scaling.at("skipped").get<std::int64_t>()});
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: corrupt loss_scale entry: {}", stateFile.string(), e.what());
+    } catch (const Error& e) {
+      fail("{}: {}", stateFile.string(), e.what());
+    }
+  }
   plan.executor().setRunCount(state.at("executor_runs").get<std::uint64_t>());
   return CheckpointState{state.at("epochs_done").get<std::int64_t>(), state.at("steps").get<std::int64_t>()};
 }

@@ -58,7 +58,7 @@ void addDeviceOptions(CLI::App& command, DeviceOptions& options) {
 void addLossScaleOption(CLI::App& command, DeviceOptions& options) {
   command.add_option("--loss-scale", options.lossScale,
                      "with --precision fp16: dynamic (default; starts at 65536, halves on overflow, doubles after 2000 "
-                     "good steps) or a fixed scale");
+                     "good steps), dynamic:START, or a fixed scale");
 }
 
 std::optional<DType> mixedPrecisionOf(const DeviceOptions& options) {
@@ -80,19 +80,22 @@ std::optional<LossScalerOptions> lossScalerOptionsOf(const DeviceOptions& option
     return std::nullopt;
   }
   LossScalerOptions scaler;
-  if (options.lossScale == "dynamic") {
+  const std::string& spec = options.lossScale;
+  if (spec == "dynamic") {
     return scaler;
   }
+  const bool dynamic = spec.rfind("dynamic:", 0) == 0;
+  const std::string number = dynamic ? spec.substr(8) : spec;
   try {
     std::size_t used = 0;
-    scaler.initialScale = std::stod(options.lossScale, &used);
-    scaler.dynamic = false;
-    if (used == options.lossScale.size() && scaler.initialScale > 0 && std::isfinite(scaler.initialScale)) {
+    scaler.initialScale = std::stod(number, &used);
+    scaler.dynamic = dynamic;
+    if (used == number.size() && scaler.initialScale > 0 && std::isfinite(static_cast<float>(scaler.initialScale))) {
       return scaler;
     }
   } catch (const std::exception&) {
   }
-  fail("--loss-scale {}: expected dynamic or a positive number", options.lossScale);
+  fail("--loss-scale {}: expected dynamic, dynamic:START or a fixed scale (positive, within float32's range)", spec);
 }
 
 void requireFullPrecision(const DeviceOptions& options, const std::string& command) {

@@ -43,6 +43,15 @@ grep -q '"precision": "bf16"' "$work/bf16/summary.json"
 "$strata" train "${common[@]}" --max-steps 4 --precision fp16 --out "$work/fp16" > /dev/null
 grep -q '"loss_scale_final"' "$work/fp16/summary.json"
 grep -q '"skipped_steps"' "$work/fp16/summary.json"
+# fp16 stopped after epoch 1 and resumed: the checkpoint keeps the loss scale, so the weights match byte for byte.
+# Starting at 1e9 the scale overflows and backs off through epoch 1 (11 of 16 steps skipped); a resume that
+# restarted the scale would skip different steps.
+fp16=(--epochs 2 --precision fp16 --loss-scale dynamic:1e9)
+"$strata" train "${common[@]}" "${fp16[@]}" --out "$work/fp16full" --export "$work/fp16full.onnx" > /dev/null
+"$strata" train "${common[@]}" "${fp16[@]}" --stop-after-epoch 1 --save --out "$work/fp16part" > /dev/null
+grep -q '"loss_scale"' "$work/fp16part/checkpoint/state.json"
+"$strata" train "${common[@]}" "${fp16[@]}" --resume "$work/fp16part" --export "$work/fp16res.onnx" > /dev/null
+cmp "$work/fp16full.onnx" "$work/fp16res.onnx" || { echo "resumed fp16 parameters differ"; exit 1; }
 "$strata" train "${common[@]}" --max-steps 3 --precision fp16 --loss-scale 1e30 --out "$work/overflow" > /dev/null
 grep -q '"skipped_steps": 3' "$work/overflow/summary.json"
 

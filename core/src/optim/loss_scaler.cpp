@@ -19,6 +19,16 @@ LossScaler::LossScaler(const LossScalerOptions& options) : options_(options), sc
   }
 }
 
+void LossScaler::restore(const LossScalerState& state) {
+  if (!(state.scale > 0) || !std::isfinite(state.scale) || state.goodSteps < 0 || state.skipped < 0) {
+    fail("loss scaler state: scale {}, {} good steps, {} skipped is not a scaler's state", state.scale, state.goodSteps,
+         state.skipped);
+  }
+  scale_ = state.scale;
+  goodSteps_ = state.goodSteps;
+  skipped_ = state.skipped;
+}
+
 bool LossScaler::update(bool gradientsFinite) {
   if (!gradientsFinite) {
     ++skipped_;

@@ -46,6 +46,21 @@ TEST(LossScalerTest, RejectsMeaninglessOptions) {
   EXPECT_THROW(LossScaler(LossScalerOptions{.backoffFactor = 1.5}), Error);
 }
 
+TEST(LossScalerTest, StateRoundTripsForCheckpoints) {
+  LossScaler scaler(LossScalerOptions{.initialScale = 1024.0, .growthInterval = 3});
+  scaler.update(false);
+  scaler.update(true);
+  LossScaler resumed(LossScalerOptions{.initialScale = 1024.0, .growthInterval = 3});
+  resumed.restore(scaler.state());
+  for (int step = 0; step < 4; ++step) {  // the same run of good steps: both grow on the same step
+    EXPECT_EQ(resumed.update(true), scaler.update(true));
+    EXPECT_EQ(resumed.scale(), scaler.scale()) << step;
+  }
+  EXPECT_EQ(resumed.skippedSteps(), 1);
+  EXPECT_THROW(resumed.restore(LossScalerState{.scale = -1.0}), Error);
+  EXPECT_THROW(resumed.restore(LossScalerState{.scale = 2.0, .goodSteps = -3}), Error);
+}
+
 ParameterStore storeOf(std::vector<float> values) {
   Tensor t = Tensor::empty(DType::Float32, {static_cast<std::int64_t>(values.size())});
   std::copy(values.begin(), values.end(), t.data<float>());

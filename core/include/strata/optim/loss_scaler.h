@@ -16,6 +16,13 @@ struct LossScalerOptions {
   bool dynamic = true;  // false: the scale stays initialScale and overflowing steps are still skipped
 };
 
+// What a checkpoint keeps of a scaler, so a resumed run scales and skips exactly as an uninterrupted one.
+struct LossScalerState {
+  double scale = 65536.0;
+  std::int64_t goodSteps = 0;  // good steps since the last change of scale
+  std::int64_t skipped = 0;
+};
+
 class LossScaler {
  public:
   explicit LossScaler(const LossScalerOptions& options = {});
@@ -24,6 +31,9 @@ class LossScaler {
   // Records one step's outcome; returns whether the optimizer may apply it (the gradients were finite).
   bool update(bool gradientsFinite);
   std::int64_t skippedSteps() const { return skipped_; }
+  LossScalerState state() const { return {scale_, goodSteps_, skipped_}; }
+  // Throws when the state could not have come from a scaler (a non-positive scale, negative counts).
+  void restore(const LossScalerState& state);
   const LossScalerOptions& options() const { return options_; }
 
  private:

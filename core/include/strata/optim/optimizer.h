@@ -37,6 +37,7 @@ class Optimizer {
   double step(double lr);
   // The gradients are multiplied by scaler->scale() (TrainingPlan::setLossScale); nullptr: they are not.
   void setLossScaler(LossScaler* scaler) { scaler_ = scaler; }
+  LossScaler* lossScaler() const { return scaler_; }
   bool lastStepSkipped() const { return lastStepSkipped_; }
   std::int64_t steps() const { return steps_; }
   const OptimizerOptions& options() const { return options_; }
