@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <iterator>
 
+#include <spdlog/spdlog.h>
+
 #include "strata/error.h"
 #include "strata/graphs/autocast.h"
 #include "strata/graphs/lower.h"
@@ -121,6 +123,15 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
   if (options.mixedPrecision) {
     full =
         specialize(autocast(full, *options.mixedPrecision), SpecializeOptions{.inputMetas = metas, .training = true});
+    const bool anyLow = std::any_of(full.values.begin(), full.values.end(), [&](const Value& value) {
+      return value.producer != kNoValue && value.meta.dtype == *options.mixedPrecision;
+    });
+    if (!anyLow) {
+      spdlog::warn(
+          "{}: mixed precision ({}) changes nothing: no matrix product of this model takes float32 inputs "
+          "(float64 and 16-bit models keep their own precision)",
+          model.sourcePath, dtypeName(*options.mixedPrecision));
+    }
   }
   training_ = buildTrainingGraph(full, AutodiffOptions{.loss = loss});
   if (options.scaledLoss) {  // the seed becomes the step's last input, so the scale can change between steps
