@@ -1,5 +1,6 @@
 #include "strata/op_registry.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "cpu_ops.h"
@@ -50,6 +51,10 @@ class FunctionKernel final : public OpKernel {
 };
 
 }  // namespace
+
+bool isLowPrecisionSlot(const std::vector<std::size_t>& slots, std::size_t i) {
+  return slots.empty() || std::find(slots.begin(), slots.end(), i) != slots.end();
+}
 
 std::unique_ptr<OpKernel> makeFunctionKernel(std::function<void(KernelContext&)> fn) {
   return std::make_unique<FunctionKernel>(std::move(fn));

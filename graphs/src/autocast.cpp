@@ -1,6 +1,5 @@
 #include "strata/graphs/autocast.h"
 
-#include <algorithm>
 #include <set>
 #include <string>
 
@@ -17,11 +16,6 @@ const std::set<std::string, std::less<>> kLowPrecisionOps = {"Conv", "ConvTransp
 const std::set<std::string, std::less<>> kFollowOps = {
     "Relu",      "MaxPool",  "Add",       "Reshape", "Flatten",           "Squeeze",
     "Unsqueeze", "Identity", "Transpose", "Concat",  "BatchNormalization"};
-
-// Whether operand i takes the 16-bit dtype; empty slots: every floating operand does.
-bool holds(const std::vector<std::size_t>& slots, std::size_t i) {
-  return slots.empty() || std::find(slots.begin(), slots.end(), i) != slots.end();
-}
 
 class Autocaster {
  public:
@@ -73,51 +67,45 @@ class Autocaster {
     return isFloatingPoint(dtype) && dtype != DType::Float32;
   }
 
-  // The schema of an op that may run in 16 bits, or nullptr.
-  static const OpSchema* lowPrecisionSchema(const Node& node) {
-    const OpSchema* schema = OpRegistry::instance().schema(node.opType);
-    const bool low =
-        autocastClassOf(node.opType) != AutocastClass::Float32 && schema != nullptr && schema->lowPrecision;
-    return low ? schema : nullptr;
-  }
-
-  bool runsLow(const Node& node) const {
-    const OpSchema* schema = lowPrecisionSchema(node);
-    if (schema == nullptr) {
-      return false;
-    }
+  // The schema of a node that runs in 16 bits, or nullptr when it stays in float32: a LowPrecision op with a
+  // float32 input, or a Follow op whose float32 data inputs all come from 16-bit producers.
+  const OpSchema* lowPrecisionSchema(const Node& node) const {
     const AutocastClass cls = autocastClassOf(node.opType);
+    const OpSchema* schema = OpRegistry::instance().schema(node.opType);
+    if (cls == AutocastClass::Float32 || schema == nullptr || !schema->lowPrecision) {
+      return nullptr;
+    }
     bool anyFloat = false;
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       const int v = node.inputs[i];
       if (isOtherFloat(v)) {
-        return false;  // float64 and 16-bit models keep their own precision
+        return nullptr;  // float64 and 16-bit models keep their own precision
       }
-      if (isFloat32(v) && holds(schema->lowPrecisionInputs, i)) {
+      if (isFloat32(v) && isLowPrecisionSlot(schema->lowPrecisionInputs, i)) {
         anyFloat = true;
         if (cls == AutocastClass::Follow && !forms_[static_cast<std::size_t>(v)].producedLow) {
-          return false;  // a float32 operand: promote, as PyTorch does
+          return nullptr;  // a float32 operand: promote, as PyTorch does
         }
       }
     }
-    return anyFloat;
+    return anyFloat ? schema : nullptr;
   }
 
   void rewrite(const Node& node) {
-    const bool low = runsLow(node);
-    const OpSchema* schema = low ? lowPrecisionSchema(node) : nullptr;
+    const OpSchema* schema = lowPrecisionSchema(node);
+    const bool low = schema != nullptr;
     Node copy = node;
     for (std::size_t i = 0; i < copy.inputs.size(); ++i) {
       int& input = copy.inputs[i];
       if (isFloat32(input)) {
-        const bool takesLow = low && holds(schema->lowPrecisionInputs, i);
+        const bool takesLow = low && isLowPrecisionSlot(schema->lowPrecisionInputs, i);
         input = takesLow ? lowForm(input, node.phase) : wideForm(input, node.phase);
       }
     }
     if (low) {
       for (std::size_t o = 0; o < copy.outputs.size(); ++o) {
         int& output = copy.outputs[o];
-        if (isFloat32(output) && holds(schema->lowPrecisionOutputs, o)) {
+        if (isFloat32(output) && isLowPrecisionSlot(schema->lowPrecisionOutputs, o)) {
           Forms& forms = forms_[static_cast<std::size_t>(output)];
           forms = Forms{.wide = kNoValue, .low = addLowValue(output), .producedLow = true};
           output = forms.low;

@@ -48,10 +48,6 @@ bool isLowPrecision(DType dtype) {
   return dtype == DType::Float16 || dtype == DType::BFloat16;
 }
 
-bool holds(const std::vector<std::size_t>& slots, std::size_t i) {
-  return slots.empty() || std::find(slots.begin(), slots.end(), i) != slots.end();
-}
-
 // The 16-bit dtype of a node, or nullopt when none of its floating inputs is 16-bit. `slots` are the inputs that
 // take it (empty: every floating one); the node's other floating inputs must then be float32. `fail` reports any
 // other mix (mixed precision casts the inputs of each node to what it takes).
@@ -65,7 +61,7 @@ std::optional<DType> lowPrecisionOf(const std::vector<std::optional<DType>>& inp
     if (!dtype || !isFloatingPoint(*dtype)) {
       continue;
     }
-    if (!holds(slots, i)) {
+    if (!isLowPrecisionSlot(slots, i)) {
       if (isLowPrecision(*dtype)) {
         fail(fmt::format("input {} is {}, but only inputs {} take 16 bits", i, dtypeName(*dtype),
                          fmt::join(slots, ", ")));
@@ -86,7 +82,7 @@ std::optional<DType> lowPrecisionOf(const std::vector<std::optional<DType>>& inp
                      dtypeName(*wide), slots.empty() ? "" : fmt::format(" among {}", fmt::join(slots, ", "))));
   }
   for (std::size_t i = 0; low && i < inputs.size(); ++i) {
-    if (!holds(slots, i) && inputs[i] && isFloatingPoint(*inputs[i]) && *inputs[i] != DType::Float32) {
+    if (!isLowPrecisionSlot(slots, i) && inputs[i] && isFloatingPoint(*inputs[i]) && *inputs[i] != DType::Float32) {
       fail(fmt::format("input {} is {}; beside 16-bit data it must be float32", i, dtypeName(*inputs[i])));
     }
   }
@@ -197,7 +193,7 @@ void emulateLowPrecision(OpRegistry& registry, const std::string& type, const Lo
     const std::vector<InputInfo> wide = widenedInfos(ctx.inputs, kept);
     std::vector<TensorMeta> metas = infer(ShapeContext{wide, ctx.attrs, ctx.outputCount, ctx.nodeName, ctx.opType});
     for (std::size_t o = 0; o < metas.size(); ++o) {
-      if (metas[o].dtype == DType::Float32 && holds(slots.outputs, o)) {
+      if (metas[o].dtype == DType::Float32 && isLowPrecisionSlot(slots.outputs, o)) {
         metas[o].dtype = *low;
       }
     }

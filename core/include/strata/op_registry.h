@@ -86,6 +86,9 @@ struct OpSchema {
   std::vector<std::size_t> lowPrecisionOutputs = {};
 };
 
+// Whether operand i is among `slots` (OpSchema::lowPrecisionInputs or lowPrecisionOutputs); empty slots: all are.
+bool isLowPrecisionSlot(const std::vector<std::size_t>& slots, std::size_t i);
+
 // Op types (ONNX default domain) with their shape functions and per-device kernel factories.
 class OpRegistry {
  public:
