@@ -42,9 +42,10 @@ def export(model, batch, size, path):
     model.load_state_dict(state)
 
 
-def strata_step(strata, path, batch, size, classes, precision, steps, warmup, work):
+def strata_step(strata, path, batch, size, classes, precision, steps, warmup, work, cuda_graph):
     out = os.path.join(work, "run")
-    cmd = [strata, "train", path, "--device", "cuda", "--precision", precision, "--data", "synthetic",
+    cmd = [strata, "train", path, "--device", "cuda", "--precision", precision, "--cuda-graph", cuda_graph,
+           "--data", "synthetic",
            "--synthetic-samples", str(batch * (steps + warmup)), "--batch-size", str(batch), "--max-steps",
            str(steps + warmup), "--lr", "0.01", "--momentum", "0.9", "--lr-schedule", "constant", "--out", out,
            "--log-every", "1"]
@@ -57,7 +58,8 @@ def strata_step(strata, path, batch, size, classes, precision, steps, warmup, wo
         records = [json.loads(line) for line in f]
     os.remove(os.path.join(out, "metrics.jsonl"))
     times = [r["step_time_ms"] for r in records if r["type"] == "step" and r["step"] > warmup]
-    return statistics.median(times), summary["ranks"][0]["peak_memory_bytes"], None
+    graph = summary.get("cuda_graph", {})
+    return statistics.median(times), summary["ranks"][0]["peak_memory_bytes"], graph.get("detail")
 
 
 def torch_step(model, batch, size, classes, precision, steps, warmup):
@@ -100,9 +102,12 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cuda-graph", default="off", choices=["off", "on", "auto"],
+                        help="Strata's --cuda-graph; with auto, raise --warmup to 10 so the timed steps come after "
+                             "its decision (it times 3 node-by-node steps and 3 replays after 2 warm-up steps)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.rounds} rounds x {args.steps} steps "
-          f"after {args.warmup} warm-up steps")
+          f"after {args.warmup} warm-up steps, strata --cuda-graph {args.cuda_graph}")
     print(f"{'model':<19}{'batch':>6}{'prec':>6}{'strata img/s':>14}{'torch img/s':>13}{'ratio':>7}"
           f"{'strata MiB':>12}{'torch MiB':>11}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,13 +119,16 @@ def main():
             path = os.path.join(tmp, f"{name}.onnx")
             export(model.train(), batch, size, path)
             for precision in args.precisions.split(","):
-                s_times, t_times, s_peak, t_peak, why = [], [], 0, 0, None
+                s_times, t_times, s_peak, t_peak, why, graph = [], [], 0, 0, None, None
                 for _ in range(args.rounds):
-                    ms, peak, why = strata_step(args.strata, path, batch, size, classes, precision, args.steps,
-                                                args.warmup, tmp)
+                    ms, peak, detail = strata_step(args.strata, path, batch, size, classes, precision, args.steps,
+                                                   args.warmup, tmp, args.cuda_graph)
                     if ms is not None:
                         s_times.append(ms)
                         s_peak = peak
+                        graph = detail
+                    else:
+                        why = detail
                     ms, t_peak = torch_step(model, batch, size, classes, precision, args.steps, args.warmup)
                     t_times.append(ms)
                 t = statistics.median(t_times)
@@ -129,7 +137,8 @@ def main():
                     s = statistics.median(s_times)
                     s_rate = batch * 1000.0 / s
                     print(f"{name:<19}{batch:>6}{precision:>6}{s_rate:>14.1f}{t_rate:>13.1f}{s_rate / t_rate:>7.2f}"
-                          f"{s_peak / 2**20:>12.0f}{t_peak / 2**20:>11.0f}")
+                          f"{s_peak / 2**20:>12.0f}{t_peak / 2**20:>11.0f}"
+                          + (f"   cuda graph: {graph}" if args.cuda_graph != "off" and graph else ""))
                 else:
                     print(f"{name:<19}{batch:>6}{precision:>6}{'n/a':>14}{t_rate:>13.1f}{'':>7}{'':>12}"
                           f"{t_peak / 2**20:>11.0f}   strata: {why}")

@@ -68,9 +68,27 @@ struct TrainOptions {
   std::vector<std::string> strategyOptions;
   std::vector<std::string> pluginDirs;
   int gradAccum = 1;
+  std::string cudaGraph = "off";
   double timeoutS = 300;
   LaunchOptions launch;
 };
+
+// --cuda-graph: recording applies to CUDA plans; `on` elsewhere is an error rather than a silent no-op.
+Recording recordingOf(const std::string& flag, Device device) {
+  Recording mode = Recording::Off;
+  try {
+    mode = parseRecording(flag);
+  } catch (const Error&) {
+    fail("--cuda-graph {}: expected off, on or auto", flag);
+  }
+  if (device.type == DeviceType::CUDA) {
+    return mode;
+  }
+  if (mode == Recording::On) {
+    fail("--cuda-graph on: CUDA graphs need a GPU, but this run is on {} (--device cuda)", device.toString());
+  }
+  return Recording::Off;
+}
 
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -256,6 +274,7 @@ void train(const TrainOptions& options) {
   const bool lead = rankEnv.rank == 0;
   const std::map<std::string, std::string> strategyOptions = parseStrategyOptions(options.strategyOptions);
   const Device device = selectDevice(options.device, rankEnv.localRank);
+  const Recording recording = recordingOf(options.cudaGraph, device);
   const std::unique_ptr<LoadedStrategy> strategy = PluginHost(toPaths(options.pluginDirs)).load(options.strategy);
   std::shared_ptr<Store> store;
   std::unique_ptr<ProcessGroup> group;
@@ -282,6 +301,7 @@ void train(const TrainOptions& options) {
   planOptions.loss = parseLossKind(options.loss);
   planOptions.device = device;
   planOptions.mixedPrecision = mixedPrecisionOf(options.device);
+  planOptions.recording = recording;
   std::optional<LossScaler> lossScaler;
   if (const std::optional<LossScalerOptions> scaling = lossScalerOptionsOf(options.device)) {
     lossScaler.emplace(*scaling);
@@ -523,6 +543,18 @@ void train(const TrainOptions& options) {
                             {"params", plan.parameters().totalElements()},
                             {"precision", options.device.precision},
                             {"ranks", ranks}};
+  if (device.type == DeviceType::CUDA) {
+    const RecordingStatus& recording = plan.executor().recording();
+    summary["cuda_graph"] = {
+        {"mode", recordingName(recording.mode)}, {"replayed", recording.replaying}, {"detail", recording.detail}};
+    if (recording.eagerMs > 0) {
+      summary["cuda_graph"]["eager_step_ms"] = recording.eagerMs;
+      summary["cuda_graph"]["replay_step_ms"] = recording.replayMs;
+    }
+    if (recording.mode != Recording::Off) {
+      fmt::print("cuda graph ({}): {}\n", recordingName(recording.mode), recording.detail);
+    }
+  }
   if (lossScaler) {
     summary["loss_scale_final"] = lossScaler->scale();
     summary["skipped_steps"] = lossScaler->skippedSteps();  // overflowed fp16 gradients, not applied
@@ -573,6 +605,10 @@ void addTrainCommand(CLI::App& app) {
   c->add_option("--strategy-opt", o->strategyOptions, "strategy option key=value (repeatable)");
   c->add_option("--plugin-dir", o->pluginDirs, "directory searched first for strategy plugins (repeatable)");
   c->add_option("--grad-accum", o->gradAccum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
+  c->add_option("--cuda-graph", o->cudaGraph,
+                "off (default) | on | auto: record the forward and backward pass as a CUDA graph after two warm-up "
+                "steps and replay it (auto keeps it only if it is faster); needs a strategy without node hooks "
+                "(single) and a model without dropout");
   c->add_option("--timeout", o->timeoutS, "seconds before a stuck collective or rendezvous ends the job");
   c->callback([o] { train(*o); });
 }

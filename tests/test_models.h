@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,65 @@ inline onnx::ModelProto reluChainModel() {
   addNode(model, "Relu", {"a"}, {"b"}, "relu_b");
   addNode(model, "Relu", {"b"}, {"y"}, "relu_c");
   setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 4});
+  return model;
+}
+
+inline std::vector<float> randomValues(std::size_t count, unsigned seed, float scale) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> values(count);
+  for (float& v : values) {
+    v = dist(rng);
+  }
+  return values;
+}
+
+inline void setInts(onnx::NodeProto* node, const std::string& name, std::vector<std::int64_t> values) {
+  auto* attr = node->add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::INTS);
+  for (std::int64_t v : values) {
+    attr->add_ints(v);
+  }
+}
+
+// x[N,3,8,8] -> Conv -> BatchNorm -> Relu -> MaxPool -> Conv -> Relu -> Conv -> Add(residual) -> Add(bias2) ->
+// Flatten -> Gemm -> y[N,10]: each autocast class, a parameter used twice (w2), a residual between two 16-bit
+// values, and an Add that mixes 16 bits with a float32 parameter.
+// Numeric comparisons of 16-bit runs pool with AveragePool instead: 16-bit rounding reorders near-ties in a max-pool
+// window, and each flip sends a window's gradient to another element, which at this tiny batch moves w1's gradient by
+// ~10%.
+inline onnx::ModelProto smallCnnModel(const std::string& pool = "MaxPool") {
+  onnx::ModelProto model = emptyModel();
+  setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 3, 8, 8});
+  addInitializer(model, "w1", {4, 3, 3, 3}, randomValues(108, 1, 0.4f));
+  addInitializer(model, "b1", {4}, randomValues(4, 2, 0.1f));
+  addInitializer(model, "scale", {4}, {1.0f, 0.9f, 1.1f, 1.2f});
+  addInitializer(model, "shift", {4}, {0.1f, -0.1f, 0.0f, 0.2f});
+  addInitializer(model, "mean", {4}, {0.0f, 0.0f, 0.0f, 0.0f});
+  addInitializer(model, "var", {4}, {1.0f, 1.0f, 1.0f, 1.0f});
+  addInitializer(model, "w2", {4, 4, 3, 3}, randomValues(144, 3, 0.3f));
+  addInitializer(model, "bias2", {4, 1, 1}, randomValues(4, 6, 0.1f));
+  addInitializer(model, "wf", {10, 64}, randomValues(640, 4, 0.2f));
+  addInitializer(model, "bf", {10}, randomValues(10, 5, 0.1f));
+  setInts(addNode(model, "Conv", {"x", "w1", "b1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+  addNode(model, "BatchNormalization", {"c1", "scale", "shift", "mean", "var"}, {"n1"}, "bn1");
+  addNode(model, "Relu", {"n1"}, {"r1"}, "relu1");
+  auto* pooling = addNode(model, pool, {"r1"}, {"p1"}, "pool1");
+  setInts(pooling, "kernel_shape", {2, 2});
+  setInts(pooling, "strides", {2, 2});
+  setInts(addNode(model, "Conv", {"p1", "w2"}, {"c2"}, "conv2"), "pads", {1, 1, 1, 1});
+  addNode(model, "Relu", {"c2"}, {"r2"}, "relu2");
+  setInts(addNode(model, "Conv", {"r2", "w2"}, {"c3"}, "conv3"), "pads", {1, 1, 1, 1});
+  addNode(model, "Add", {"c3", "p1"}, {"sum"}, "residual");
+  addNode(model, "Add", {"sum", "bias2"}, {"biased"}, "bias");
+  addNode(model, "Flatten", {"biased"}, {"flat"}, "flatten");
+  auto* gemm = addNode(model, "Gemm", {"flat", "wf", "bf"}, {"y"}, "fc");
+  auto* transB = gemm->add_attribute();
+  transB->set_name("transB");
+  transB->set_type(onnx::AttributeProto::INT);
+  transB->set_i(1);
+  setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 10});
   return model;
 }
 

@@ -59,6 +59,15 @@ void Executor::fire(const std::vector<std::pair<int, NodeHook>>& hooks, std::siz
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchronize) {
   validateInputs(inputs);
+  std::vector<Tensor> outputs =
+      recording_.mode == Recording::Off ? runNodes(inputs, runCount_++) : runRecordingPhase(inputs);
+  if (synchronize) {
+    this->synchronize();
+  }
+  return outputs;
+}
+
+std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::uint64_t runIndex) {
   std::vector<Tensor> slots(program_.values.size());
   for (std::size_t i = 0; i < program_.values.size(); ++i) {
     if (program_.values[i].constant.defined()) {
@@ -71,7 +80,7 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
 
   KernelContext ctx;
   ctx.training = program_.training;
-  ctx.step = runCount_++;
+  ctx.step = runIndex;
   ctx.stream = stream_;
   for (std::size_t s = 0; s < program_.steps.size(); ++s) {
     ProgramStep& step = program_.steps[s];
@@ -117,9 +126,6 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
     }
   }
 
-  if (synchronize) {
-    this->synchronize();
-  }
   std::vector<Tensor> outputs;
   outputs.reserve(program_.outputs.size());
   for (int id : program_.outputs) {

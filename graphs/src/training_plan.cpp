@@ -175,6 +175,7 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     }
   }
   executor_ = std::make_unique<Executor>(lowerToProgram(stepGraph, lower), options.device);
+  executor_->setRecording(options.recording);
 }
 
 StepResult TrainingPlan::step(const std::vector<Tensor>& inputs, const Tensor& labels) {

@@ -4,7 +4,8 @@
 #   tests   the gpu-labelled tests: CUDA device tests, every gradient rule on the GPU vs the CPU backend, the ONNX
 #           node suite on the GPU, a 2-rank DDP run sharing the GPU through Gloo, and the five paper models'
 #           training step against PyTorch on the GPU, bf16/fp16 mixed precision against PyTorch autocast
-#   bench   bench/gpu_train_throughput.py (Strata vs PyTorch eager, same GPU, one run)
+#   bench   bench/gpu_train_throughput.py (Strata vs PyTorch eager, same GPU, one run), then once more with
+#           --cuda-graph auto on ResNet-50 at 32x32
 #   all     both.  Results land in $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,6 +42,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   run unit_gpu "$pack/bin/strata_unit_tests" --gtest_filter='*GradientsTest.*:CudaDevice*:CudaBackend*' --gtest_brief=1
   run conformance_gpu env STRATA_ONNX_NODE_TESTS="$pack/onnx-node-tests" "$pack/bin/strata_conformance_tests"
   unset STRATA_TEST_DEVICE
+  run cli_device bash tests/cli/device_test.sh "$pack/bin/strata"
   run ddp_shared_gpu python3 tests/multirank/check_ddp_equivalence.py --strata "$pack/bin/strata" \
     --work-dir /tmp/strata-ddp --nproc 2 --grad-accum 2 --device cuda
   for model in resnet50 vgg16 densenet121 convnext_tiny efficientnet_v2_s; do
@@ -60,6 +62,9 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   run bench python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata"
+  # CUDA graphs where launches weigh most (small images); auto decides after 8 steps, so 10 warm-up steps.
+  run bench_graph python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" --models resnet50_32 \
+    --precisions tf32,bf16 --cuda-graph auto --warmup 10
 fi
 tar -C "$logs" -czf "$OUT/strata-gpu-logs.tar.gz" .
 exit $status

@@ -25,3 +25,18 @@ fi
 grep -q '"device": "cuda:0' "$work/gpu/summary.json" || fail "summary.json does not name the GPU"
 grep -q '"gpu_utilization_mean"' "$work/gpu/summary.json" || fail "summary.json has no GPU utilisation"
 echo "trained on $(grep -o '"device": "[^"]*"' "$work/gpu/summary.json")"
+# --cuda-graph on: the step recorded after two warm-up steps and replayed trains like node-by-node steps.
+for graph in off on; do
+  "$strata" train --device cuda --cuda-graph "$graph" --data synthetic --max-steps 12 --batch-size 32 --seed 5 \
+    --lr-schedule constant --out "$work/graph-$graph" >"$work/graph-$graph.out" 2>&1 ||
+    fail "training with --cuda-graph $graph failed: $(tail -n 3 "$work/graph-$graph.out")"
+done
+grep -q '"replayed": true' "$work/graph-on/summary.json" ||
+  fail "--cuda-graph on did not replay: $(grep -A3 cuda_graph "$work/graph-on/summary.json")"
+python3 - "$work/graph-off/summary.json" "$work/graph-on/summary.json" <<'PY' || fail "--cuda-graph on trained differently"
+import json, sys
+off, on = (json.load(open(p))["final_train_loss"] for p in sys.argv[1:])
+print(f"final loss node by node {off:.6f}, replayed {on:.6f}")
+sys.exit(0 if abs(off - on) <= 1e-4 * max(abs(off), 1e-6) else 1)
+PY
+echo "cuda graph: $(grep -o '"detail": "[^"]*"' "$work/graph-on/summary.json")"

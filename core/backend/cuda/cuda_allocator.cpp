@@ -34,17 +34,22 @@ void* CudaAllocator::allocate(std::size_t bytes, MemoryCategory category) {
   }
   const std::size_t rounded = roundSize(bytes);
   void* block = nullptr;
+  int pool = 0;
   {
     std::lock_guard lock(mutex_);
-    auto it = freeBlocks_.lower_bound(rounded);
-    if (it != freeBlocks_.end() && it->first - rounded <= it->first / kMaxWasteDivisor) {
+    pool = poolOfCallerLocked();
+    FreeBlocks& free = freeListLocked(pool);
+    auto it = free.lower_bound(rounded);
+    if (it != free.end() && it->first - rounded <= it->first / kMaxWasteDivisor) {
       block = it->second;
-      liveSizes_[block] = it->first;
-      freeBlocks_.erase(it);
+      liveBlocks_[block] = LiveBlock{it->first, pool};
+      free.erase(it);
     }
   }
   if (block == nullptr) {
     block = mallocOrThrow(rounded, bytes, category);
+    std::lock_guard lock(mutex_);
+    liveBlocks_[block].pool = pool;
   }
   stats_.onAllocate(category, bytes);
   return block;
@@ -53,8 +58,24 @@ void* CudaAllocator::allocate(std::size_t bytes, MemoryCategory category) {
 void* CudaAllocator::mallocOrThrow(std::size_t rounded, std::size_t requested, MemoryCategory category) {
   makeCurrent(deviceIndex_);
   void* block = nullptr;
-  cudaError_t status = cudaMalloc(&block, rounded);
-  if (status == cudaErrorMemoryAllocation) {
+  bool recording = false;
+  {
+    std::lock_guard lock(mutex_);
+    recording = poolOfCallerLocked() != 0;
+  }
+  cudaError_t status = cudaSuccess;
+  if (recording) {
+    // cudaMalloc is not stream-ordered, so stream capture calls it unsafe; the block is reserved for the recording
+    // (Note [Recording pool]), which is what makes it safe here (PyTorch's allocator does the same).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    STRATA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+    status = cudaMalloc(&block, rounded);
+    STRATA_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  } else {
+    status = cudaMalloc(&block, rounded);
+  }
+  // Releasing the cache frees and synchronises, which a recording cannot hold: it then fails and runs eagerly.
+  if (status == cudaErrorMemoryAllocation && !recording) {
     (void)cudaGetLastError();
     std::lock_guard lock(mutex_);
     releaseCachedLocked();
@@ -75,7 +96,7 @@ void* CudaAllocator::mallocOrThrow(std::size_t rounded, std::size_t requested, M
   }
   STRATA_CUDA_CHECK(status);
   std::lock_guard lock(mutex_);
-  liveSizes_[block] = rounded;
+  liveBlocks_[block] = LiveBlock{rounded, 0};
   reservedBytes_ += static_cast<std::int64_t>(rounded);
   stats_.setReserved(reservedBytes_);
   return block;
@@ -87,12 +108,54 @@ void CudaAllocator::deallocate(void* ptr, std::size_t bytes, MemoryCategory cate
     return;
   }
   std::lock_guard lock(mutex_);
-  auto it = liveSizes_.find(ptr);
-  if (it == liveSizes_.end()) {
+  auto it = liveBlocks_.find(ptr);
+  if (it == liveBlocks_.end()) {
     return;  // not ours: a bug elsewhere; never hand a foreign pointer to cudaFree
   }
-  freeBlocks_.emplace(it->second, ptr);
-  liveSizes_.erase(it);
+  freeListLocked(it->second.pool).emplace(it->second.size, ptr);
+  liveBlocks_.erase(it);
+}
+
+CudaAllocator::FreeBlocks& CudaAllocator::freeListLocked(int pool) {
+  if (pool == 0) {
+    return freeBlocks_;
+  }
+  auto it = recordingPools_.find(pool);
+  return it != recordingPools_.end() ? it->second : freeBlocks_;  // a released pool's blocks are shared again
+}
+
+int CudaAllocator::poolOfCallerLocked() const {
+  return recordingPool_ != 0 && std::this_thread::get_id() == recordingThread_ ? recordingPool_ : 0;
+}
+
+int CudaAllocator::beginRecordingPool() {
+  std::lock_guard lock(mutex_);
+  STRATA_CHECK(recordingPool_ == 0, "cuda:{}: a CUDA graph is already being recorded", deviceIndex_);
+  recordingPool_ = nextPool_++;
+  recordingThread_ = std::this_thread::get_id();
+  recordingPools_[recordingPool_];
+  return recordingPool_;
+}
+
+void CudaAllocator::endRecordingPool() {
+  std::lock_guard lock(mutex_);
+  recordingPool_ = 0;
+  recordingThread_ = {};
+}
+
+void CudaAllocator::releaseRecordingPool(int pool) {
+  std::lock_guard lock(mutex_);
+  auto it = recordingPools_.find(pool);
+  if (it == recordingPools_.end()) {
+    return;
+  }
+  freeBlocks_.merge(it->second);
+  recordingPools_.erase(it);
+  for (auto& [block, live] : liveBlocks_) {
+    if (live.pool == pool) {
+      live.pool = 0;  // still held by a tensor: freed into the shared cache later
+    }
+  }
 }
 
 void CudaAllocator::releaseCachedLocked() {

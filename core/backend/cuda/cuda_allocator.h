@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "strata/allocator.h"
@@ -31,16 +32,37 @@ class CudaAllocator final : public Allocator {
   // Returns every cached block to the driver (synchronises the device).
   void emptyCache();
 
+  // Note [Recording pool]: while a thread records a CUDA graph, its allocations come from, and its frees return to,
+  // a private pool, so no block the recorded work uses is handed to anything else while replays may run. The
+  // pool's blocks join the shared cache when the recording is destroyed (releaseRecordingPool). Other threads keep
+  // using the shared cache meanwhile.
+  int beginRecordingPool();  // routes the calling thread's allocations to a new pool; returns its id
+  void endRecordingPool();   // stops routing (the pool keeps its blocks)
+  void releaseRecordingPool(int pool);
+
   static std::size_t roundSize(std::size_t bytes);
 
  private:
   void* mallocOrThrow(std::size_t rounded, std::size_t requested, MemoryCategory category);
   void releaseCachedLocked();
 
+  using FreeBlocks = std::multimap<std::size_t, void*>;  // rounded size -> block
+  struct LiveBlock {
+    std::size_t size;  // rounded
+    int pool;          // 0: the shared cache
+  };
+
+  FreeBlocks& freeListLocked(int pool);
+  int poolOfCallerLocked() const;
+
   int deviceIndex_;
   std::mutex mutex_;
-  std::multimap<std::size_t, void*> freeBlocks_;      // rounded size -> block
-  std::unordered_map<void*, std::size_t> liveSizes_;  // block -> its rounded size
+  FreeBlocks freeBlocks_;
+  std::unordered_map<void*, LiveBlock> liveBlocks_;
+  std::map<int, FreeBlocks> recordingPools_;  // pool id -> its free blocks
+  std::thread::id recordingThread_;
+  int recordingPool_ = 0;
+  int nextPool_ = 1;
   std::int64_t reservedBytes_ = 0;
 };
 

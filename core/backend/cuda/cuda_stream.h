@@ -18,6 +18,8 @@ class CudaStream final : public Stream {
 
   Device device() const override { return Device::cuda(deviceIndex_); }
   void synchronize() override;
+  // A CUDA graph captured from this stream (cuda_graph_recording.cpp).
+  std::unique_ptr<RecordedWork> record(const std::function<void()>& work, std::string* whyNot) override;
   cudaStream_t handle() const { return stream_; }
 
  private:

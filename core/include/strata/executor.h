@@ -7,6 +7,7 @@
 
 #include "strata/device.h"
 #include "strata/program.h"
+#include "strata/stream.h"
 
 namespace strata {
 
@@ -18,6 +19,24 @@ struct NodeEvent {
 using NodeHook = std::function<void(const NodeEvent&)>;
 // Called with a parameter index when that parameter's gradient is final (in the order gradients finalise).
 using GradientReadyHook = std::function<void(int parameter)>;
+
+// Whether a plan on a device records one run and then replays it (a CUDA graph: one launch instead of one per
+// kernel). Note [Recorded runs] in executor_recording.cpp.
+enum class Recording {
+  Off,   // every run launches node by node
+  On,    // record after the warm-up runs; an error when the plan cannot be recorded
+  Auto,  // record, time replays against node-by-node runs, keep whichever is faster
+};
+Recording parseRecording(const std::string& text);  // "off" | "on" | "auto"
+const char* recordingName(Recording mode);
+
+struct RecordingStatus {
+  Recording mode = Recording::Off;
+  bool replaying = false;  // runs replay the recording now
+  std::string detail;      // why runs are not replayed, or what decided
+  double eagerMs = 0;      // auto: median time of a node-by-node run (0 when not measured)
+  double replayMs = 0;     // auto: median time of a replayed run
+};
 
 // Runs a static Program on one device. Intermediate buffers are released right after their last use, so live
 // activation memory follows the plan's liveness (Program::peakActivationBytes).
@@ -38,15 +57,36 @@ class Executor {
   void setRunCount(std::uint64_t runs) { runCount_ = runs; }
   Device device() const { return device_; }
 
-  // Hooks around each node; nearly free when none is registered. Returns an id for removeHook.
+  // Hooks around each node; nearly free when none is registered. Returns an id for removeHook. Hooks run on the
+  // host at every node, so a plan with hooks is never replayed from a recording.
   int addBeforeNodeHook(NodeHook hook);
   int addAfterNodeHook(NodeHook hook);
   int addGradientReadyHook(GradientReadyHook hook);
   void removeHook(int id);
 
+  // Record-and-replay of runs (off by default). Outputs of a replayed run are copies the caller owns, as they are
+  // for node-by-node runs.
+  void setRecording(Recording mode);
+  const RecordingStatus& recording() const { return recording_; }
+  // Enqueues on `stream` (of this plan's device) instead of the device's default stream.
+  void setStream(Stream& stream);
+
  private:
+  enum class RecordingPhase { Warmup, TimeEager, Record, TimeReplay, Settled };
+
   void validateInputs(const std::vector<Tensor>& inputs) const;
   void fire(const std::vector<std::pair<int, NodeHook>>& hooks, std::size_t stepIndex) const;
+  // One run, node by node; `runIndex` seeds per-run randomness.
+  std::vector<Tensor> runNodes(const std::vector<Tensor>& inputs, std::uint64_t runIndex);
+  // executor_recording.cpp
+  std::vector<Tensor> runRecordingPhase(const std::vector<Tensor>& inputs);
+  std::string whyNotRecordable() const;
+  bool hooksInstalled() const { return !beforeHooks_.empty() || !afterHooks_.empty() || !gradientHooks_.empty(); }
+  std::string record();  // "" on success
+  std::vector<Tensor> replay(const std::vector<Tensor>& inputs);
+  void settle(bool replaying, std::string detail);
+  template <typename Fn>
+  std::vector<Tensor> timed(std::vector<double>& times, Fn&& run);
 
   Program program_;
   Device device_;
@@ -57,6 +97,14 @@ class Executor {
   std::vector<std::pair<int, NodeHook>> afterHooks_;
   std::vector<std::pair<int, GradientReadyHook>> gradientHooks_;
   int nextHookId_ = 0;
+
+  RecordingStatus recording_;
+  RecordingPhase phase_ = RecordingPhase::Warmup;
+  int warmupRuns_ = 0;
+  std::vector<double> eagerTimes_, replayTimes_;
+  std::unique_ptr<RecordedWork> recorded_;
+  std::vector<Tensor> recordedInputs_;   // replays read their inputs here
+  std::vector<Tensor> recordedOutputs_;  // and leave their outputs here
 };
 
 }  // namespace strata

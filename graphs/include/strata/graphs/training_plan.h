@@ -26,6 +26,8 @@ struct TrainingPlanOptions {
   std::optional<DType> mixedPrecision;
   // The loss gradient starts from setLossScale's value instead of 1 (loss scaling for float16).
   bool scaledLoss = false;
+  // Whether the step is recorded once and replayed (CUDA graphs; Note [Recorded runs]). Evaluation never is.
+  Recording recording = Recording::Off;
 };
 
 struct StepResult {
