@@ -169,4 +169,15 @@ inline onnx::ModelProto smallCnnModel(const std::string& pool = "MaxPool") {
   return model;
 }
 
+// x[N,4] -> Dropout (ratio 0.5) -> MatMul -> y[N,3]
+inline onnx::ModelProto dropoutModel() {
+  onnx::ModelProto model = emptyModel();
+  setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 4});
+  addInitializer(model, "w", {4, 3}, randomValues(12, 1, 0.5f));
+  addNode(model, "Dropout", {"x"}, {"d"}, "drop");
+  addNode(model, "MatMul", {"d", "w"}, {"y"}, "fc");
+  setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 3});
+  return model;
+}
+
 }  // namespace strata::testing

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "strata/error.h"
+#include "strata/op_registry.h"
 
 namespace strata {
 
@@ -23,7 +24,29 @@ Executor::Executor(Program program, Device device)
     : program_(std::move(program)),
       device_(device),
       stream_(&defaultStream(device)),
-      syncEachNode_(device.type != DeviceType::CPU && syncEachNodeFromEnvironment()) {}
+      syncEachNode_(device.type != DeviceType::CPU && syncEachNodeFromEnvironment()) {
+  if (device.type == DeviceType::CPU) {
+    return;
+  }
+  for (const ProgramStep& step : program_.steps) {
+    const OpSchema* schema = OpRegistry::instance().schema(step.opType);
+    if (schema != nullptr && !schema->foldable) {
+      deviceStep_ = Tensor::zeros(DType::Int64, {1}, MemoryCategory::Other, device);
+      break;
+    }
+  }
+}
+
+void Executor::publishRunIndex(std::uint64_t runIndex) {
+  if (deviceStep_.defined()) {
+    deviceStep_.copyFrom(Tensor::scalar(static_cast<std::int64_t>(runIndex)));
+  }
+}
+
+std::vector<Tensor> Executor::runEagerly(const std::vector<Tensor>& inputs) {
+  publishRunIndex(runCount_);
+  return runNodes(inputs, runCount_++);
+}
 
 void Executor::validateInputs(const std::vector<Tensor>& inputs) const {
   if (inputs.size() != program_.inputs.size()) {
@@ -59,8 +82,7 @@ void Executor::fire(const std::vector<std::pair<int, NodeHook>>& hooks, std::siz
 
 std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchronize) {
   validateInputs(inputs);
-  std::vector<Tensor> outputs =
-      recording_.mode == Recording::Off ? runNodes(inputs, runCount_++) : runRecordingPhase(inputs);
+  std::vector<Tensor> outputs = recording_.mode == Recording::Off ? runEagerly(inputs) : runRecordingPhase(inputs);
   if (synchronize) {
     this->synchronize();
   }
@@ -81,6 +103,7 @@ std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::u
   KernelContext ctx;
   ctx.training = program_.training;
   ctx.step = runIndex;
+  ctx.deviceStep = deviceStep_.defined() ? static_cast<const std::uint64_t*>(deviceStep_.rawData()) : nullptr;
   ctx.stream = stream_;
   for (std::size_t s = 0; s < program_.steps.size(); ++s) {
     ProgramStep& step = program_.steps[s];

@@ -2,8 +2,9 @@
 // whole run can be recorded once (CUDA stream capture) and replayed as one graph launch, which removes the host's
 // per-kernel launch cost (hundreds of launches per training step). What a replay cannot do decides when to record:
 //   - it repeats device work only: host code inside the run (node hooks, a kernel that reads a device value back,
-//     a host fallback kernel) does not run again. Hooks and random ops (whose per-run seed is a kernel argument)
-//     are refused up front; host synchronisations make the stream refuse the recording;
+//     a host fallback kernel) does not run again. Hooks, and random ops whose kernel takes the per-run seed as a
+//     launch argument, are refused up front (kernels that read KernelContext::deviceStep are fine: the executor
+//     writes the run index there before each replay); host synchronisations make the stream refuse the recording;
 //   - it uses the recorded buffers: inputs are copied into the recording's own input buffers before each replay,
 //     outputs are copied out after it, and the memory the recorded run allocated stays reserved for the replays;
 //   - kernels choose algorithms (cuDNN's search synchronises) on their first runs, so recording waits for
@@ -90,8 +91,11 @@ std::string Executor::whyNotRecordable() const {
   }
   for (const ProgramStep& step : program_.steps) {
     const OpSchema* schema = OpRegistry::instance().schema(step.opType);
-    if (schema != nullptr && !schema->foldable) {
-      return fmt::format("node '{}' ({}) draws new random numbers at every run", step.nodeName, step.opType);
+    if (schema != nullptr && !schema->foldable && !step.kernel->readsDeviceStep()) {
+      return fmt::format(
+          "node '{}' ({}) draws new random numbers at every run from a seed its {} kernel takes "
+          "on the host",
+          step.nodeName, step.opType, device_.toString());
     }
   }
   return {};
@@ -121,6 +125,7 @@ std::vector<Tensor> Executor::replay(const std::vector<Tensor>& inputs) {
       target.copyFrom(inputs[i]);
     }
   }
+  publishRunIndex(runCount_);
   recorded_->replay();
   ++runCount_;
   std::vector<Tensor> outputs;
@@ -161,9 +166,9 @@ std::vector<Tensor> Executor::runRecordingPhase(const std::vector<Tensor>& input
       if (++warmupRuns_ >= kWarmupRuns) {
         phase_ = recording_.mode == Recording::Auto ? RecordingPhase::TimeEager : RecordingPhase::Record;
       }
-      return runNodes(inputs, runCount_++);
+      return runEagerly(inputs);
     case RecordingPhase::TimeEager: {
-      std::vector<Tensor> outputs = timed(eagerTimes_, [&] { return runNodes(inputs, runCount_++); });
+      std::vector<Tensor> outputs = timed(eagerTimes_, [&] { return runEagerly(inputs); });
       if (eagerTimes_.size() >= kTimedRuns) {
         phase_ = RecordingPhase::Record;
       }
@@ -180,7 +185,7 @@ std::vector<Tensor> Executor::runRecordingPhase(const std::vector<Tensor>& input
           fail("cannot record the run on {} for replay: {}", device_.toString(), whyNot);
         }
         settle(false, "node by node: " + whyNot);
-        return runNodes(inputs, runCount_++);
+        return runEagerly(inputs);
       }
       if (recording_.mode == Recording::Auto) {
         phase_ = RecordingPhase::TimeReplay;  // the first replay uploads the graph: not timed
@@ -207,7 +212,7 @@ std::vector<Tensor> Executor::runRecordingPhase(const std::vector<Tensor>& input
     case RecordingPhase::Settled:
       break;
   }
-  return recorded_ ? replay(inputs) : runNodes(inputs, runCount_++);
+  return recorded_ ? replay(inputs) : runEagerly(inputs);
 }
 
 }  // namespace strata

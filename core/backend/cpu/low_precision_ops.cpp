@@ -146,8 +146,12 @@ class WideningKernel final : public OpKernel {
   void compute(KernelContext& ctx) override {
     std::vector<Tensor> wideInputs;
     wideInputs.reserve(ctx.inputs.size());
-    KernelContext wide{
-        .inputs = ctx.inputs, .outputs = ctx.outputs, .training = ctx.training, .step = ctx.step, .stream = ctx.stream};
+    KernelContext wide{.inputs = ctx.inputs,
+                       .outputs = ctx.outputs,
+                       .training = ctx.training,
+                       .step = ctx.step,
+                       .stream = ctx.stream,
+                       .deviceStep = ctx.deviceStep};
     for (const Tensor*& input : wide.inputs) {
       if (input != nullptr && isLowPrecision(input->dtype())) {
         wideInputs.push_back(widened(*input));

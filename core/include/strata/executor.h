@@ -78,6 +78,10 @@ class Executor {
   void fire(const std::vector<std::pair<int, NodeHook>>& hooks, std::size_t stepIndex) const;
   // One run, node by node; `runIndex` seeds per-run randomness.
   std::vector<Tensor> runNodes(const std::vector<Tensor>& inputs, std::uint64_t runIndex);
+  // Writes the run index to deviceStep_ (plans with random ops on a device), outside any recording.
+  void publishRunIndex(std::uint64_t runIndex);
+  // The next run, node by node.
+  std::vector<Tensor> runEagerly(const std::vector<Tensor>& inputs);
   // executor_recording.cpp
   std::vector<Tensor> runRecordingPhase(const std::vector<Tensor>& inputs);
   std::string whyNotRecordable() const;
@@ -93,6 +97,7 @@ class Executor {
   Stream* stream_;
   bool syncEachNode_ = false;  // STRATA_SYNC_EACH_NODE=1 on a device: errors name their node
   std::uint64_t runCount_ = 0;
+  Tensor deviceStep_;  // KernelContext::deviceStep's storage
   std::vector<std::pair<int, NodeHook>> beforeHooks_;
   std::vector<std::pair<int, NodeHook>> afterHooks_;
   std::vector<std::pair<int, GradientReadyHook>> gradientHooks_;

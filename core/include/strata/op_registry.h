@@ -54,6 +54,10 @@ struct KernelContext {
   bool training = false;
   std::uint64_t step = 0;    // counts runs; seeds per-step randomness such as dropout masks
   Stream* stream = nullptr;  // where device work is enqueued (the CPU stream runs it at once)
+  // `step` in the plan's device memory (plans with random ops on a device; nullptr otherwise), written before each
+  // run: kernels that read it there, instead of taking `step` as a launch argument, can be replayed from a
+  // recording (Note [Recorded runs]).
+  const std::uint64_t* deviceStep = nullptr;
 
   const Tensor& input(std::size_t i) const;
   bool hasInput(std::size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
@@ -65,6 +69,9 @@ class OpKernel {
  public:
   virtual ~OpKernel() = default;
   virtual void compute(KernelContext& ctx) = 0;
+  // Whether the kernel takes per-run randomness from KernelContext::deviceStep (so a replayed recording draws new
+  // values each run); random ops whose kernel does not are never recorded.
+  virtual bool readsDeviceStep() const { return false; }
 };
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const KernelInit&)>;

@@ -183,10 +183,13 @@ void registerClip(OpRegistry& registry) {
 
 // Keep element i when a 24-bit uniform in [0, 1) is >= ratio; the kept ones are scaled by 1 / (1 - ratio).
 // Without training (or with ratio 0) the op is an identity with an all-true mask.
+// The run index comes from device memory when the executor provides it (KernelContext::deviceStep), so a replayed
+// CUDA graph draws a new mask each run; the mask is the CPU kernel's for the same seed and run.
 template <typename T>
-__global__ void dropoutKernel(const T* x, T* y, bool* mask, std::int64_t n, DropoutControl control,
-                              std::uint64_t stream) {
+__global__ void dropoutKernel(const T* x, T* y, bool* mask, std::int64_t n, DropoutControl control, std::uint64_t seed,
+                              const std::uint64_t* deviceStep, std::uint64_t hostStep) {
   using A = Acc<T>;
+  const std::uint64_t stream = mix64(seed ^ mix64(deviceStep != nullptr ? *deviceStep : hostStep));
   const double ratio = control.ratioValue();
   const bool drop = control.trainingValue() && ratio != 0.0;
   const auto threshold = static_cast<std::uint64_t>(ceil(ratio * 16777216.0));
@@ -211,35 +214,48 @@ void checkRatio(double ratio) {
   STRATA_CHECK(ratio >= 0.0 && ratio <= 1.0, "Dropout: ratio must be in [0, 1], got {}", ratio);
 }
 
-void registerDropout(OpRegistry& registry) {
-  addCudaOp(registry, "Dropout", [](const KernelInit& init) {
-    const auto seed = static_cast<std::uint64_t>(init.attrs.getInt("seed", 0));
-    const double ratioAttr = init.attrs.getFloat("ratio", 0.5f);  // an attribute before opset 12
+class DropoutKernel final : public OpKernel {
+ public:
+  explicit DropoutKernel(const KernelInit& init)
+      : seed_(static_cast<std::uint64_t>(init.attrs.getInt("seed", 0))),
+        ratioAttr_(init.attrs.getFloat("ratio", 0.5f)) {  // an attribute before opset 12
     // The ratio is read on the device at run time (no host synchronisation), so it is checked here when it is
     // known at plan time.
     const bool ratioInput = init.inputs.size() > 1 && init.inputs[1].present;
     if (!ratioInput) {
-      checkRatio(ratioAttr);
+      checkRatio(ratioAttr_);
     } else if (init.inputs[1].constant != nullptr) {
       checkRatio(hostScalarAsDouble(*init.inputs[1].constant));
     }
-    return [seed, ratioAttr](KernelContext& ctx) {
-      const Tensor& in = ctx.input(0);
-      Tensor& out = ctx.output(0);
-      const std::int64_t n = in.numel();
-      if (n == 0) {
-        return;
-      }
-      bool* mask = ctx.hasOutput(1) ? ctx.output(1).data<bool>() : nullptr;
-      const DropoutControl control = dropoutControl(ctx, 1, ratioAttr);
-      const std::uint64_t stream = mix64(seed ^ mix64(ctx.step));
-      dispatchTypes<kFloatTypes>(in.dtype(), "Dropout", [&](auto tag) {
-        using T = decltype(tag);
-        dropoutKernel<T><<<blocksFor(n), kThreadsPerBlock, 0, streamOf(ctx)>>>(in.data<T>(), out.data<T>(), mask, n,
-                                                                               control, stream);
-        STRATA_CUDA_CHECK_LAUNCH();
-      });
-    };
+  }
+
+  bool readsDeviceStep() const override { return true; }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& in = ctx.input(0);
+    Tensor& out = ctx.output(0);
+    const std::int64_t n = in.numel();
+    if (n == 0) {
+      return;
+    }
+    bool* mask = ctx.hasOutput(1) ? ctx.output(1).data<bool>() : nullptr;
+    const DropoutControl control = dropoutControl(ctx, 1, ratioAttr_);
+    dispatchTypes<kFloatTypes>(in.dtype(), "Dropout", [&](auto tag) {
+      using T = decltype(tag);
+      dropoutKernel<T><<<blocksFor(n), kThreadsPerBlock, 0, streamOf(ctx)>>>(in.data<T>(), out.data<T>(), mask, n,
+                                                                             control, seed_, ctx.deviceStep, ctx.step);
+      STRATA_CUDA_CHECK_LAUNCH();
+    });
+  }
+
+ private:
+  std::uint64_t seed_;
+  double ratioAttr_;
+};
+
+void registerDropout(OpRegistry& registry) {
+  addCudaKernelFactory(registry, "Dropout", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<DropoutKernel>(init);
   });
 }
 

@@ -154,5 +154,30 @@ TEST_F(CudaDeviceRecordingTest, ReplayedTrainingStepsMatchNodeByNodeSteps) {
   }
 }
 
+// Dropout reads the run index from device memory, so a replay draws the mask node-by-node runs draw.
+TEST_F(CudaDeviceRecordingTest, DropoutDrawsNewMasksInEachReplay) {
+  testing::TempDir dir;
+  TrainingPlanOptions options;
+  options.inputMetas = {TensorMeta{DType::Float32, {64, 4}}};
+  options.device = device_;
+  TrainingPlan reference(importOnnx(testing::save(testing::dropoutModel(), dir / "a.onnx")), options);
+  options.recording = Recording::On;
+  TrainingPlan recorded(importOnnx(testing::save(testing::dropoutModel(), dir / "b.onnx")), options);
+  Tensor x = Tensor::empty(DType::Float32, {64, 4});
+  const std::vector<float> values = testing::randomValues(256, 5, 1.0f);
+  std::copy(values.begin(), values.end(), x.data<float>());
+  const Tensor labels = Tensor::zeros(DType::Int64, {64});
+  std::vector<float> previous;
+  for (unsigned run = 0; run < 6; ++run) {
+    const StepResult expected = reference.step({x}, labels);
+    const StepResult actual = recorded.step({x}, labels);
+    EXPECT_LT(relativeError(actual.outputs.at(0), expected.outputs.at(0)), 1e-6) << "run " << run;
+    const std::vector<float> now = hostValues(actual.outputs.at(0).reshape({64 * 3}));
+    EXPECT_NE(now, previous) << "run " << run << " drew the previous run's mask";
+    previous = now;
+    EXPECT_EQ(recorded.executor().recording().replaying, run >= 2) << recorded.executor().recording().detail;
+  }
+}
+
 }  // namespace
 }  // namespace strata
