@@ -22,7 +22,31 @@
 namespace strata::cuda {
 namespace {
 
-// Copies and fills on the device's compute stream, so they are ordered with the kernels around them.
+constexpr int kMaxDevices = 64;
+
+// Host staging copies run on a stream of their own per device, so each waits for its mark instead of for every
+// kernel queued on the compute stream (Note [host staging] in core/src/comm/gloo_process_group.cpp).
+CudaStream& stagingStream(int device) {
+  static std::array<std::once_flag, kMaxDevices> once;
+  static std::array<CudaStream*, kMaxDevices> streams{};
+  STRATA_CHECK(device >= 0 && device < kMaxDevices, "invalid CUDA device index {}", device);
+  const auto slot = static_cast<std::size_t>(device);
+  std::call_once(once[slot], [&] { streams[slot] = new CudaStream(device); });  // leaked, like the default streams
+  return *streams[slot];
+}
+
+// An event recorded on a device's compute stream.
+class CudaStreamMark final : public DeviceBackend::StreamMark {
+ public:
+  explicit CudaStreamMark(int device) { ready_.record(defaultCudaStream(device).handle()); }
+  const CudaEvent& ready() const { return ready_; }
+
+ private:
+  CudaEvent ready_;
+};
+
+// Copies and fills on the device's compute stream, so they are ordered with the kernels around them; staging
+// copies on the staging stream.
 class CudaDeviceBackend final : public DeviceBackend {
  public:
   void copy(void* dst, Device dstDevice, const void* src, Device srcDevice, std::size_t bytes) override {
@@ -47,6 +71,27 @@ class CudaDeviceBackend final : public DeviceBackend {
   void fillZero(void* dst, Device device, std::size_t bytes) override {
     makeCurrent(device.index);
     STRATA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, defaultCudaStream(device.index).handle()));
+  }
+
+  std::shared_ptr<StreamMark> markComputeStream(Device device) override {
+    makeCurrent(device.index);  // the event belongs to the device whose stream records it
+    return std::make_shared<CudaStreamMark>(device.index);
+  }
+
+  void stagingCopy(const StreamMark* after, void* dst, Device dstDevice, const void* src, Device srcDevice,
+                   std::size_t bytes) override {
+    if (dstDevice.type == srcDevice.type) {
+      copy(dst, dstDevice, src, srcDevice, bytes);  // not a staging copy
+      return;
+    }
+    const Device device = dstDevice.type == DeviceType::CUDA ? dstDevice : srcDevice;
+    makeCurrent(device.index);
+    const cudaStream_t stream = stagingStream(device.index).handle();
+    if (after != nullptr) {
+      static_cast<const CudaStreamMark*>(after)->ready().wait(stream);
+    }
+    STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+    STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "strata/device.h"
 
@@ -16,6 +17,22 @@ class DeviceBackend {
   // complete on return when dst is host memory (so the host may read it at once).
   virtual void copy(void* dst, Device dstDevice, const void* src, Device srcDevice, std::size_t bytes) = 0;
   virtual void fillZero(void* dst, Device device, std::size_t bytes) = 0;
+
+  // A point in a device's compute stream: the work queued there when it was taken.
+  class StreamMark {
+   public:
+    virtual ~StreamMark() = default;
+  };
+  // Marks the device's compute stream now (on the thread that queued the work); nullptr when copies need no mark.
+  virtual std::shared_ptr<StreamMark> markComputeStream(Device /*device*/) { return nullptr; }
+  // A copy between host and device memory made from another thread (host staging of collectives): it waits for
+  // the compute-stream work before `after` (for none, when null: the caller knows nothing queued there touches
+  // these bytes), not for kernels queued after the mark, and it is complete on return in both directions. The
+  // default, copy(), suits backends whose copies are synchronous.
+  virtual void stagingCopy(const StreamMark* /*after*/, void* dst, Device dstDevice, const void* src, Device srcDevice,
+                           std::size_t bytes) {
+    copy(dst, dstDevice, src, srcDevice, bytes);
+  }
 };
 
 // nullptr when no backend for that device type is initialised.

@@ -37,27 +37,40 @@ void checkTensor(const Tensor& t, const char* op, const char* what) {
 
 // Note [host staging]: Gloo reads and writes host memory only. A device tensor (DDP's gradient buckets when ranks
 // share a GPU) is copied into a host buffer on the worker thread, the collective runs on that buffer, and the result
-// is copied back. Both copies go through the device's backend on its compute stream: the copy to the host waits for
-// the kernels queued before it (the ones that produced the values) and is complete on return; the copy back is
-// ordered before any kernel queued after the work's wait() returns. Host tensors take no copies.
+// is copied back. The request marks the device's compute stream on the caller's thread (the hook that found a
+// bucket ready); the worker's copy to the host waits for the kernels queued before that mark only, so it overlaps
+// the rest of the backward pass instead of queueing behind it. Both copies run on the backend's staging stream
+// and are complete on return, so kernels queued after the work's wait() returns see the result. Host tensors take
+// no copies.
 bool onHost(const Tensor& t) {
   return t.device().type == DeviceType::CPU;
 }
 
+using StreamMark = std::shared_ptr<DeviceBackend::StreamMark>;
+
+// Taken when a collective is requested: the work queued so far on `t`'s device produced its values.
+StreamMark markReady(const Tensor& t) {
+  return onHost(t) ? nullptr : deviceBackend(t.device().type)->markComputeStream(t.device());
+}
+
 // `t` itself in host memory, or a host copy of it (copyIn) / an uninitialised host buffer of its shape.
-Tensor hostView(const Tensor& t, bool copyIn) {
+Tensor hostView(const Tensor& t, bool copyIn, const StreamMark& ready) {
   if (onHost(t)) {
     return t;
   }
-  return copyIn ? t.to(Device::cpu(), MemoryCategory::Communication)
-                : Tensor::empty(t.meta(), MemoryCategory::Communication);
+  Tensor host = Tensor::empty(t.meta(), MemoryCategory::Communication);
+  if (copyIn && t.bytes() > 0) {
+    deviceBackend(t.device().type)
+        ->stagingCopy(ready.get(), host.rawData(), Device::cpu(), t.rawData(), t.device(), t.bytes());
+  }
+  return host;
 }
 
-// Copies a staged result back into its device tensor (nothing to do for host tensors). `t` by value: the copy shares
-// the storage, and copyFrom is not const.
-void unstage(Tensor t, const Tensor& host) {
-  if (!onHost(t)) {
-    t.copyFrom(host);
+// Copies a staged result back into its device tensor (nothing to do for host tensors).
+void unstage(const Tensor& t, const Tensor& host) {
+  if (!onHost(t) && t.bytes() > 0) {
+    deviceBackend(t.device().type)
+        ->stagingCopy(nullptr, t.rawData(), t.device(), host.rawData(), Device::cpu(), t.bytes());
   }
 }
 
@@ -189,11 +202,11 @@ std::string GlooProcessGroup::describeMissing(std::int64_t seq) const {
 
 WorkHandle GlooProcessGroup::allReduce(Tensor tensor, ReduceOp op) {
   checkTensor(tensor, "allReduce", "tensor");
-  return enqueue("allReduce", tensor.bytes(), [this, tensor, op](std::uint32_t tag) {
+  return enqueue("allReduce", tensor.bytes(), [this, tensor, op, ready = markReady(tensor)](std::uint32_t tag) {
     if (tensor.numel() == 0) {
       return;
     }
-    const Tensor host = hostView(tensor, true);  // Note [host staging]
+    const Tensor host = hostView(tensor, true, ready);  // Note [host staging]
     dispatchFloat(tensor.dtype(), [&]<typename T>() {
       T* data = host.data<T>();
       const auto n = static_cast<std::size_t>(tensor.numel());
@@ -219,30 +232,31 @@ WorkHandle GlooProcessGroup::reduceScatter(Tensor input, Tensor output, ReduceOp
   STRATA_CHECK(input.numel() == output.numel() * size_,
                "reduceScatter: input has {} elements, expected {} parts of {} (the output)", input.numel(), size_,
                output.numel());
-  return enqueue("reduceScatter", input.bytes(), [this, input, output, op](std::uint32_t tag) {
-    if (input.numel() == 0) {
-      return;
-    }
-    // See Note [reduceScatter] in the header.
-    Tensor scratch = Tensor::empty(input.dtype(), {input.numel()}, MemoryCategory::Communication);
-    const Tensor hostInput = hostView(input, true);     // Note [host staging]
-    const Tensor hostOutput = hostView(output, false);  // every element is written below
-    dispatchFloat(input.dtype(), [&]<typename T>() {
-      gloo::AllreduceOptions opts(context_);
-      opts.setInput(hostInput.data<T>(), static_cast<std::size_t>(input.numel()));
-      opts.setOutput(scratch.data<T>(), static_cast<std::size_t>(input.numel()));
-      opts.setReduceFunction(sumFunction<T>());
-      opts.setTag(tag);
-      opts.setTimeout(options_.timeout);
-      gloo::allreduce(opts);
-      const std::int64_t part = output.numel();
-      std::memcpy(hostOutput.rawData(), scratch.data<T>() + part * rank_, output.bytes());
-      if (op == ReduceOp::Average) {
-        scale(hostOutput.data<T>(), part, static_cast<T>(1) / static_cast<T>(size_));
-      }
-    });
-    unstage(output, hostOutput);
-  });
+  return enqueue("reduceScatter", input.bytes(),
+                 [this, input, output, op, ready = markReady(input)](std::uint32_t tag) {
+                   if (input.numel() == 0) {
+                     return;
+                   }
+                   // See Note [reduceScatter] in the header.
+                   Tensor scratch = Tensor::empty(input.dtype(), {input.numel()}, MemoryCategory::Communication);
+                   const Tensor hostInput = hostView(input, true, ready);       // Note [host staging]
+                   const Tensor hostOutput = hostView(output, false, nullptr);  // every element is written below
+                   dispatchFloat(input.dtype(), [&]<typename T>() {
+                     gloo::AllreduceOptions opts(context_);
+                     opts.setInput(hostInput.data<T>(), static_cast<std::size_t>(input.numel()));
+                     opts.setOutput(scratch.data<T>(), static_cast<std::size_t>(input.numel()));
+                     opts.setReduceFunction(sumFunction<T>());
+                     opts.setTag(tag);
+                     opts.setTimeout(options_.timeout);
+                     gloo::allreduce(opts);
+                     const std::int64_t part = output.numel();
+                     std::memcpy(hostOutput.rawData(), scratch.data<T>() + part * rank_, output.bytes());
+                     if (op == ReduceOp::Average) {
+                       scale(hostOutput.data<T>(), part, static_cast<T>(1) / static_cast<T>(size_));
+                     }
+                   });
+                   unstage(output, hostOutput);
+                 });
 }
 
 WorkHandle GlooProcessGroup::allGather(Tensor input, Tensor output) {
@@ -253,13 +267,13 @@ WorkHandle GlooProcessGroup::allGather(Tensor input, Tensor output) {
   STRATA_CHECK(output.numel() == input.numel() * size_,
                "allGather: output has {} elements, expected {} parts of {} (the input)", output.numel(), size_,
                input.numel());
-  return enqueue("allGather", output.bytes(), [this, input, output](std::uint32_t tag) {
+  return enqueue("allGather", output.bytes(), [this, input, output, ready = markReady(input)](std::uint32_t tag) {
     if (input.numel() == 0) {
       return;
     }
     // Note [host staging]: the staged output needs no copy in, its every part is written below.
-    const Tensor hostInput = hostView(input, true);
-    const Tensor hostOutput = hostView(output, false);
+    const Tensor hostInput = hostView(input, true, ready);
+    const Tensor hostOutput = hostView(output, false, nullptr);
     dispatchFloat(input.dtype(), [&]<typename T>() {
       const auto n = static_cast<std::size_t>(input.numel());
       T* out = hostOutput.data<T>();
@@ -282,25 +296,26 @@ WorkHandle GlooProcessGroup::allGather(Tensor input, Tensor output) {
 WorkHandle GlooProcessGroup::broadcast(Tensor tensor, int root) {
   checkTensor(tensor, "broadcast", "tensor");
   STRATA_CHECK(root >= 0 && root < size_, "broadcast: root {} is not in a group of {}", root, size_);
-  return enqueue(fmt::format("broadcast(root {})", root), tensor.bytes(), [this, tensor, root](std::uint32_t tag) {
-    if (tensor.numel() == 0) {
-      return;
-    }
-    // Note [host staging]: only the root's values are read, and only the other ranks' are written.
-    const bool isRoot = root == rank_;
-    const Tensor host = hostView(tensor, isRoot);
-    dispatchFloat(tensor.dtype(), [&]<typename T>() {
-      gloo::BroadcastOptions opts(context_);
-      opts.setOutput(host.data<T>(), static_cast<std::size_t>(tensor.numel()));
-      opts.setRoot(root);
-      opts.setTag(tag);
-      opts.setTimeout(options_.timeout);
-      gloo::broadcast(opts);
-    });
-    if (!isRoot) {
-      unstage(tensor, host);
-    }
-  });
+  return enqueue(fmt::format("broadcast(root {})", root), tensor.bytes(),
+                 [this, tensor, root, ready = markReady(tensor)](std::uint32_t tag) {
+                   if (tensor.numel() == 0) {
+                     return;
+                   }
+                   // Note [host staging]: only the root's values are read, and only the other ranks' are written.
+                   const bool isRoot = root == rank_;
+                   const Tensor host = hostView(tensor, isRoot, ready);
+                   dispatchFloat(tensor.dtype(), [&]<typename T>() {
+                     gloo::BroadcastOptions opts(context_);
+                     opts.setOutput(host.data<T>(), static_cast<std::size_t>(tensor.numel()));
+                     opts.setRoot(root);
+                     opts.setTag(tag);
+                     opts.setTimeout(options_.timeout);
+                     gloo::broadcast(opts);
+                   });
+                   if (!isRoot) {
+                     unstage(tensor, host);
+                   }
+                 });
 }
 
 WorkHandle GlooProcessGroup::barrier() {

@@ -79,9 +79,30 @@ class FakeDeviceBackend final : public DeviceBackend {
     }
   }
 
+  // Marks remember the thread that took them: the one that requested the collective, not Gloo's worker.
+  struct Mark final : StreamMark {
+    std::thread::id takenOn = std::this_thread::get_id();
+  };
+  std::shared_ptr<StreamMark> markComputeStream(Device device) override {
+    EXPECT_TRUE(isFake(device)) << device.toString();
+    return std::make_shared<Mark>();
+  }
+  void stagingCopy(const StreamMark* after, void* dst, Device dstDevice, const void* src, Device srcDevice,
+                   std::size_t bytes) override {
+    if (dstDevice.type == DeviceType::CPU) {
+      ++stagedToHost;
+      if (after != nullptr && static_cast<const Mark*>(after)->takenOn != std::this_thread::get_id()) {
+        ++markedByRequester;
+      }
+    }
+    copy(dst, dstDevice, src, srcDevice, bytes);
+  }
+
   DeviceBackend* previous = nullptr;
   std::atomic<int> toDevice{0};
   std::atomic<int> toHost{0};
+  std::atomic<int> stagedToHost{0};
+  std::atomic<int> markedByRequester{0};
 };
 
 class GlooStagingTest : public ::testing::TestWithParam<int> {
@@ -163,6 +184,9 @@ TEST_P(GlooStagingTest, AllReduceStagesDeviceTensorsThroughTheHost) {
   // Per rank: the initial uploads and the two results copied back; the two stagings and the two read-backs.
   EXPECT_GE(backend_.toDevice.load(), 4 * world);
   EXPECT_GE(backend_.toHost.load(), 4 * world);
+  // Each staging copy waited on a mark taken when its all-reduce was requested.
+  EXPECT_EQ(backend_.stagedToHost.load(), 2 * world);
+  EXPECT_EQ(backend_.markedByRequester.load(), 2 * world);
 }
 
 TEST_P(GlooStagingTest, AllReduceOnADeviceViewLeavesTheRestOfTheBufferAlone) {
