@@ -608,7 +608,7 @@ void addTrainCommand(CLI::App& app) {
   c->add_option("--cuda-graph", o->cudaGraph,
                 "off (default) | on | auto: record the forward and backward pass as a CUDA graph after two warm-up "
                 "steps and replay it (auto keeps it only if it is faster); needs a strategy without node hooks "
-                "(single) and a model without dropout");
+                "(single)");
   c->add_option("--timeout", o->timeoutS, "seconds before a stuck collective or rendezvous ends the job");
   c->callback([o] { train(*o); });
 }

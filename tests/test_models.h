@@ -3,6 +3,7 @@
 // Small ONNX models built in code for tests, written to a fresh temporary directory.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include <onnx/onnx_pb.h>
+
+#include "strata/tensor.h"
 
 namespace strata::testing {
 
@@ -118,6 +121,14 @@ inline std::vector<float> randomValues(std::size_t count, unsigned seed, float s
     v = dist(rng);
   }
   return values;
+}
+
+// A float32 host tensor of `shape` holding randomValues.
+inline Tensor randomTensor(Shape shape, unsigned seed, float scale = 1.0f) {
+  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
+  const std::vector<float> values = randomValues(static_cast<std::size_t>(t.numel()), seed, scale);
+  std::copy(values.begin(), values.end(), t.data<float>());
+  return t;
 }
 
 inline void setInts(onnx::NodeProto* node, const std::string& name, std::vector<std::int64_t> values) {

@@ -4,7 +4,6 @@
 #include <cstdlib>
 
 #include "strata/error.h"
-#include "strata/op_registry.h"
 
 namespace strata {
 
@@ -24,27 +23,9 @@ Executor::Executor(Program program, Device device)
     : program_(std::move(program)),
       device_(device),
       stream_(&defaultStream(device)),
-      syncEachNode_(device.type != DeviceType::CPU && syncEachNodeFromEnvironment()) {
-  if (device.type == DeviceType::CPU) {
-    return;
-  }
-  for (const ProgramStep& step : program_.steps) {
-    const OpSchema* schema = OpRegistry::instance().schema(step.opType);
-    if (schema != nullptr && !schema->foldable) {
-      deviceStep_ = Tensor::zeros(DType::Int64, {1}, MemoryCategory::Other, device);
-      break;
-    }
-  }
-}
-
-void Executor::publishRunIndex(std::uint64_t runIndex) {
-  if (deviceStep_.defined()) {
-    deviceStep_.copyFrom(Tensor::scalar(static_cast<std::int64_t>(runIndex)));
-  }
-}
+      syncEachNode_(device.type != DeviceType::CPU && syncEachNodeFromEnvironment()) {}
 
 std::vector<Tensor> Executor::runEagerly(const std::vector<Tensor>& inputs) {
-  publishRunIndex(runCount_);
   return runNodes(inputs, runCount_++);
 }
 
@@ -89,7 +70,8 @@ std::vector<Tensor> Executor::run(const std::vector<Tensor>& inputs, bool synchr
   return outputs;
 }
 
-std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::uint64_t runIndex) {
+std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::uint64_t runIndex,
+                                       const std::uint64_t* deviceStep) {
   std::vector<Tensor> slots(program_.values.size());
   for (std::size_t i = 0; i < program_.values.size(); ++i) {
     if (program_.values[i].constant.defined()) {
@@ -103,7 +85,7 @@ std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::u
   KernelContext ctx;
   ctx.training = program_.training;
   ctx.step = runIndex;
-  ctx.deviceStep = deviceStep_.defined() ? static_cast<const std::uint64_t*>(deviceStep_.rawData()) : nullptr;
+  ctx.deviceStep = deviceStep;
   ctx.stream = stream_;
   for (std::size_t s = 0; s < program_.steps.size(); ++s) {
     ProgramStep& step = program_.steps[s];

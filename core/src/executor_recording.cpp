@@ -3,8 +3,9 @@
 // per-kernel launch cost (hundreds of launches per training step). What a replay cannot do decides when to record:
 //   - it repeats device work only: host code inside the run (node hooks, a kernel that reads a device value back,
 //     a host fallback kernel) does not run again. Hooks, and random ops whose kernel takes the per-run seed as a
-//     launch argument, are refused up front (kernels that read KernelContext::deviceStep are fine: the executor
-//     writes the run index there before each replay); host synchronisations make the stream refuse the recording;
+//     launch argument, are refused up front (kernels that read KernelContext::deviceStep are fine: a recorded
+//     run passes it, and the executor writes the run index there before each replay); host synchronisations
+//     make the stream refuse the recording;
 //   - it uses the recorded buffers: inputs are copied into the recording's own input buffers before each replay,
 //     outputs are copied out after it, and the memory the recorded run allocated stays reserved for the replays;
 //   - kernels choose algorithms (cuDNN's search synchronises) on their first runs, so recording waits for
@@ -61,6 +62,7 @@ void Executor::setRecording(Recording mode) {
   recorded_.reset();
   recordedInputs_.clear();
   recordedOutputs_.clear();
+  recordedStep_ = Tensor();
   eagerTimes_.clear();
   replayTimes_.clear();
   warmupRuns_ = 0;
@@ -108,11 +110,16 @@ std::string Executor::record() {
     recordedInputs_.push_back(
         Tensor::empty(program_.values[static_cast<std::size_t>(id)].meta, MemoryCategory::Activations, device_));
   }
+  const bool readsStep = std::any_of(program_.steps.begin(), program_.steps.end(),
+                                     [](const ProgramStep& s) { return s.kernel->readsDeviceStep(); });
+  recordedStep_ = readsStep ? Tensor::zeros(DType::Int64, {1}, MemoryCategory::Other, device_) : Tensor();
+  const auto* step = readsStep ? static_cast<const std::uint64_t*>(recordedStep_.rawData()) : nullptr;
   std::string whyNot;
-  recorded_ = stream_->record([&] { recordedOutputs_ = runNodes(recordedInputs_, runCount_); }, &whyNot);
+  recorded_ = stream_->record([&] { recordedOutputs_ = runNodes(recordedInputs_, runCount_, step); }, &whyNot);
   if (!recorded_) {
     recordedInputs_.clear();
     recordedOutputs_.clear();
+    recordedStep_ = Tensor();
     return whyNot.empty() ? "the stream refused without a reason" : whyNot;
   }
   return {};
@@ -125,7 +132,9 @@ std::vector<Tensor> Executor::replay(const std::vector<Tensor>& inputs) {
       target.copyFrom(inputs[i]);
     }
   }
-  publishRunIndex(runCount_);
+  if (recordedStep_.defined()) {
+    recordedStep_.copyFrom(Tensor::scalar(static_cast<std::int64_t>(runCount_)));
+  }
   recorded_->replay();
   ++runCount_;
   std::vector<Tensor> outputs;
@@ -142,6 +151,7 @@ void Executor::settle(bool replaying, std::string detail) {
     recorded_.reset();
     recordedInputs_.clear();
     recordedOutputs_.clear();
+    recordedStep_ = Tensor();
   }
   recording_.replaying = replaying;
   recording_.detail = std::move(detail);

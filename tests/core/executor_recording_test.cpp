@@ -66,9 +66,7 @@ struct Batch {
 
 Batch batch(unsigned seed) {
   Batch b;
-  b.images = Tensor::empty(DType::Float32, {4, 3, 8, 8});
-  const std::vector<float> values = testing::randomValues(static_cast<std::size_t>(b.images.numel()), seed, 1.0f);
-  std::copy(values.begin(), values.end(), b.images.data<float>());
+  b.images = testing::randomTensor({4, 3, 8, 8}, seed);
   b.labels = Tensor::empty(DType::Int64, {4});
   for (std::int64_t i = 0; i < 4; ++i) {
     b.labels.data<std::int64_t>()[i] = (seed + 3 * static_cast<unsigned>(i)) % 10;

@@ -122,10 +122,7 @@ struct PlanPair {
 
 PlanPair batch() {
   PlanPair pair;
-  Tensor x = Tensor::empty(DType::Float32, {4, 3, 8, 8});
-  const std::vector<float> values = testing::randomValues(static_cast<std::size_t>(x.numel()), 7, 1.0f);
-  std::copy(values.begin(), values.end(), x.data<float>());
-  pair.inputs = {x};
+  pair.inputs = {testing::randomTensor({4, 3, 8, 8}, 7)};
   pair.labels = Tensor::empty(DType::Int64, {4});
   for (std::int64_t i = 0; i < 4; ++i) {
     pair.labels.data<std::int64_t>()[i] = (3 * i + 1) % 10;

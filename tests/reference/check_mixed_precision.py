@@ -61,14 +61,7 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     work = os.path.join(args.work_dir, f"mixed-{args.model}-{args.precision}-{args.device}-b{args.batch}")
     os.makedirs(work, exist_ok=True)
-    model = torchvision_models.build(args.model)
-    size = torchvision_models.input_size(args.model)
-    x = torch.randn(args.batch, 3, size, size, generator=torch.Generator().manual_seed(1))
-    labels = torch.randint(0, 10, (args.batch,), generator=torch.Generator().manual_seed(2))
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model_path = os.path.join(work, "model.onnx")
-    torchvision_models.export(model, x, model_path)
-    model.load_state_dict(state)
+    model, x, labels, model_path = torchvision_models.exported_case(args.model, args.batch, work)
     x_file, y_file = torchvision_models.write_batch(work, x, labels)
     out_dir = os.path.join(work, "strata")
     subprocess.run([args.strata, "step", model_path, "--input", x_file, "--labels", y_file, "--dump-dir", out_dir,
@@ -78,7 +71,7 @@ def main() -> int:
     os.remove(model_path)
 
     reference_model = torchvision_models.build(args.model)
-    reference_model.load_state_dict(state)
+    reference_model.load_state_dict(model.state_dict())  # the exported state (the model has not run since)
     reference_model = reference_model.double()
     ref_loss, reference = torch_gradients(reference_model, x.double(), labels, None, "cpu")
     if args.device == "cuda":

@@ -57,17 +57,8 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     work = os.path.join(args.work_dir, f"step-{args.model}-{args.dtype}-b{args.batch}")
     os.makedirs(work, exist_ok=True)
-    model = torchvision_models.build(args.model)
-    size = torchvision_models.input_size(args.model)
-    x = torch.randn(args.batch, 3, size, size, generator=torch.Generator().manual_seed(1))
-    labels = torch.randint(0, 10, (args.batch,), generator=torch.Generator().manual_seed(2))
-    if args.dtype == "float64":
-        model = model.double()
-        x = x.double()
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model_path = os.path.join(work, "model.onnx")
-    torchvision_models.export(model, x, model_path)
-    model.load_state_dict(state)  # export traced the model; start from the same state as the file
+    model, x, labels, model_path = torchvision_models.exported_case(args.model, args.batch, work,
+                                                                   double=args.dtype == "float64")
     host_x, host_labels = x, labels
     if args.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False

@@ -40,6 +40,23 @@ def export(model: torch.nn.Module, example: torch.Tensor, path: str) -> None:
                       do_constant_folding=False, input_names=["input"], output_names=["logits"])
 
 
+def exported_case(name: str, batch: int, work: str, double: bool = False):
+    """The model, a seeded batch (x, labels) and the model exported for training to WORK/model.onnx, with the model
+    left in the state the file holds (export traces it). Returns (model, x, labels, model_path)."""
+    model = build(name)
+    size = input_size(name)
+    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(1))
+    labels = torch.randint(0, 10, (batch,), generator=torch.Generator().manual_seed(2))
+    if double:
+        model = model.double()
+        x = x.double()
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model_path = os.path.join(work, "model.onnx")
+    export(model, x, model_path)
+    model.load_state_dict(state)
+    return model, x, labels, model_path
+
+
 def gpu_skip_reason(strata: str, device: str):
     """Why `strata --device DEVICE` cannot run here (no GPU, or built without CUDA), or None when it can."""
     if device == "cpu":

@@ -76,10 +76,10 @@ class Executor {
 
   void validateInputs(const std::vector<Tensor>& inputs) const;
   void fire(const std::vector<std::pair<int, NodeHook>>& hooks, std::size_t stepIndex) const;
-  // One run, node by node; `runIndex` seeds per-run randomness.
-  std::vector<Tensor> runNodes(const std::vector<Tensor>& inputs, std::uint64_t runIndex);
-  // Writes the run index to deviceStep_ (plans with random ops on a device), outside any recording.
-  void publishRunIndex(std::uint64_t runIndex);
+  // One run, node by node; `runIndex` seeds per-run randomness, read from `deviceStep` by kernels that can when it
+  // is given (recordings only: node-by-node runs pass the seed as a launch argument).
+  std::vector<Tensor> runNodes(const std::vector<Tensor>& inputs, std::uint64_t runIndex,
+                               const std::uint64_t* deviceStep = nullptr);
   // The next run, node by node.
   std::vector<Tensor> runEagerly(const std::vector<Tensor>& inputs);
   // executor_recording.cpp
@@ -97,7 +97,6 @@ class Executor {
   Stream* stream_;
   bool syncEachNode_ = false;  // STRATA_SYNC_EACH_NODE=1 on a device: errors name their node
   std::uint64_t runCount_ = 0;
-  Tensor deviceStep_;  // KernelContext::deviceStep's storage
   std::vector<std::pair<int, NodeHook>> beforeHooks_;
   std::vector<std::pair<int, NodeHook>> afterHooks_;
   std::vector<std::pair<int, GradientReadyHook>> gradientHooks_;
@@ -110,6 +109,7 @@ class Executor {
   std::unique_ptr<RecordedWork> recorded_;
   std::vector<Tensor> recordedInputs_;   // replays read their inputs here
   std::vector<Tensor> recordedOutputs_;  // and leave their outputs here
+  Tensor recordedStep_;                  // the run index replays read (KernelContext::deviceStep)
 };
 
 }  // namespace strata

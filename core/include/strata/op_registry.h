@@ -54,9 +54,8 @@ struct KernelContext {
   bool training = false;
   std::uint64_t step = 0;    // counts runs; seeds per-step randomness such as dropout masks
   Stream* stream = nullptr;  // where device work is enqueued (the CPU stream runs it at once)
-  // `step` in the plan's device memory (plans with random ops on a device; nullptr otherwise), written before each
-  // run: kernels that read it there, instead of taking `step` as a launch argument, can be replayed from a
-  // recording (Note [Recorded runs]).
+  // `step` in the plan's device memory when the run is being recorded (nullptr otherwise): kernels that read it
+  // there, instead of taking `step` as a launch argument, can be replayed (Note [Recorded runs]).
   const std::uint64_t* deviceStep = nullptr;
 
   const Tensor& input(std::size_t i) const;

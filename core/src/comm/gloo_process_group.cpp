@@ -232,31 +232,31 @@ WorkHandle GlooProcessGroup::reduceScatter(Tensor input, Tensor output, ReduceOp
   STRATA_CHECK(input.numel() == output.numel() * size_,
                "reduceScatter: input has {} elements, expected {} parts of {} (the output)", input.numel(), size_,
                output.numel());
-  return enqueue("reduceScatter", input.bytes(),
-                 [this, input, output, op, ready = markReady(input)](std::uint32_t tag) {
-                   if (input.numel() == 0) {
-                     return;
-                   }
-                   // See Note [reduceScatter] in the header.
-                   Tensor scratch = Tensor::empty(input.dtype(), {input.numel()}, MemoryCategory::Communication);
-                   const Tensor hostInput = hostView(input, true, ready);       // Note [host staging]
-                   const Tensor hostOutput = hostView(output, false, nullptr);  // every element is written below
-                   dispatchFloat(input.dtype(), [&]<typename T>() {
-                     gloo::AllreduceOptions opts(context_);
-                     opts.setInput(hostInput.data<T>(), static_cast<std::size_t>(input.numel()));
-                     opts.setOutput(scratch.data<T>(), static_cast<std::size_t>(input.numel()));
-                     opts.setReduceFunction(sumFunction<T>());
-                     opts.setTag(tag);
-                     opts.setTimeout(options_.timeout);
-                     gloo::allreduce(opts);
-                     const std::int64_t part = output.numel();
-                     std::memcpy(hostOutput.rawData(), scratch.data<T>() + part * rank_, output.bytes());
-                     if (op == ReduceOp::Average) {
-                       scale(hostOutput.data<T>(), part, static_cast<T>(1) / static_cast<T>(size_));
-                     }
-                   });
-                   unstage(output, hostOutput);
-                 });
+  StreamMark ready = markReady(input);
+  return enqueue("reduceScatter", input.bytes(), [this, input, output, op, ready](std::uint32_t tag) {
+    if (input.numel() == 0) {
+      return;
+    }
+    // See Note [reduceScatter] in the header.
+    Tensor scratch = Tensor::empty(input.dtype(), {input.numel()}, MemoryCategory::Communication);
+    const Tensor hostInput = hostView(input, true, ready);       // Note [host staging]
+    const Tensor hostOutput = hostView(output, false, nullptr);  // every element is written below
+    dispatchFloat(input.dtype(), [&]<typename T>() {
+      gloo::AllreduceOptions opts(context_);
+      opts.setInput(hostInput.data<T>(), static_cast<std::size_t>(input.numel()));
+      opts.setOutput(scratch.data<T>(), static_cast<std::size_t>(input.numel()));
+      opts.setReduceFunction(sumFunction<T>());
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::allreduce(opts);
+      const std::int64_t part = output.numel();
+      std::memcpy(hostOutput.rawData(), scratch.data<T>() + part * rank_, output.bytes());
+      if (op == ReduceOp::Average) {
+        scale(hostOutput.data<T>(), part, static_cast<T>(1) / static_cast<T>(size_));
+      }
+    });
+    unstage(output, hostOutput);
+  });
 }
 
 WorkHandle GlooProcessGroup::allGather(Tensor input, Tensor output) {
@@ -296,26 +296,27 @@ WorkHandle GlooProcessGroup::allGather(Tensor input, Tensor output) {
 WorkHandle GlooProcessGroup::broadcast(Tensor tensor, int root) {
   checkTensor(tensor, "broadcast", "tensor");
   STRATA_CHECK(root >= 0 && root < size_, "broadcast: root {} is not in a group of {}", root, size_);
-  return enqueue(fmt::format("broadcast(root {})", root), tensor.bytes(),
-                 [this, tensor, root, ready = markReady(tensor)](std::uint32_t tag) {
-                   if (tensor.numel() == 0) {
-                     return;
-                   }
-                   // Note [host staging]: only the root's values are read, and only the other ranks' are written.
-                   const bool isRoot = root == rank_;
-                   const Tensor host = hostView(tensor, isRoot, ready);
-                   dispatchFloat(tensor.dtype(), [&]<typename T>() {
-                     gloo::BroadcastOptions opts(context_);
-                     opts.setOutput(host.data<T>(), static_cast<std::size_t>(tensor.numel()));
-                     opts.setRoot(root);
-                     opts.setTag(tag);
-                     opts.setTimeout(options_.timeout);
-                     gloo::broadcast(opts);
-                   });
-                   if (!isRoot) {
-                     unstage(tensor, host);
-                   }
-                 });
+  StreamMark ready = markReady(tensor);
+  const std::string name = fmt::format("broadcast(root {})", root);
+  return enqueue(name, tensor.bytes(), [this, tensor, root, ready](std::uint32_t tag) {
+    if (tensor.numel() == 0) {
+      return;
+    }
+    // Note [host staging]: only the root's values are read, and only the other ranks' are written.
+    const bool isRoot = root == rank_;
+    const Tensor host = hostView(tensor, isRoot, ready);
+    dispatchFloat(tensor.dtype(), [&]<typename T>() {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(host.data<T>(), static_cast<std::size_t>(tensor.numel()));
+      opts.setRoot(root);
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::broadcast(opts);
+    });
+    if (!isRoot) {
+      unstage(tensor, host);
+    }
+  });
 }
 
 WorkHandle GlooProcessGroup::barrier() {

@@ -2,23 +2,12 @@
 // output rounded once.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "strata/error.h"
 #include "strata/op_registry.h"
+#include "test_models.h"
 
 namespace strata {
 namespace {
-
-Tensor randomFloat32(Shape shape, unsigned seed) {
-  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    t.data<float>()[i] = dist(rng);
-  }
-  return t;
-}
 
 Tensor cast(const Tensor& t, DType to) {
   Attributes attrs;
@@ -59,32 +48,33 @@ class LowPrecisionOpsTest : public ::testing::TestWithParam<DType> {};
 TEST_P(LowPrecisionOpsTest, ConvolutionAndItsGradient) {
   Attributes attrs;
   attrs.set("pads", std::vector<std::int64_t>{1, 1, 1, 1});
-  const Tensor x = randomFloat32({2, 3, 6, 6}, 1);
-  const Tensor w = randomFloat32({4, 3, 3, 3}, 2);
-  const Tensor b = randomFloat32({4}, 3);
+  const Tensor x = testing::randomTensor({2, 3, 6, 6}, 1);
+  const Tensor w = testing::randomTensor({4, 3, 3, 3}, 2);
+  const Tensor b = testing::randomTensor({4}, 3);
   expectEmulated("Conv", {x, w, b}, attrs, GetParam());
-  const Tensor dy = randomFloat32({2, 4, 6, 6}, 4);
+  const Tensor dy = testing::randomTensor({2, 4, 6, 6}, 4);
   expectEmulated("ConvGrad", {dy, x, w}, attrs, GetParam(), 3);
 }
 
 TEST_P(LowPrecisionOpsTest, MatrixProducts) {
   Attributes transB;
   transB.set("transB", std::int64_t{1});
-  expectEmulated("Gemm", {randomFloat32({5, 8}, 5), randomFloat32({3, 8}, 6), randomFloat32({3}, 7)}, transB,
-                 GetParam());
-  expectEmulated("MatMul", {randomFloat32({2, 5, 8}, 8), randomFloat32({8, 3}, 9)}, {}, GetParam());
+  expectEmulated("Gemm",
+                 {testing::randomTensor({5, 8}, 5), testing::randomTensor({3, 8}, 6), testing::randomTensor({3}, 7)},
+                 transB, GetParam());
+  expectEmulated("MatMul", {testing::randomTensor({2, 5, 8}, 8), testing::randomTensor({8, 3}, 9)}, {}, GetParam());
 }
 
 TEST_P(LowPrecisionOpsTest, FollowOpsAndSums) {
-  const Tensor a = randomFloat32({2, 4, 4, 4}, 10);
+  const Tensor a = testing::randomTensor({2, 4, 4, 4}, 10);
   expectEmulated("Relu", {a}, {}, GetParam());
-  expectEmulated("ReluGrad", {randomFloat32({2, 4, 4, 4}, 11), a}, {}, GetParam());
-  expectEmulated("Add", {a, randomFloat32({4, 1, 1}, 12)}, {}, GetParam());
+  expectEmulated("ReluGrad", {testing::randomTensor({2, 4, 4, 4}, 11), a}, {}, GetParam());
+  expectEmulated("Add", {a, testing::randomTensor({4, 1, 1}, 12)}, {}, GetParam());
   Attributes pool;
   pool.set("kernel_shape", std::vector<std::int64_t>{2, 2});
   pool.set("strides", std::vector<std::int64_t>{2, 2});
   expectEmulated("MaxPool", {a}, pool, GetParam());
-  expectEmulated("MaxPoolGrad", {randomFloat32({2, 4, 2, 2}, 13), a}, pool, GetParam());
+  expectEmulated("MaxPoolGrad", {testing::randomTensor({2, 4, 2, 2}, 13), a}, pool, GetParam());
   Tensor axes = Tensor::empty(DType::Int64, {1});
   axes.data<std::int64_t>()[0] = 0;
   expectEmulated("ReduceSum", {a, axes}, {}, GetParam());
@@ -92,9 +82,9 @@ TEST_P(LowPrecisionOpsTest, FollowOpsAndSums) {
 
 TEST_P(LowPrecisionOpsTest, BatchNormKeepsItsStatisticsInFloat32) {
   const DType low = GetParam();
-  const Tensor x = cast(randomFloat32({4, 3, 5, 5}, 20), low);
-  const Tensor scale = randomFloat32({3}, 21);
-  const Tensor bias = randomFloat32({3}, 22);
+  const Tensor x = cast(testing::randomTensor({4, 3, 5, 5}, 20), low);
+  const Tensor scale = testing::randomTensor({3}, 21);
+  const Tensor bias = testing::randomTensor({3}, 22);
   Tensor mean = Tensor::zeros(DType::Float32, {3});
   Tensor var = Tensor::zeros(DType::Float32, {3});
   for (std::int64_t c = 0; c < 3; ++c) {
@@ -115,7 +105,7 @@ TEST_P(LowPrecisionOpsTest, BatchNormKeepsItsStatisticsInFloat32) {
     ASSERT_EQ(outs[0].data<std::uint16_t>()[i], expected.data<std::uint16_t>()[i]) << i;
   }
   EXPECT_EQ(outs[1].data<float>()[0], wide[1].data<float>()[0]);
-  const Tensor dy = cast(randomFloat32({4, 3, 5, 5}, 23), low);
+  const Tensor dy = cast(testing::randomTensor({4, 3, 5, 5}, 23), low);
   const std::vector<Tensor> grads = runOpEagerly("BatchNormalizationGrad", {&dy, &x, &scale}, training, 3, true);
   EXPECT_EQ(grads[0].dtype(), low);
   EXPECT_EQ(grads[1].dtype(), DType::Float32);
@@ -126,7 +116,7 @@ TEST_P(LowPrecisionOpsTest, BatchNormKeepsItsStatisticsInFloat32) {
 }
 
 TEST_P(LowPrecisionOpsTest, DataMovementKeepsTheBits) {
-  const Tensor low = cast(randomFloat32({2, 3, 4}, 14), GetParam());
+  const Tensor low = cast(testing::randomTensor({2, 3, 4}, 14), GetParam());
   Attributes perm;
   perm.set("perm", std::vector<std::int64_t>{2, 0, 1});
   const Tensor moved = runOpEagerly("Transpose", {&low}, perm).at(0);
@@ -135,8 +125,8 @@ TEST_P(LowPrecisionOpsTest, DataMovementKeepsTheBits) {
 }
 
 TEST_P(LowPrecisionOpsTest, MixedWidthsAreRefusedWithTheNode) {
-  const Tensor low = cast(randomFloat32({4}, 15), GetParam());
-  const Tensor wide = randomFloat32({4}, 16);
+  const Tensor low = cast(testing::randomTensor({4}, 15), GetParam());
+  const Tensor wide = testing::randomTensor({4}, 16);
   try {
     runOpEagerly("Add", {&low, &wide}, {});
     FAIL() << "expected an error";
@@ -150,7 +140,7 @@ TEST_P(LowPrecisionOpsTest, OnlyDeclaredOpsTake16Bits) {
   EXPECT_TRUE(OpRegistry::instance().schema("Conv")->lowPrecision);
   EXPECT_TRUE(OpRegistry::instance().schema("Reshape")->lowPrecision);
   EXPECT_FALSE(OpRegistry::instance().schema("Softmax")->lowPrecision);
-  const Tensor low = cast(randomFloat32({2, 4}, 17), GetParam());
+  const Tensor low = cast(testing::randomTensor({2, 4}, 17), GetParam());
   EXPECT_THROW(runOpEagerly("Softmax", {&low}, {}), Error);
 }
 

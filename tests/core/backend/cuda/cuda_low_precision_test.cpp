@@ -3,21 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "strata/op_registry.h"
 #include "support/test_device.h"
+#include "test_models.h"
 
 namespace strata {
 namespace {
 
 Tensor randomLow(Shape shape, unsigned seed, DType low) {
-  Tensor t = Tensor::empty(DType::Float32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    t.data<float>()[i] = dist(rng);
-  }
+  const Tensor t = testing::randomTensor(std::move(shape), seed);
   Attributes attrs;
   attrs.set("to", static_cast<std::int64_t>(dtypeToOnnx(low)));
   return runOpEagerly("Cast", {&t}, attrs).at(0);

@@ -130,9 +130,7 @@ TEST_F(CudaDeviceRecordingTest, ReplayedTrainingStepsMatchNodeByNodeSteps) {
   options.recording = Recording::On;
   TrainingPlan recorded(importOnnx(testing::save(testing::smallCnnModel(), dir / "b.onnx")), options);
   for (unsigned run = 0; run < 6; ++run) {
-    Tensor x = Tensor::empty(DType::Float32, {4, 3, 8, 8});
-    const std::vector<float> values = testing::randomValues(static_cast<std::size_t>(x.numel()), run + 11, 1.0f);
-    std::copy(values.begin(), values.end(), x.data<float>());
+    const Tensor x = testing::randomTensor({4, 3, 8, 8}, run + 11);
     Tensor labels = Tensor::empty(DType::Int64, {4});
     for (std::int64_t i = 0; i < 4; ++i) {
       labels.data<std::int64_t>()[i] = (run + 3 * static_cast<unsigned>(i)) % 10;
@@ -163,9 +161,7 @@ TEST_F(CudaDeviceRecordingTest, DropoutDrawsNewMasksInEachReplay) {
   TrainingPlan reference(importOnnx(testing::save(testing::dropoutModel(), dir / "a.onnx")), options);
   options.recording = Recording::On;
   TrainingPlan recorded(importOnnx(testing::save(testing::dropoutModel(), dir / "b.onnx")), options);
-  Tensor x = Tensor::empty(DType::Float32, {64, 4});
-  const std::vector<float> values = testing::randomValues(256, 5, 1.0f);
-  std::copy(values.begin(), values.end(), x.data<float>());
+  const Tensor x = testing::randomTensor({64, 4}, 5);
   const Tensor labels = Tensor::zeros(DType::Int64, {64});
   std::vector<float> previous;
   for (unsigned run = 0; run < 6; ++run) {
