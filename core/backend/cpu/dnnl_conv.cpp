@@ -93,12 +93,14 @@ Shape groupedWeightDims(const Shape& w, std::int64_t group) {
 // Note [Weight cache]: the reordered copy is keyed on the weight storage and its version. Weights change only
 // through an optimizer step, which bumps the version of the flat parameter buffer (ParameterStore::bumpVersion),
 // so forward-only runs reorder once and training reorders once per step. Code that edits weights in place by other
-// means must bump the storage version too.
+// means must bump the storage version too. Weights computed by the plan itself (a Transpose or Cast of a
+// parameter, a scratch copy) are not known when the plan is built and carry no version a step bumps: they are
+// reordered on every run.
 class WeightCache {
  public:
   WeightCache() = default;
-  WeightCache(const memory::desc& user, const memory::desc& preferred, std::int64_t numel)
-      : needsReorder_(user != preferred), numel_(numel) {
+  WeightCache(const memory::desc& user, const memory::desc& preferred, std::int64_t numel, bool planTimeWeights)
+      : needsReorder_(user != preferred), cacheable_(planTimeWeights), numel_(numel) {
     if (!needsReorder_)
       return;
     userMemory_ = memory(user, dnnlEngine(), nullptr);
@@ -113,7 +115,7 @@ class WeightCache {
       return weights.rawData();
     const void* ptr = weights.rawData();
     const std::uint64_t version = weights.storage()->version();
-    if (ptr != cachedFrom_ || version != version_ || !everFilled_) {
+    if (ptr != cachedFrom_ || version != version_ || !everFilled_ || !cacheable_) {
       userMemory_.set_data_handle(weights.rawData());
       std::unordered_map<int, memory> args{{DNNL_ARG_FROM, userMemory_}, {DNNL_ARG_TO, cachedMemory_}};
       executeDnnl(reorder_, args, 0);
@@ -126,6 +128,7 @@ class WeightCache {
 
  private:
   bool needsReorder_ = false;
+  bool cacheable_ = false;
   std::int64_t numel_ = 0;
   memory userMemory_;
   memory cachedMemory_;
@@ -185,7 +188,8 @@ class ConvKernel : public OpKernel {
       dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
       primitive_ = dnnl::convolution_forward(pd);
       scratchpadBytes_ = pd.scratchpad_desc().get_size();
-      weights_ = WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape));
+      weights_ =
+          WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape), init.inputs[1].constant != nullptr);
       src_ = memory(srcDesc, dnnlEngine(), nullptr);
       weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
       dst_ = memory(dstDesc, dnnlEngine(), nullptr);
@@ -391,7 +395,8 @@ class ConvTransposeKernel : public OpKernel {
       dnnl::deconvolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
       primitive_ = dnnl::deconvolution_forward(pd);
       scratchpadBytes_ = pd.scratchpad_desc().get_size();
-      weights_ = WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape));
+      weights_ =
+          WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape), init.inputs[1].constant != nullptr);
       src_ = memory(srcDesc, dnnlEngine(), nullptr);
       weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
       dst_ = memory(dstDesc, dnnlEngine(), nullptr);

@@ -262,35 +262,53 @@ TEST(DnnlConvTest, RejectsBadAttributesAndTypes) {
 }
 
 // The kernel caches reordered weights; a different weight tensor, or new values at the same address, must be seen.
-TEST(DnnlConvTest, WeightCacheFollowsWeightChanges) {
+// A Conv kernel whose weights are (planTimeWeights) or are not known when the plan is built, and a check of its
+// result against the reference after each run.
+struct ConvWithWeights {
   Tensor x = randomTensor({1, 16, 10, 10}, 11);
   Tensor w1 = randomTensor({32, 16, 3, 3}, 12);
   Tensor w2 = randomTensor({32, 16, 3, 3}, 13);
-  Attributes attrs;
-  attrs.set("pads", Ints{1, 1, 1, 1});
-  std::vector<InputInfo> infos(2);
-  infos[0] = {true, x.meta(), nullptr};
-  infos[1] = {true, w1.meta(), nullptr};
-  const std::string name = "conv";
-  KernelInit init{infos, {TensorMeta{DType::Float32, {1, 32, 10, 10}}}, attrs, name, false};
-  const KernelFactory* factory = OpRegistry::instance().kernel("Conv", DeviceType::CPU);
-  ASSERT_NE(factory, nullptr);
-  std::unique_ptr<OpKernel> kernel = (*factory)(init);
   Tensor y = Tensor::empty(DType::Float32, {1, 32, 10, 10});
-  const Window win{{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}};
-  auto runWith = [&](const Tensor& w) {
+  std::unique_ptr<OpKernel> kernel;
+
+  explicit ConvWithWeights(bool planTimeWeights) {
+    Attributes attrs;
+    attrs.set("pads", Ints{1, 1, 1, 1});
+    std::vector<InputInfo> infos(2);
+    infos[0] = {true, x.meta(), nullptr};
+    infos[1] = {true, w1.meta(), planTimeWeights ? &w1 : nullptr};
+    const std::string name = "conv";
+    const KernelFactory* factory = OpRegistry::instance().kernel("Conv", DeviceType::CPU);
+    kernel = (*factory)(KernelInit{infos, {TensorMeta{DType::Float32, {1, 32, 10, 10}}}, attrs, name, false});
+  }
+
+  void runWith(const Tensor& w) {
     KernelContext ctx;
     ctx.inputs = {&x, &w};
     ctx.outputs = {&y};
     kernel->compute(ctx);
+    const Window win{{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}};
     expectClose(y, {1, 32, 10, 10}, referenceConv(x, w, nullptr, 1, win, {10, 10}));
-  };
-  runWith(w1);
-  runWith(w2);
-  runWith(w1);
-  w1.copyFrom(w2);  // same address, new values: whoever writes weights in place bumps the storage version
-  w1.storage()->bumpVersion();
-  runWith(w1);
+  }
+};
+
+TEST(DnnlConvTest, WeightCacheFollowsWeightChanges) {
+  ConvWithWeights conv(true);
+  conv.runWith(conv.w1);
+  conv.runWith(conv.w2);
+  conv.runWith(conv.w1);
+  conv.w1.copyFrom(conv.w2);  // same address, new values: whoever writes weights in place bumps the storage version
+  conv.w1.storage()->bumpVersion();
+  conv.runWith(conv.w1);
+}
+
+// Weights the plan computes (a Transpose or Cast of a parameter) are rewritten at the same address each step with
+// no version bump: they must not be served from the cache.
+TEST(DnnlConvTest, ComputedWeightsAreNotCached) {
+  ConvWithWeights conv(false);
+  conv.runWith(conv.w1);
+  conv.w1.copyFrom(conv.w2);
+  conv.runWith(conv.w1);
 }
 
 // ---- ConvTranspose ----
