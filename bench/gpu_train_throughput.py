@@ -10,6 +10,9 @@ memory (Strata's allocator accounting vs torch.cuda.max_memory_allocated). Round
 Precisions: fp32 (TF32 off on both sides), tf32 (TF32 allowed on both sides), bf16 (PyTorch autocast against
 Strata's --precision bf16), fp16 (autocast with GradScaler against --precision fp16 with dynamic loss scaling).
 TF32 stays allowed for the float32 ops that remain under bf16 and fp16, on both sides.
+Layout: --channels-last goes to Strata (auto: NHWC for bf16 and fp16); PyTorch runs the same layout, the model and
+the batch in torch.channels_last memory format wherever Strata runs channels-last, so both sides use cuDNN's NHWC
+kernels or neither does.
 Run on the GPU machine through scripts/gpu/device_run.sh, which sets up the libraries.
 """
 import argparse
@@ -42,9 +45,14 @@ def export(model, batch, size, path):
     model.load_state_dict(state)
 
 
-def strata_step(strata, path, batch, size, classes, precision, steps, warmup, work, cuda_graph):
+def channels_last_for(flag, precision):
+    return flag == "on" or (flag == "auto" and precision in ("bf16", "fp16"))
+
+
+def strata_step(strata, path, batch, size, classes, precision, steps, warmup, work, cuda_graph, channels_last):
     out = os.path.join(work, "run")
     cmd = [strata, "train", path, "--device", "cuda", "--precision", precision, "--cuda-graph", cuda_graph,
+           "--channels-last", channels_last,
            "--data", "synthetic",
            "--synthetic-samples", str(batch * (steps + warmup)), "--batch-size", str(batch), "--max-steps",
            str(steps + warmup), "--lr", "0.01", "--momentum", "0.9", "--lr-schedule", "constant", "--out", out,
@@ -62,7 +70,7 @@ def strata_step(strata, path, batch, size, classes, precision, steps, warmup, wo
     return statistics.median(times), summary["ranks"][0]["peak_memory_bytes"], graph.get("detail")
 
 
-def torch_step(model, batch, size, classes, precision, steps, warmup):
+def torch_step(model, batch, size, classes, precision, steps, warmup, channels_last):
     torch.backends.cuda.matmul.allow_tf32 = precision != "fp32"
     torch.backends.cudnn.allow_tf32 = precision != "fp32"
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -71,7 +79,8 @@ def torch_step(model, batch, size, classes, precision, steps, warmup):
     except (AttributeError, TypeError):  # torch before 2.3
         scaler = torch.cuda.amp.GradScaler(enabled=precision == "fp16")
     torch.backends.cudnn.benchmark = True
-    model = model.cuda().train()
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    model = model.cuda().to(memory_format=layout).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x_host = torch.randn(batch, 3, size, size)
     y_host = torch.randint(0, classes, (batch,))
@@ -80,7 +89,7 @@ def torch_step(model, batch, size, classes, precision, steps, warmup):
     for i in range(steps + warmup):
         torch.cuda.synchronize()
         start = time.perf_counter()
-        x, y = x_host.cuda(), y_host.cuda()
+        x, y = x_host.cuda().contiguous(memory_format=layout), y_host.cuda()
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=low or torch.float32, enabled=low is not None):
             loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -90,7 +99,7 @@ def torch_step(model, batch, size, classes, precision, steps, warmup):
         loss.item()
         if i >= warmup:
             times.append((time.perf_counter() - start) * 1000.0)
-    model.cpu()
+    model.cpu().to(memory_format=torch.contiguous_format)
     return statistics.median(times), torch.cuda.max_memory_allocated()
 
 
@@ -105,9 +114,13 @@ def main():
     parser.add_argument("--cuda-graph", default="off", choices=["off", "on", "auto"],
                         help="Strata's --cuda-graph; with auto, raise --warmup to 10 so the timed steps come after "
                              "its decision (it times 3 node-by-node steps and 3 replays after 2 warm-up steps)")
+    parser.add_argument("--channels-last", default="auto", choices=["off", "on", "auto"],
+                        help="Strata's --channels-last; PyTorch runs channels_last memory format wherever Strata "
+                             "runs NHWC (auto: bf16 and fp16)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.rounds} rounds x {args.steps} steps "
-          f"after {args.warmup} warm-up steps, strata --cuda-graph {args.cuda_graph}")
+          f"after {args.warmup} warm-up steps, strata --cuda-graph {args.cuda_graph}, "
+          f"--channels-last {args.channels_last} (both sides)")
     print(f"{'model':<19}{'batch':>6}{'prec':>6}{'strata img/s':>14}{'torch img/s':>13}{'ratio':>7}"
           f"{'strata MiB':>12}{'torch MiB':>11}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -122,14 +135,15 @@ def main():
                 s_times, t_times, s_peak, t_peak, why, graph = [], [], 0, 0, None, None
                 for _ in range(args.rounds):
                     ms, peak, detail = strata_step(args.strata, path, batch, size, classes, precision, args.steps,
-                                                   args.warmup, tmp, args.cuda_graph)
+                                                   args.warmup, tmp, args.cuda_graph, args.channels_last)
                     if ms is not None:
                         s_times.append(ms)
                         s_peak = peak
                         graph = detail
                     else:
                         why = detail
-                    ms, t_peak = torch_step(model, batch, size, classes, precision, args.steps, args.warmup)
+                    ms, t_peak = torch_step(model, batch, size, classes, precision, args.steps, args.warmup,
+                                            channels_last_for(args.channels_last, precision))
                     t_times.append(ms)
                 t = statistics.median(t_times)
                 t_rate = batch * 1000.0 / t

@@ -61,6 +61,22 @@ void addLossScaleOption(CLI::App& command, DeviceOptions& options) {
                      "good steps), dynamic:START, or a fixed scale");
 }
 
+void addChannelsLastOption(CLI::App& command, DeviceOptions& options) {
+  command.add_option("--channels-last", options.channelsLast,
+                     "auto (default) | on | off: run convolutions, batch norm and pooling on NHWC activations and "
+                     "KRSC weights (auto: bf16 and fp16 on CUDA, where cuDNN's tensor cores want NHWC)");
+}
+
+bool channelsLastOf(const DeviceOptions& options, Device device) {
+  if (options.channelsLast == "on")
+    return true;
+  if (options.channelsLast == "off")
+    return false;
+  if (options.channelsLast != "auto")
+    fail("--channels-last {}: expected off, on or auto", options.channelsLast);
+  return device.type == DeviceType::CUDA && mixedPrecisionOf(options).has_value();
+}
+
 std::optional<DType> mixedPrecisionOf(const DeviceOptions& options) {
   if (options.precision == "bf16") {
     return DType::BFloat16;

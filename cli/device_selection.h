@@ -16,11 +16,19 @@ struct DeviceOptions {
   std::string device = "cpu";         // cpu | cuda | cuda:N | auto
   std::string precision = "tf32";     // fp32 | tf32 | bf16 | fp16
   std::string lossScale = "dynamic";  // fp16 only: dynamic | a fixed positive scale
+  std::string channelsLast = "auto";  // off | on | auto
 };
 
 void addDeviceOptions(CLI::App& command, DeviceOptions& options);
 // --loss-scale, for the commands that update weights over many steps (train).
 void addLossScaleOption(CLI::App& command, DeviceOptions& options);
+
+// --channels-last, for the commands that build a training plan (train, step).
+void addChannelsLastOption(CLI::App& command, DeviceOptions& options);
+// Whether the training plan runs channels-last on `device`: auto chooses it for 16-bit runs on CUDA, where cuDNN's
+// tensor-core convolutions are NHWC; on the CPU, and in float32, it is transposes around the same kernels, so only
+// `on` asks for it there.
+bool channelsLastOf(const DeviceOptions& options, Device device);
 
 // BFloat16 or Float16 for --precision bf16 / fp16 (mixed precision over float32 master weights); nullopt otherwise.
 std::optional<DType> mixedPrecisionOf(const DeviceOptions& options);

@@ -53,6 +53,7 @@ void step(const StepOptions& options) {
   planOptions.loss = parseLossKind(options.loss);
   planOptions.device = selectDevice(options.device);
   planOptions.mixedPrecision = mixedPrecisionOf(options.device);  // one step: gradients unscaled, as computed
+  planOptions.channelsLast = channelsLastOf(options.device, planOptions.device);
   std::vector<std::string> outputNames;
   for (int id : graph.outputs) {
     outputNames.push_back(graph.values[static_cast<std::size_t>(id)].name);
@@ -63,6 +64,11 @@ void step(const StepOptions& options) {
          plan.labelMeta().toString());
   }
 
+  if (planOptions.channelsLast) {
+    const ChannelsLastReport& layout = plan.channelsLastReport();
+    fmt::print("channels-last: {} layout nodes, {} elementwise nodes, {} transposes\n", layout.layoutNodes,
+               layout.elementwiseNodes, layout.transposes);
+  }
   const std::filesystem::path dir(options.dumpDir);
   StepResult result = plan.step(inputs, labels);
   const Tensor loss = result.loss.to(Device::cpu());  // the plan may run on a GPU
@@ -118,6 +124,7 @@ void addStepCommand(CLI::App& app) {
   command->add_flag("--nesterov", options->nesterov, "Nesterov momentum (with --updates)");
   command->add_option("--threads", options->model.threads, "CPU threads (default: all cores)");
   addDeviceOptions(*command, options->device);
+  addChannelsLastOption(*command, options->device);
   command->callback([options] { step(*options); });
 }
 

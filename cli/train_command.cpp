@@ -302,6 +302,7 @@ void train(const TrainOptions& options) {
   planOptions.device = device;
   planOptions.mixedPrecision = mixedPrecisionOf(options.device);
   planOptions.recording = recording;
+  planOptions.channelsLast = channelsLastOf(options.device, device);
   std::optional<LossScaler> lossScaler;
   if (const std::optional<LossScalerOptions> scaling = lossScalerOptionsOf(options.device)) {
     lossScaler.emplace(*scaling);
@@ -543,6 +544,12 @@ void train(const TrainOptions& options) {
                             {"params", plan.parameters().totalElements()},
                             {"precision", options.device.precision},
                             {"ranks", ranks}};
+  const ChannelsLastReport& layout = plan.channelsLastReport();
+  summary["channels_last"] = {{"mode", options.device.channelsLast},
+                              {"enabled", planOptions.channelsLast},
+                              {"layout_nodes", layout.layoutNodes},
+                              {"elementwise_nodes", layout.elementwiseNodes},
+                              {"transposes", layout.transposes}};
   if (device.type == DeviceType::CUDA) {
     const RecordingStatus& recording = plan.executor().recording();
     summary["cuda_graph"] = {
@@ -609,6 +616,7 @@ void addTrainCommand(CLI::App& app) {
                 "off (default) | on | auto: record the forward and backward pass as a CUDA graph after two warm-up "
                 "steps and replay it (auto keeps it only if it is faster); needs a strategy without node hooks "
                 "(single)");
+  addChannelsLastOption(*c, o->device);
   c->add_option("--timeout", o->timeoutS, "seconds before a stuck collective or rendezvous ends the job");
   c->callback([o] { train(*o); });
 }

@@ -131,6 +131,13 @@ inline Tensor randomTensor(Shape shape, unsigned seed, float scale = 1.0f) {
   return t;
 }
 
+inline void setInt(onnx::NodeProto* node, const std::string& name, std::int64_t value) {
+  auto* attr = node->add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::INT);
+  attr->set_i(value);
+}
+
 inline void setInts(onnx::NodeProto* node, const std::string& name, std::vector<std::int64_t> values) {
   auto* attr = node->add_attribute();
   attr->set_name(name);
@@ -171,11 +178,7 @@ inline onnx::ModelProto smallCnnModel(const std::string& pool = "MaxPool") {
   addNode(model, "Add", {"c3", "p1"}, {"sum"}, "residual");
   addNode(model, "Add", {"sum", "bias2"}, {"biased"}, "bias");
   addNode(model, "Flatten", {"biased"}, {"flat"}, "flatten");
-  auto* gemm = addNode(model, "Gemm", {"flat", "wf", "bf"}, {"y"}, "fc");
-  auto* transB = gemm->add_attribute();
-  transB->set_name("transB");
-  transB->set_type(onnx::AttributeProto::INT);
-  transB->set_i(1);
+  setInt(addNode(model, "Gemm", {"flat", "wf", "bf"}, {"y"}, "fc"), "transB", 1);
   setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 10});
   return model;
 }

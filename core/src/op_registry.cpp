@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "cpu_ops.h"
+#include "strata/channels_last.h"
 
 namespace strata {
 
@@ -79,10 +80,17 @@ OpRegistry& OpRegistry::instance() {
 
 void OpRegistry::addSchema(OpSchema schema) {
   std::string type = schema.type;
+  if (isChannelsLastOp(type)) {
+    schema.inferShapes = channelsLastShapes(std::move(schema.inferShapes));
+  }
   schemas_[type] = std::move(schema);
 }
 
-void OpRegistry::addKernel(const std::string& type, DeviceType device, KernelFactory factory) {
+void OpRegistry::addKernel(const std::string& type, DeviceType device, KernelFactory factory,
+                           std::function<bool(const KernelInit&)> nativeChannelsLast) {
+  if (isChannelsLastOp(type)) {
+    factory = channelsLastByTransposing(std::move(factory), device, std::move(nativeChannelsLast));
+  }
   kernels_[{type, device}] = std::move(factory);
 }
 

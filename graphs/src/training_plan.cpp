@@ -133,6 +133,10 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
           model.sourcePath, dtypeName(*options.mixedPrecision));
     }
   }
+  if (options.channelsLast) {
+    full =
+        specialize(channelsLast(full, &channelsLastReport_), SpecializeOptions{.inputMetas = metas, .training = true});
+  }
   training_ = buildTrainingGraph(full, AutodiffOptions{.loss = loss});
   if (options.scaledLoss) {  // the seed becomes the step's last input, so the scale can change between steps
     Value& seed = training_.graph.values[static_cast<std::size_t>(training_.lossGradSeed)];

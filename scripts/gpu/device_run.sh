@@ -5,7 +5,7 @@
 #           node suite on the GPU, a 2-rank DDP run sharing the GPU through Gloo, and the five paper models'
 #           training step against PyTorch on the GPU, bf16/fp16 mixed precision against PyTorch autocast
 #   bench   bench/gpu_train_throughput.py (Strata vs PyTorch eager, same GPU, one run), then once more with
-#           --cuda-graph auto on ResNet-50 at 32x32
+#           --cuda-graph auto on ResNet-50 at 32x32, and bf16 with --channels-last off (NCHW on both sides)
 #   all     both.  Results land in $OUT (the device tool brings them back).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,6 +65,9 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   # CUDA graphs where launches weigh most (small images); auto decides after 8 steps, so 10 warm-up steps.
   run bench_graph python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" --models resnet50_32 \
     --precisions tf32,bf16 --cuda-graph auto --warmup 10
+  # What channels-last buys in bf16: the same models with NHWC off on both sides (the main table runs it on).
+  run bench_nchw python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" \
+    --models resnet50_224,vgg16_224 --precisions bf16 --channels-last off
 fi
 tar -C "$logs" -czf "$OUT/strata-gpu-logs.tar.gz" .
 exit $status

@@ -40,3 +40,19 @@ print(f"final loss node by node {off:.6f}, replayed {on:.6f}")
 sys.exit(0 if abs(off - on) <= 1e-4 * max(abs(off), 1e-6) else 1)
 PY
 echo "cuda graph: $(grep -o '"detail": "[^"]*"' "$work/graph-on/summary.json")"
+# bf16 on CUDA runs channels-last by default (cuDNN's NHWC kernels): it trains like channels-first bf16, and it
+# can be recorded.
+for layout in off auto; do
+  "$strata" train --device cuda --precision bf16 --channels-last "$layout" --cuda-graph on --data synthetic \
+    --max-steps 12 --batch-size 32 --seed 5 --lr-schedule constant --out "$work/bf16-$layout" \
+    >"$work/bf16-$layout.out" 2>&1 || fail "bf16 training with --channels-last $layout failed: $(tail -n 3 "$work/bf16-$layout.out")"
+done
+python3 - "$work/bf16-off/summary.json" "$work/bf16-auto/summary.json" <<'PY' || fail "channels-last bf16 trained differently"
+import json, sys
+off, auto = (json.load(open(p)) for p in sys.argv[1:])
+print("channels-last:", auto["channels_last"], "replayed:", auto["cuda_graph"]["replayed"])
+assert auto["channels_last"]["enabled"] and auto["channels_last"]["layout_nodes"] > 0
+assert auto["cuda_graph"]["replayed"]
+a, b = off["final_train_loss"], auto["final_train_loss"]
+sys.exit(0 if abs(a - b) <= 2e-2 * max(abs(a), 1e-6) else 1)
+PY

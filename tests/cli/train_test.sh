@@ -29,6 +29,19 @@ done
 "$strata" train "${common[@]}" --max-steps 3 --loss mse --out "$work/mse" > /dev/null
 grep -q '"final_train_loss"' "$work/mse/summary.json"
 
+# --channels-last on (the CPU runs it by transposing around its channels-first kernels) trains like off.
+for layout in off on; do
+  "$strata" train "${common[@]}" --max-steps 4 --channels-last "$layout" --out "$work/layout-$layout" > /dev/null
+done
+python3 - "$work/layout-off/summary.json" "$work/layout-on/summary.json" <<'PY'
+import json, sys
+off, on = (json.load(open(p)) for p in sys.argv[1:])
+assert not off["channels_last"]["enabled"] and on["channels_last"]["enabled"], (off["channels_last"], on["channels_last"])
+assert on["channels_last"]["layout_nodes"] > 0, on["channels_last"]
+a, b = off["final_train_loss"], on["final_train_loss"]
+assert abs(a - b) <= 1e-4 * abs(a), f"channels-last final loss {b} vs channels-first {a}"
+PY
+
 # Mixed precision (emulated on the CPU): bf16 learns like fp32; fp16 reports its loss scaling. A fixed scale of
 # 1e30 overflows float16 on every step, so every step is skipped.
 "$strata" train "${common[@]}" --epochs 1 --precision bf16 --out "$work/bf16" > /dev/null

@@ -28,7 +28,7 @@ class StandInStream final : public Stream {
   Device device() const override { return Device::cpu(); }
   void synchronize() override {
     if ((lastWasReplay_ && slowReplay) || (!lastWasReplay_ && slowEager)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // far above the step itself (~1 ms)
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // far above a step (~1 ms; ~100 ms under ctest -j2)
     }
     lastWasReplay_ = false;
   }

@@ -47,6 +47,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--updates", type=int, default=3, help="SGD updates (with momentum) to compare after")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--channels-last", choices=["off", "on", "auto"], default="auto",
+                        help="strata step's --channels-last (PyTorch's reference stays channels-first)")
     args = parser.parse_args()
     updates = args.updates
     skip = torchvision_models.gpu_skip_reason(args.strata, args.device)
@@ -69,7 +71,8 @@ def main() -> int:
     out_dir = os.path.join(work, "strata")
     subprocess.run([args.strata, "step", model_path, "--input", x_file, "--labels", y_file, "--dump-dir", out_dir,
                     "--threads", str(args.threads), "--updates", str(max(updates, 1)), "--optimizer", "sgd", "--lr",
-                    str(LR), "--momentum", str(MOMENTUM), "--device", args.device, "--precision", "fp32"],
+                    str(LR), "--momentum", str(MOMENTUM), "--device", args.device, "--precision", "fp32",
+                    "--channels-last", args.channels_last],
                    check=True)
     initializers = {i.name for i in onnx.load(model_path, load_external_data=False).graph.initializer}
 

@@ -9,6 +9,11 @@
 //
 // Mixed precision: X, Y, dY and dX may be float16 or bfloat16 while scale, B, the statistics and their gradients
 // stay float32, as in PyTorch autocast over cuDNN (nn::checkBatchNormDTypes lists the pairs).
+//
+// Channels-last (Note [Channels-last]) runs natively except the float64 training forward: cuDNN gets NHWC
+// descriptors and, in persistent mode through the Ex call, its NHWC kernels (PyTorch's channels-last path; the
+// statistics it returns are those of the plain call, so the note above holds); the per-channel kernels read
+// [N, spatial..., C] as [N * spatial, C, 1], and the gradient has a channels-last reduction.
 
 #include <cstdlib>
 #include <initializer_list>
@@ -21,6 +26,7 @@
 #include "cuda_stream.h"
 #include "cudnn_common.h"
 #include "kernels/nn_kernels.h"
+#include "strata/channels_last.h"
 
 namespace strata::cuda {
 
@@ -34,9 +40,10 @@ double decimalOf(float value) {
   return std::strtod(fmt::format("{}", value).c_str(), nullptr);
 }
 
-std::int64_t innerSize(const Shape& shape) {
+// The product of the spatial dims of [N, C, spatial...], or with channelsLast of [N, spatial..., C].
+std::int64_t innerSize(const Shape& shape, bool channelsLast) {
   std::int64_t inner = 1;
-  for (std::size_t i = 2; i < shape.size(); ++i)
+  for (std::size_t i = channelsLast ? 1 : 2; i + (channelsLast ? 1 : 0) < shape.size(); ++i)
     inner *= shape[i];
   return inner;
 }
@@ -87,15 +94,22 @@ class BatchNormKernel : public OpKernel {
     momentum_ = f64 ? decimalOf(momentum) : static_cast<double>(momentum);
     // The ONNX attribute decides, as in the exported graph (an eval-mode export says 0 even when training).
     training_ = init.attrs.getInt("training_mode", 0) != 0;
-    batch_ = x.shape.at(0);
-    channels_ = x.shape.at(1);
-    inner_ = innerSize(x.shape);
+    const bool channelsLast = channelsLastOf(init.attrs);
+    const Shape dims = channelsLast ? toChannelsFirst(x.shape) : x.shape;  // [N, C, spatial...]
+    batch_ = dims.at(0);
+    channels_ = dims.at(1);
+    inner_ = innerSize(dims, false);
+    if (channelsLast) {  // the per-channel kernels' view of [N, spatial..., C]
+      batch_ *= inner_;
+      inner_ = 1;
+    }
     empty_ = x.numel() == 0;
     if (empty_ || !training_ || batch_ * inner_ == 1)
       return;
     // X and Y share one descriptor; for 16-bit X cuDNN derives a float statistics descriptor.
-    xDesc_.set(xDtype_, cudnnDims(x.shape));
+    xDesc_.set(xDtype_, cudnnDims(dims), channelsLast);
     STRATA_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(statsDesc_.get(), xDesc_.get(), CUDNN_BATCHNORM_SPATIAL));
+    persistent_ = channelsLast;
   }
 
   void compute(KernelContext& ctx) override {
@@ -144,11 +158,7 @@ class BatchNormKernel : public OpKernel {
     } else {
       // Note [Batch-norm running statistics]: factor 1 over zeroed buffers leaves the batch statistics in them.
       STRATA_CUDA_CHECK(cudaMemsetAsync(base, 0, 2 * statBytes, stream));
-      const CudnnScalars scalars(paramDtype_);  // float unless float64: cuDNN's compute type
-      STRATA_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-          contextOf(ctx).cudnn, CUDNN_BATCHNORM_SPATIAL, scalars.one(), scalars.zero(), xDesc_.get(),
-          ctx.input(0).rawData(), xDesc_.get(), ctx.output(0).rawData(), statsDesc_.get(), ctx.input(1).rawData(),
-          ctx.input(2).rawData(), 1.0, batchMean, unbiasedVar, epsilon_, savedMean, savedInvStd));
+      cudnnForward(ctx, batchMean, unbiasedVar, savedMean, savedInvStd);
     }
     nn::launchBatchNormRunningStats(paramDtype_, ctx.input(3).rawData(), ctx.input(4).rawData(), meanForUpdate,
                                     varForUpdate, momentum_, batch_ * inner_, outputOrNull(ctx, 1),
@@ -157,13 +167,52 @@ class BatchNormKernel : public OpKernel {
   }
 
  private:
+  // cuDNN's training forward with exponentialAverageFactor 1 (savedMean / savedInvStd are scratch: the gradient
+  // recomputes the statistics).
+  void cudnnForward(const KernelContext& ctx, void* batchMean, void* unbiasedVar, void* savedMean, void* savedInvStd) {
+    const cudnnHandle_t handle = contextOf(ctx).cudnn;
+    const CudnnScalars scalars(paramDtype_);  // float unless float64: cuDNN's compute type
+    const void* x = ctx.input(0).rawData();
+    void* y = ctx.output(0).rawData();
+    if (persistent_) {
+      constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+      constexpr cudnnBatchNormOps_t kOps = CUDNN_BATCHNORM_OPS_BN;
+      std::size_t workspaceSize = 0, reserveSize = 0;
+      cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+          handle, kMode, kOps, xDesc_.get(), xDesc_.get(), xDesc_.get(), statsDesc_.get(), nullptr, &workspaceSize);
+      if (status == CUDNN_STATUS_SUCCESS) {
+        status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, kMode, kOps, nullptr, xDesc_.get(),
+                                                                      &reserveSize);
+      }
+      if (status == CUDNN_STATUS_SUCCESS) {
+        const Device device = ctx.output(0).device();
+        Tensor workspace = workspaceBytes(workspaceSize, device);
+        Tensor reserve = workspaceBytes(reserveSize, device);  // read only by cuDNN's backward, which we don't run
+        status = cudnnBatchNormalizationForwardTrainingEx(
+            handle, kMode, kOps, scalars.one(), scalars.zero(), xDesc_.get(), x, nullptr, nullptr, xDesc_.get(), y,
+            statsDesc_.get(), ctx.input(1).rawData(), ctx.input(2).rawData(), 1.0, batchMean, unbiasedVar, epsilon_,
+            savedMean, savedInvStd, nullptr, workspacePointer(workspace), workspaceSize, workspacePointer(reserve),
+            reserveSize);
+      }
+      if (status == CUDNN_STATUS_SUCCESS)
+        return;
+      // cuDNN declined (before launching anything: the zeroed statistics are intact); the plain call, from now on.
+      persistent_ = false;
+    }
+    STRATA_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+        handle, CUDNN_BATCHNORM_SPATIAL, scalars.one(), scalars.zero(), xDesc_.get(), x, xDesc_.get(), y,
+        statsDesc_.get(), ctx.input(1).rawData(), ctx.input(2).rawData(), 1.0, batchMean, unbiasedVar, epsilon_,
+        savedMean, savedInvStd));
+  }
+
   DType xDtype_ = DType::Float32;      // X and Y
   DType paramDtype_ = DType::Float32;  // scale, B and the statistics
   double epsilon_ = 1e-5;
   double momentum_ = 0.9;
   bool training_ = false;
   bool empty_ = false;
-  std::int64_t batch_ = 0, channels_ = 0, inner_ = 0;
+  bool persistent_ = false;                            // channels-last: try CUDNN_BATCHNORM_SPATIAL_PERSISTENT first
+  std::int64_t batch_ = 0, channels_ = 0, inner_ = 0;  // X as [batch, channels, inner] (see above)
   TensorDescriptor xDesc_, statsDesc_;
 };
 
@@ -172,6 +221,7 @@ class BatchNormGradKernel : public OpKernel {
  public:
   explicit BatchNormGradKernel(const KernelInit& init) {
     training_ = init.attrs.getInt("training_mode", 0) != 0;
+    channelsLast_ = channelsLastOf(init.attrs);
     // dY (input 0) sets the data dtype, X (input 1) must match; scale (input 2) sets the parameters'.
     xDtype_ = init.inputs.at(0).meta.dtype;
     paramDtype_ = init.inputs.at(2).meta.dtype;
@@ -183,20 +233,23 @@ class BatchNormGradKernel : public OpKernel {
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(1);
-    const std::int64_t batch = x.dim(0), channels = x.dim(1);
-    const std::int64_t inner = innerSize(x.shape());
+    const Shape& shape = x.shape();
+    const std::int64_t batch = shape.at(0), channels = channelsLast_ ? shape.back() : shape.at(1);
+    const std::int64_t inner = innerSize(shape, channelsLast_);
     if (channels == 0)
       return;
     Tensor workspace =
-        workspaceBytes(nn::batchNormGradWorkspaceBytes(paramDtype_, channels, batch * inner), x.device());
+        workspaceBytes(nn::batchNormGradWorkspaceBytes(paramDtype_, batch, channels, inner, channelsLast_), x.device());
     nn::launchBatchNormGrad(xDtype_, paramDtype_, training_, epsilon_, ctx.input(0).rawData(), x.rawData(),
                             ctx.input(2).rawData(), training_ ? nullptr : ctx.input(3).rawData(),
                             training_ ? nullptr : ctx.input(4).rawData(), outputOrNull(ctx, 0), outputOrNull(ctx, 1),
-                            outputOrNull(ctx, 2), batch, channels, inner, workspacePointer(workspace), streamOf(ctx));
+                            outputOrNull(ctx, 2), batch, channels, inner, channelsLast_, workspacePointer(workspace),
+                            streamOf(ctx));
   }
 
  private:
   bool training_ = false;
+  bool channelsLast_ = false;          // dY, X and dX are [N, spatial..., C]
   DType xDtype_ = DType::Float32;      // dY, X and dX
   DType paramDtype_ = DType::Float32;  // scale, mean, var, dScale and dB
   double epsilon_ = 1e-5;
@@ -205,12 +258,20 @@ class BatchNormGradKernel : public OpKernel {
 }  // namespace
 
 void registerCudnnNormKernels(OpRegistry& registry) {
-  addCudaKernelFactory(registry, "BatchNormalization", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<BatchNormKernel>(init);
-  });
-  addCudaKernelFactory(registry, "BatchNormalizationGrad", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<BatchNormGradKernel>(init);
-  });
+  addCudaKernelFactory(
+      registry, "BatchNormalization",
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<BatchNormKernel>(init); },
+      [](const KernelInit& init) {
+        // Channels-last cuDNN batch norm is for the float types of tensor-core training; the float64 training
+        // forward (reference checks) keeps the channels-first path.
+        const bool training = init.attrs.getInt("training_mode", 0) != 0;
+        return !training ||
+               (init.inputs.at(0).meta.dtype != DType::Float64 && init.inputs.at(0).meta.shape.size() <= 5);
+      });
+  addCudaKernelFactory(
+      registry, "BatchNormalizationGrad",
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<BatchNormGradKernel>(init); },
+      [](const KernelInit&) { return true; });
   addCudaKernelFactory(registry, "InstanceNormalization", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
     const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
     return makeFunctionKernel([epsilon](KernelContext& ctx) {

@@ -57,11 +57,20 @@ TensorDescriptor::~TensorDescriptor() {
     cudnnDestroyTensorDescriptor(desc_);
 }
 
-void TensorDescriptor::set(DType dtype, const Shape& dims) {
+void TensorDescriptor::set(DType dtype, const Shape& dims, bool channelsLast) {
   const std::vector<int> d = toCudnnInts(dims, "tensor");
+  // Strides over the dims in memory order: row-major, or N, spatial..., C (cuDNN reads the layout from them).
+  std::vector<std::size_t> order(d.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  if (channelsLast)
+    std::rotate(order.begin() + 1, order.begin() + 2, order.end());
   std::vector<int> strides(d.size(), 1);
-  for (std::size_t i = d.size(); i-- > 1;)
-    strides[i - 1] = strides[i] * std::max(d[i], 1);
+  int stride = 1;
+  for (std::size_t i = order.size(); i-- > 0;) {
+    strides[order[i]] = stride;
+    stride *= std::max(d[order[i]], 1);
+  }
   STRATA_CUDNN_CHECK(cudnnSetTensorNdDescriptor(desc_, cudnnDataTypeOf(dtype, "tensor"), static_cast<int>(d.size()),
                                                 d.data(), strides.data()));
 }
@@ -75,9 +84,10 @@ FilterDescriptor::~FilterDescriptor() {
     cudnnDestroyFilterDescriptor(desc_);
 }
 
-void FilterDescriptor::set(DType dtype, const Shape& dims) {
+void FilterDescriptor::set(DType dtype, const Shape& dims, bool channelsLast) {
   const std::vector<int> d = toCudnnInts(dims, "filter");
-  STRATA_CUDNN_CHECK(cudnnSetFilterNdDescriptor(desc_, cudnnDataTypeOf(dtype, "filter"), CUDNN_TENSOR_NCHW,
+  STRATA_CUDNN_CHECK(cudnnSetFilterNdDescriptor(desc_, cudnnDataTypeOf(dtype, "filter"),
+                                                channelsLast ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
                                                 static_cast<int>(d.size()), d.data()));
 }
 

@@ -45,8 +45,9 @@ class TensorDescriptor {
   ~TensorDescriptor();
   TensorDescriptor(const TensorDescriptor&) = delete;
   TensorDescriptor& operator=(const TensorDescriptor&) = delete;
-  // A contiguous row-major tensor of `dims` (4 or 5 of them; see cudnnDims).
-  void set(DType dtype, const Shape& dims);
+  // A contiguous tensor of `dims` (4 or 5 of them; see cudnnDims), given in cuDNN's logical order N, C, spatial...
+  // whatever the layout: row-major, or with channelsLast N, spatial..., C in memory (NHWC / NDHWC strides).
+  void set(DType dtype, const Shape& dims, bool channelsLast = false);
   cudnnTensorDescriptor_t get() const { return desc_; }
 
  private:
@@ -59,8 +60,9 @@ class FilterDescriptor {
   ~FilterDescriptor();
   FilterDescriptor(const FilterDescriptor&) = delete;
   FilterDescriptor& operator=(const FilterDescriptor&) = delete;
-  // Filters in ONNX's (O, I / group, k...) layout, which is cuDNN's NCHW filter format.
-  void set(DType dtype, const Shape& dims);
+  // Filters of `dims` (O, I / group, k...): in ONNX's layout, cuDNN's NCHW filter format, or with channelsLast in
+  // memory as (O, k..., I / group), cuDNN's NHWC (KRSC) format; the dims keep their logical order either way.
+  void set(DType dtype, const Shape& dims, bool channelsLast = false);
   cudnnFilterDescriptor_t get() const { return desc_; }
 
  private:

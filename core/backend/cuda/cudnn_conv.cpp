@@ -7,6 +7,11 @@
 // a symmetric q reproduces exactly the windows ONNX asks for, and the data gradient is computed for that copy and
 // cropped back. ConvTranspose is the data gradient of the convolution whose output is its input, so it takes the
 // same path (output_padding and output_shape become end pads of that convolution, possibly negative).
+//
+// Channels-last Conv, ConvGradInput, ConvGradWeight and ConvGrad (Note [Channels-last]) run natively with NHWC
+// descriptors and the NHWC (KRSC) filter format, the format of cuDNN's tensor-core kernels, when cuDNN's symmetric
+// padding expresses them and the dtype is float32, float16 or bfloat16; the padded copy is channels-first only, so
+// the transposing adapter runs the rest (nativeChannelsLast below).
 
 #include <algorithm>
 #include <cstdint>
@@ -22,6 +27,7 @@
 #include "cudnn_common.h"
 #include "cudnn_conv_algo_cache.h"
 #include "kernels/nn_kernels.h"
+#include "strata/channels_last.h"
 
 namespace strata::cuda {
 
@@ -36,13 +42,77 @@ using cpu::kernelShapeOf;
 using cpu::spatialOf;
 
 // A forward convolution x [N, C, in...] * w [M, C / group, k...] -> y [N, M, out...] in ONNX terms: windows start
-// at o * stride - padBegin; the end padding is whatever makes y's size.
+// at o * stride - padBegin; the end padding is whatever makes y's size. The shapes are in that logical order
+// whatever the layout; with channelsLast the tensors are [N, spatial..., C] and w [M, k..., C / group] in memory.
 struct ConvShape {
   DType dtype = DType::Float32;
   std::int64_t group = 1;
+  bool channelsLast = false;
   Shape x, w, y;
   std::vector<std::int64_t> strides, dilations, padBegin;
 };
+
+// A node's operand shape in logical [N, C, spatial...] order.
+Shape logicalShape(const Shape& shape, bool channelsLast) {
+  return channelsLast ? toChannelsFirst(shape) : shape;
+}
+
+// Fills s's window from the node's attributes, checking it against y's spatial dims.
+void resolveConvWindow(const KernelInit& init, ConvShape& s) {
+  const cpu::WindowGeometry g = cpu::resolveWindow(init.attrs, spatialOf(s.x), kernelShapeOf(init.attrs, s.w), false);
+  STRATA_CHECK(Shape(g.output.begin(), g.output.end()) == spatialOf(s.y),
+               "{}: the convolution output {} disagrees with the window's {}", init.nodeName, shapeToString(s.y),
+               shapeToString(g.output));
+  s.strides = g.strides;
+  s.dilations = g.dilations;
+  s.padBegin = g.padBegin;
+}
+
+// Conv: x, w [, bias] -> y.
+ConvShape convShapeOf(const KernelInit& init) {
+  ConvShape s;
+  s.dtype = init.inputs.at(0).meta.dtype;
+  s.group = init.attrs.getInt("group", 1);
+  s.channelsLast = channelsLastOf(init.attrs);
+  s.x = logicalShape(init.inputs.at(0).meta.shape, s.channelsLast);
+  s.w = logicalShape(init.inputs.at(1).meta.shape, s.channelsLast);
+  s.y = logicalShape(init.outputs.at(0).shape, s.channelsLast);
+  resolveConvWindow(init, s);
+  return s;
+}
+
+// ConvGradInput, ConvGradWeight, ConvGrad: the convolution whose dY is input 0 (X and W as `io` found them).
+ConvShape convGradShapeOf(const KernelInit& init, const cpu::ConvGradOperands& io) {
+  ConvShape s;
+  s.dtype = init.inputs.at(0).meta.dtype;
+  s.group = init.attrs.getInt("group", 1);
+  s.channelsLast = channelsLastOf(init.attrs);
+  s.x = logicalShape(io.x, s.channelsLast);
+  s.w = logicalShape(io.w, s.channelsLast);
+  s.y = logicalShape(init.inputs.at(0).meta.shape, s.channelsLast);
+  resolveConvWindow(init, s);
+  return s;
+}
+
+// Whether cuDNN's symmetric pad of padBegin gives the windows ONNX asks for along spatial dim i.
+bool symmetricAlong(const ConvShape& s, std::size_t i) {
+  const std::int64_t extent = (s.w[2 + i] - 1) * s.dilations[i] + 1;
+  const std::int64_t span = s.x[2 + i] + 2 * s.padBegin[i] - extent;
+  return span >= 0 && span / s.strides[i] + 1 == s.y[2 + i];
+}
+
+// Whether ConvPlan runs a channels-last convolution itself: cuDNN's NHWC kernels for the float types of tensor-core
+// training (float64 stays channels-first) and no padded copy (Note [Asymmetric conv padding]).
+bool nativeChannelsLast(const ConvShape& s) {
+  const std::size_t n = s.x.size() - 2;
+  if (s.dtype == DType::Float64 || n < 1 || n > 3)
+    return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (s.padBegin[i] < 0 || !symmetricAlong(s, i))
+      return false;
+  }
+  return true;
+}
 
 std::string joined(const std::vector<std::int64_t>& v) {
   return shapeToString(v);
@@ -64,21 +134,21 @@ Device deviceOf(const KernelContext& ctx) {
 // cuDNN descriptors, padding plan and algorithm choices of one convolution (Note [Asymmetric conv padding]).
 class ConvPlan {
  public:
-  ConvPlan(const ConvShape& s, const std::string& nodeName) : dtype_(s.dtype), scalars_(s.dtype) {
+  ConvPlan(const ConvShape& s, const std::string& nodeName)
+      : dtype_(s.dtype), channelsLast_(s.channelsLast), scalars_(s.dtype) {
     const std::size_t n = s.x.size() - 2;
     STRATA_CHECK(n >= 1 && n <= 3, "{}: convolutions on CUDA take 1 to 3 spatial dims, got {}", nodeName, n);
     std::vector<std::int64_t> symmetricPad(n), xPadded(n);
     bool copy = false;
     std::vector<bool> direct(n);
     for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t in = s.x[2 + i], out = s.y[2 + i];
-      const std::int64_t extent = (s.w[2 + i] - 1) * s.dilations[i] + 1;
       const std::int64_t pb = s.padBegin[i];
       STRATA_CHECK(pb >= 0, "{}: negative pads ({} along spatial dim {}) are not supported on CUDA", nodeName, pb, i);
-      const std::int64_t span = in + 2 * pb - extent;
-      direct[i] = span >= 0 && span / s.strides[i] + 1 == out;
+      direct[i] = symmetricAlong(s, i);
       copy = copy || !direct[i];
     }
+    // The copy kernel is channels-first; nativeChannelsLast leaves such nodes to the transposing adapter.
+    STRATA_CHECK(!copy || !s.channelsLast, "{}: a channels-last convolution that needs the padded copy", nodeName);
     for (std::size_t i = 0; i < n; ++i) {
       const std::int64_t in = s.x[2 + i], out = s.y[2 + i];
       const std::int64_t extent = (s.w[2 + i] - 1) * s.dilations[i] + 1;
@@ -103,6 +173,10 @@ class ConvPlan {
     yBatch_ = s.y[0];
     yChannels_ = s.y[1];
     yInner_ = numElements(s.y) / (yBatch_ * yChannels_);
+    if (s.channelsLast) {  // [N, out..., M] as [N * out, M, 1]
+      yBatch_ *= yInner_;
+      yInner_ = 1;
+    }
     for (std::size_t i = 0; i < n; ++i) {
       inSize_.d[3 - n + i] = s.x[2 + i];
       paddedSize_.d[3 - n + i] = xPadded[i];
@@ -120,12 +194,12 @@ class ConvPlan {
       strides.insert(strides.begin(), 1);
       dilations.insert(dilations.begin(), 1);
     }
-    xDesc_.set(dtype_, xDims);
-    wDesc_.set(dtype_, wDims);
-    yDesc_.set(dtype_, yDims);
+    xDesc_.set(dtype_, xDims, s.channelsLast);
+    wDesc_.set(dtype_, wDims, s.channelsLast);
+    yDesc_.set(dtype_, yDims, s.channelsLast);
     Shape biasDims(yDims.size(), 1);
     biasDims[1] = s.y[1];
-    biasDesc_.set(dtype_, biasDims);
+    biasDesc_.set(dtype_, biasDims, s.channelsLast);
     const std::vector<int> padInts = toCudnnInts(pads, "pads");
     const std::vector<int> strideInts = toCudnnInts(strides, "strides");
     const std::vector<int> dilationInts = toCudnnInts(dilations, "dilations");
@@ -241,6 +315,7 @@ class ConvPlan {
       problem.w = wDesc_.get();
       problem.conv = convFor(direction);
       problem.y = yDesc_.get();
+      problem.channelsLast = channelsLast_;
       // cuDNN reads through these and overwrites only the direction's output.
       problem.xData = const_cast<void*>(x);
       problem.wData = const_cast<void*>(w);
@@ -254,6 +329,7 @@ class ConvPlan {
   }
 
   DType dtype_;
+  bool channelsLast_;  // NHWC descriptors and the NHWC filter format
   CudnnScalars scalars_;
   bool padded_ = false;
   std::int64_t planes_ = 0;         // N * C of X
@@ -265,7 +341,7 @@ class ConvPlan {
   FilterDescriptor wDesc_;
   ConvolutionDescriptor conv_[3];  // one per direction: each keeps its algorithm's math type
   std::string geometry_;
-  std::int64_t yBatch_ = 0, yChannels_ = 0, yInner_ = 0;  // Y as [N, M, inner], for the bias gradient
+  std::int64_t yBatch_ = 0, yChannels_ = 0, yInner_ = 0;  // Y as [batch, M, inner], for the bias gradient
   bool chosen_[3] = {false, false, false};
   ConvAlgoChoice algo_[3];
 };
@@ -282,20 +358,7 @@ class ConvKernel : public OpKernel {
     empty_ = numElements(y) == 0 || numElements(x.shape) == 0 || numElements(w.shape) == 0;
     if (empty_)
       return;
-    ConvShape s;
-    s.dtype = x.dtype;
-    s.group = init.attrs.getInt("group", 1);
-    s.x = x.shape;
-    s.w = w.shape;
-    s.y = y;
-    const cpu::WindowGeometry g =
-        cpu::resolveWindow(init.attrs, spatialOf(x.shape), kernelShapeOf(init.attrs, w.shape), false);
-    STRATA_CHECK(Shape(g.output.begin(), g.output.end()) == spatialOf(y), "{}: Conv output {} disagrees with {}",
-                 init.nodeName, shapeToString(g.output), shapeToString(y));
-    s.strides = g.strides;
-    s.dilations = g.dilations;
-    s.padBegin = g.padBegin;
-    plan_ = std::make_unique<ConvPlan>(s, init.nodeName);
+    plan_ = std::make_unique<ConvPlan>(convShapeOf(init), init.nodeName);
   }
 
   void compute(KernelContext& ctx) override {
@@ -383,20 +446,7 @@ class ConvGradKernel : public OpKernel {
     empty_ = numElements(x) == 0 || numElements(w) == 0 || numElements(dy.shape) == 0;
     if (empty_)
       return;
-    ConvShape s;
-    s.dtype = dy.dtype;
-    s.group = init.attrs.getInt("group", 1);
-    s.x = x;
-    s.w = w;
-    s.y = dy.shape;
-    const cpu::WindowGeometry g = cpu::resolveWindow(init.attrs, spatialOf(x), kernelShapeOf(init.attrs, w), false);
-    STRATA_CHECK(Shape(g.output.begin(), g.output.end()) == spatialOf(dy.shape),
-                 "{}: dY {} does not match the Conv output spatial dims {}", init.nodeName, shapeToString(dy.shape),
-                 shapeToString(g.output));
-    s.strides = g.strides;
-    s.dilations = g.dilations;
-    s.padBegin = g.padBegin;
-    plan_ = std::make_unique<ConvPlan>(s, init.nodeName);
+    plan_ = std::make_unique<ConvPlan>(convGradShapeOf(init, io_), init.nodeName);
   }
 
   void compute(KernelContext& ctx) override {
@@ -431,9 +481,10 @@ class ConvGradKernel : public OpKernel {
 };
 
 void registerCudnnConvKernels(OpRegistry& registry) {
-  addCudaKernelFactory(registry, "Conv", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<ConvKernel>(init);
-  });
+  addCudaKernelFactory(
+      registry, "Conv",
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<ConvKernel>(init); },
+      [](const KernelInit& init) { return nativeChannelsLast(convShapeOf(init)); });
   addCudaKernelFactory(registry, "ConvTranspose", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
     return std::make_unique<ConvTransposeKernel>(init);
   });
@@ -441,9 +492,14 @@ void registerCudnnConvKernels(OpRegistry& registry) {
                                                         {"ConvGradWeight", ConvGradMode::Weight},
                                                         {"ConvGrad", ConvGradMode::Both}};
   for (const auto& [type, mode] : grads) {
-    addCudaKernelFactory(registry, type, [mode](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-      return std::make_unique<ConvGradKernel>(mode, init);
-    });
+    addCudaKernelFactory(
+        registry, type,
+        [mode](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+          return std::make_unique<ConvGradKernel>(mode, init);
+        },
+        [mode](const KernelInit& init) {
+          return nativeChannelsLast(convGradShapeOf(init, cpu::convGradOperands(mode, init)));
+        });
   }
 }
 

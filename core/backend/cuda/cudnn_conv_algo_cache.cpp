@@ -178,9 +178,10 @@ cudnnMathType_t requestedConvMathType(DType dtype) {
 }
 
 ConvAlgoChoice chooseConvAlgo(const ConvAlgoProblem& p) {
-  const std::string key = fmt::format("{} {} math {} {} device {} limit {}", directionName(p.direction),
-                                      dtypeName(p.dtype), static_cast<int>(requestedConvMathType(p.dtype)), p.geometry,
-                                      p.device.index, convolutionWorkspaceLimit());
+  const std::string key =
+      fmt::format("{} {} math {} {} {} device {} limit {}", directionName(p.direction), dtypeName(p.dtype),
+                  static_cast<int>(requestedConvMathType(p.dtype)), p.channelsLast ? "NHWC" : "NCHW", p.geometry,
+                  p.device.index, convolutionWorkspaceLimit());
   {
     std::lock_guard<std::mutex> lock(cacheMutex());
     auto it = cache().find(key);

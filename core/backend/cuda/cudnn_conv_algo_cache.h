@@ -1,12 +1,12 @@
 #pragma once
 
 // Convolution algorithm choice, made once per problem and kept for the process.
-// Note [Conv algorithm cache]: a convolution problem (direction, dtype, math mode, dims, pads, strides, dilations,
-// groups, device, workspace limit) is benchmarked once with cudnnFind*AlgorithmEx on the first run of a kernel
-// that meets it, over the operands' own buffers (the output is overwritten, then computed for real) and workspace
-// from the caching allocator; the fastest algorithm whose workspace fits convolutionWorkspaceLimit() wins. When
-// Find fails, cuDNN's heuristics (cudnnGet*Algorithm_v7) choose. Every later kernel with the same problem (the
-// many identical convolutions of a ResNet, every plan built by the same process) takes the cached choice.
+// Note [Conv algorithm cache]: a convolution problem (direction, dtype, math mode, layout, dims, pads, strides,
+// dilations, groups, device, workspace limit) is benchmarked once with cudnnFind*AlgorithmEx on the first run of a
+// kernel that meets it, over the operands' own buffers (the output is overwritten, then computed for real) and
+// workspace from the caching allocator; the fastest algorithm whose workspace fits convolutionWorkspaceLimit()
+// wins. When Find fails, cuDNN's heuristics (cudnnGet*Algorithm_v7) choose. Every later kernel with the same problem
+// (the many identical convolutions of a ResNet, every plan built by the same process) takes the cached choice.
 
 #include <cudnn.h>
 
@@ -37,6 +37,7 @@ struct ConvAlgoProblem {
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnTensorDescriptor_t y = nullptr;
+  bool channelsLast = false;  // NHWC tensors and filter (else NCHW): cuDNN's algorithms differ by layout
   void* xData = nullptr;
   void* wData = nullptr;
   void* yData = nullptr;

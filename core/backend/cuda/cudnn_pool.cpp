@@ -3,6 +3,10 @@
 // symmetric pad smaller than the window that yields the output size, no Indices output); everything else, and
 // both gradients, run the direct kernels of kernels/nn_pool.cu, which follow the CPU's loops rule for rule
 // (dnnl_pool.cpp, grad_nn_pool.cpp).
+//
+// Channels-last MaxPool, AveragePool and their gradients (Note [Channels-last]) run natively on both paths: cuDNN
+// with NHWC descriptors, the direct kernels with PoolWindow::channels. Only a MaxPool with the Indices output
+// (which channels-last nodes cannot have) is left to the transposing adapter.
 
 #include <memory>
 #include <string>
@@ -13,6 +17,7 @@
 #include "cuda_stream.h"
 #include "cudnn_common.h"
 #include "kernels/nn_kernels.h"
+#include "strata/channels_last.h"
 
 namespace strata::cuda {
 
@@ -49,11 +54,13 @@ nn::PoolWindow promote(const cpu::WindowGeometry& g, const Shape& x, const std::
 class PoolKernel : public OpKernel {
  public:
   PoolKernel(const std::string& opType, const KernelInit& init) {
-    const TensorMeta& x = init.inputs.at(0).meta;
-    dtype_ = x.dtype;
+    const TensorMeta& meta = init.inputs.at(0).meta;
+    dtype_ = meta.dtype;
     const bool global = opType == "GlobalAveragePool" || opType == "GlobalMaxPool";
     isMax_ = opType == "MaxPool" || opType == "GlobalMaxPool";
-    const std::vector<std::int64_t> spatial = spatialOf(x.shape);
+    const bool channelsLast = !global && channelsLastOf(init.attrs);
+    const Shape x = channelsLast ? toChannelsFirst(meta.shape) : meta.shape;  // [N, C, spatial...]
+    const std::vector<std::int64_t> spatial = spatialOf(x);
     cpu::WindowGeometry g;
     if (global) {
       const Attributes none;
@@ -64,14 +71,15 @@ class PoolKernel : public OpKernel {
       g = cpu::resolveWindow(init.attrs, spatial, init.attrs.getInts("kernel_shape"),
                              init.attrs.getInt("ceil_mode", 0) != 0);
     }
-    Shape y{x.shape[0], x.shape[1]};
+    Shape y{x[0], x[1]};
     y.insert(y.end(), g.output.begin(), g.output.end());
     empty_ = numElements(y) == 0;
     if (empty_)
       return;
-    window_ = promote(g, x.shape, init.nodeName);
-    planes_ = x.shape[0] * x.shape[1];
-    useCudnn_ = cudnnExpresses(g, spatial) && setUpCudnn(g, x.shape, y);
+    window_ = promote(g, x, init.nodeName);
+    window_.channels = channelsLast ? x[1] : 0;
+    planes_ = x[0] * x[1];
+    useCudnn_ = cudnnExpresses(g, spatial) && setUpCudnn(g, x, y, channelsLast);
   }
 
   void compute(KernelContext& ctx) override {
@@ -110,8 +118,9 @@ class PoolKernel : public OpKernel {
     return true;
   }
 
-  // Descriptors for cuDNN; false (the direct kernel then runs) when cuDNN declines the geometry.
-  bool setUpCudnn(const cpu::WindowGeometry& g, const Shape& x, const Shape& y) {
+  // Descriptors for cuDNN (x and y in logical [N, C, spatial...] order); false (the direct kernel then runs) when
+  // cuDNN declines the geometry.
+  bool setUpCudnn(const cpu::WindowGeometry& g, const Shape& x, const Shape& y, bool channelsLast) {
     std::vector<std::int64_t> window = g.kernel, pads = g.padBegin, strides = g.strides;
     if (window.size() == 1) {  // 1-D runs as 2-D over a height of 1
       window.insert(window.begin(), 1);
@@ -130,8 +139,8 @@ class PoolKernel : public OpKernel {
     }
     const Shape xDims = cudnnDims(x);
     const Shape yDims = cudnnDims(y);
-    xDesc_.set(dtype_, xDims);
-    yDesc_.set(dtype_, yDims);
+    xDesc_.set(dtype_, xDims, channelsLast);
+    yDesc_.set(dtype_, yDims, channelsLast);
     std::vector<int> out(yDims.size());
     if (cudnnGetPoolingNdForwardOutputDim(pooling_.get(), xDesc_.get(), static_cast<int>(out.size()), out.data()) !=
         CUDNN_STATUS_SUCCESS) {
@@ -158,11 +167,15 @@ class PoolGradKernel : public OpKernel {
   PoolGradKernel(bool isMax, const KernelInit& init) : isMax_(isMax) {
     const TensorMeta& dy = init.inputs.at(0).meta;
     dtype_ = dy.dtype;
-    const Shape x = isMax ? init.inputs.at(1).meta.shape : Shape(init.attrs.getInts("input_shape"));
+    const bool channelsLast = channelsLastOf(init.attrs);
+    Shape x = isMax ? init.inputs.at(1).meta.shape : Shape(init.attrs.getInts("input_shape"));
+    if (channelsLast)
+      x = toChannelsFirst(x);  // [N, C, spatial...]
     countIncludePad_ = init.attrs.getInt("count_include_pad", 0) != 0;
     const cpu::WindowGeometry g = cpu::resolveWindow(init.attrs, spatialOf(x), init.attrs.getInts("kernel_shape"),
                                                      init.attrs.getInt("ceil_mode", 0) != 0);
     window_ = promote(g, x, init.nodeName);
+    window_.channels = channelsLast ? x[1] : 0;
     planes_ = x[0] * x[1];
   }
 
@@ -197,18 +210,25 @@ class PoolGradKernel : public OpKernel {
 }  // namespace
 
 void registerCudnnPoolKernels(OpRegistry& registry) {
+  // Channels-last nodes: native but for MaxPool's Indices (counted in channels-first positions).
+  const auto native = [](const KernelInit& init) { return init.outputs.size() == 1; };
   for (const char* type : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}) {
     const std::string opType = type;
-    addCudaKernelFactory(registry, opType, [opType](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-      return std::make_unique<PoolKernel>(opType, init);
-    });
+    addCudaKernelFactory(
+        registry, opType,
+        [opType](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+          return std::make_unique<PoolKernel>(opType, init);
+        },
+        native);  // the Global pools are not layout-aware: never asked
   }
-  addCudaKernelFactory(registry, "MaxPoolGrad", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<PoolGradKernel>(true, init);
-  });
-  addCudaKernelFactory(registry, "AveragePoolGrad", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<PoolGradKernel>(false, init);
-  });
+  addCudaKernelFactory(
+      registry, "MaxPoolGrad",
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<PoolGradKernel>(true, init); },
+      native);
+  addCudaKernelFactory(
+      registry, "AveragePoolGrad",
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<PoolGradKernel>(false, init); },
+      native);
 }
 
 }  // namespace strata::cuda

@@ -1,5 +1,7 @@
 #include "kernel_utils.cuh"
 
+#include <exception>
+
 namespace strata::cuda {
 
 Indexer broadcastIndexer(const Shape& inShape, const Shape& outShape) {
@@ -52,9 +54,19 @@ void addCudaKernel(OpRegistry& registry, const std::string& type, std::function<
                      [compute = std::move(compute)](const KernelInit&) { return makeFunctionKernel(compute); });
 }
 
-void addCudaKernelFactory(OpRegistry& registry, const std::string& type, KernelFactory factory) {
+void addCudaKernelFactory(OpRegistry& registry, const std::string& type, KernelFactory factory,
+                          std::function<bool(const KernelInit&)> nativeChannelsLast) {
   STRATA_CHECK(registry.schema(type) != nullptr, "CUDA kernel for '{}', an op with no schema", type);
-  registry.addKernel(type, DeviceType::CUDA, std::move(factory));
+  if (nativeChannelsLast) {
+    nativeChannelsLast = [native = std::move(nativeChannelsLast)](const KernelInit& init) {
+      try {
+        return native(init);
+      } catch (const std::exception&) {
+        return false;
+      }
+    };
+  }
+  registry.addKernel(type, DeviceType::CUDA, std::move(factory), std::move(nativeChannelsLast));
 }
 
 }  // namespace strata::cuda

@@ -133,6 +133,10 @@ decltype(auto) visitDeviceFloat(DType dtype, const char* op, Fn&& fn) {
 // Registers a stateless CUDA kernel for an op whose schema exists (the CPU backend registers schemas).
 void addCudaKernel(OpRegistry& registry, const std::string& type, std::function<void(KernelContext&)> compute);
 // Registers a CUDA kernel factory (kernels that choose algorithms or build descriptors at plan time).
-void addCudaKernelFactory(OpRegistry& registry, const std::string& type, KernelFactory factory);
+// `nativeChannelsLast` (layout-aware ops only): the channels_last = 1 nodes the factory's kernels run themselves;
+// the others run through transposes (Note [Channels-last]). A predicate that throws counts as false, so such nodes
+// fail with the channels-first kernel's own message.
+void addCudaKernelFactory(OpRegistry& registry, const std::string& type, KernelFactory factory,
+                          std::function<bool(const KernelInit&)> nativeChannelsLast = nullptr);
 
 }  // namespace strata::cuda

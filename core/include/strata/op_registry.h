@@ -101,8 +101,12 @@ class OpRegistry {
   // The registry with all built-in ops registered.
   static OpRegistry& instance();
 
+  // The shape function of a layout-aware op is wrapped to infer channels_last = 1 nodes too.
   void addSchema(OpSchema schema);
-  void addKernel(const std::string& type, DeviceType device, KernelFactory factory);
+  // Kernels of layout-aware ops (strata/channels_last.h) are wrapped so that they also run channels_last = 1
+  // nodes, by transposing, except the nodes for which `nativeChannelsLast` says the factory reads the layout itself.
+  void addKernel(const std::string& type, DeviceType device, KernelFactory factory,
+                 std::function<bool(const KernelInit&)> nativeChannelsLast = nullptr);
   // Convenience: a schema plus a stateless CPU kernel.
   void addCpuOp(const std::string& type, ShapeFn infer, std::function<void(KernelContext&)> compute,
                 bool foldable = true);

@@ -36,11 +36,13 @@ Attributes ints(std::initializer_list<std::pair<const char*, std::int64_t>> valu
   return attrs;
 }
 
-// Sum over N and the spatial dims: a per-channel bias gradient from dY [N, C, spatial...].
+// Sum over N and the spatial dims: a per-channel bias gradient from dY [N, C, spatial...] (or [N, spatial..., C]
+// for channels-last nodes).
 int biasGrad(GradientBuilder& b, int dy) {
   std::vector<std::int64_t> axes{0};
   const std::size_t rank = b.meta(dy).shape.size();
-  for (std::size_t i = 2; i < rank; ++i)
+  const bool channelsLast = b.node().attrs.getInt("channels_last", 0) != 0;
+  for (std::size_t i = channelsLast ? 1 : 2; i < (channelsLast ? rank - 1 : rank); ++i)
     axes.push_back(static_cast<std::int64_t>(i));
   return b.emit1("ReduceSum", {dy, b.int64s(axes)}, ints({{"keepdims", 0}}));
 }
@@ -54,7 +56,8 @@ std::vector<int> convGradient(GradientBuilder& b) {
     return grads;
   const int x = b.input(0), w = b.input(1);
   const bool needX = wants(b, 0), needW = wants(b, 1), needB = wants(b, 2);
-  Attributes attrs = copyAttrs(b.node().attrs, {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"});
+  Attributes attrs =
+      copyAttrs(b.node().attrs, {"auto_pad", "channels_last", "dilations", "group", "kernel_shape", "pads", "strides"});
   if (needX && needW) {
     // One node for both: dY is converted to oneDNN's layout once (grad_nn_conv.cpp).
     const std::vector<int> outs = b.emit("ConvGrad", {dy, x, w}, attrs, needB ? 3 : 2);
@@ -119,8 +122,8 @@ std::vector<int> maxPoolGradient(GradientBuilder& b) {
   const int dy = b.outputGrad(0);  // Indices (output 1) carries no gradient
   if (dy == kNoValue || !wants(b, 0))
     return grads;
-  Attributes attrs =
-      copyAttrs(b.node().attrs, {"auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides"});
+  Attributes attrs = copyAttrs(
+      b.node().attrs, {"auto_pad", "ceil_mode", "channels_last", "dilations", "kernel_shape", "pads", "strides"});
   if (b.node().opType == "GlobalMaxPool")
     attrs.set("kernel_shape", spatialDims(b.meta(b.input(0)).shape));
   grads[0] = b.emit1("MaxPoolGrad", {dy, b.input(0)}, attrs);
@@ -133,8 +136,8 @@ std::vector<int> averagePoolGradient(GradientBuilder& b) {
   if (dy == kNoValue || !wants(b, 0))
     return grads;
   const Shape x = b.meta(b.input(0)).shape;
-  Attributes attrs = copyAttrs(
-      b.node().attrs, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides"});
+  Attributes attrs = copyAttrs(b.node().attrs, {"auto_pad", "ceil_mode", "channels_last", "count_include_pad",
+                                                "dilations", "kernel_shape", "pads", "strides"});
   if (b.node().opType == "GlobalAveragePool")
     attrs.set("kernel_shape", spatialDims(x));
   attrs.set("input_shape", x);
@@ -155,6 +158,8 @@ std::vector<int> batchNormGradient(GradientBuilder& b) {
   Attributes attrs;
   attrs.set("epsilon", b.node().attrs.getFloat("epsilon", 1e-5f));
   attrs.set("training_mode", std::int64_t{training ? 1 : 0});
+  if (b.node().attrs.has("channels_last"))
+    attrs.set("channels_last", b.node().attrs.getInt("channels_last"));
   std::vector<int> inputs{dy, b.input(0), b.input(1)};
   if (!training) {
     inputs.push_back(b.input(3));

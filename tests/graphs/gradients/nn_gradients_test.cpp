@@ -368,6 +368,35 @@ TEST(NnGradientsTest, MaxPoolGradTiesGoToFirstMaximum) {
   }
 }
 
+// ---- Channels-last nodes (Note [Channels-last]): the same rules, on [N, H, W, C] values and KRSC weights ----
+
+Attributes channelsLast(Attributes a) {
+  a.set("channels_last", std::int64_t{1});
+  return a;
+}
+
+TEST(NnGradientsTest, ChannelsLastConvMatchesFiniteDifferences) {
+  // x [N, H, W, C] = [2, 5, 4, 4], w [K, R, S, C / group] = [4, 3, 3, 2].
+  const std::vector<Tensor> inputs{random64({2, 5, 4, 4}, 500), random64({4, 3, 3, 2}, 501), random64({4}, 502)};
+  const Attributes a = channelsLast(attrs({{"group", std::int64_t{2}}, {"pads", Ints{1, 1, 1, 1}}}));
+  expectGradientsMatchFiniteDifferences("Conv", inputs, a);               // ConvGrad with dB
+  expectGradientsMatchFiniteDifferences("Conv", inputs, a, wrt({1, 2}));  // ConvGradWeight with dB
+  expectGradientsMatchFiniteDifferences("Conv", inputs, a, wrt({0, 2}));  // ConvGradInput; dB summed over N, H, W
+}
+
+TEST(NnGradientsTest, ChannelsLastPoolingAndBatchNormMatchFiniteDifferences) {
+  const Tensor x = random64({2, 6, 5, 3}, 510);
+  expectGradientsMatchFiniteDifferences(
+      "AveragePool", {x}, channelsLast(attrs({{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}})));
+  expectGradientsMatchFiniteDifferences("MaxPool", {x},
+                                        channelsLast(attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}})));
+  const std::vector<Tensor> bn{x, random64({3}, 511), random64({3}, 512), random64({3}, 513),
+                               random64({3}, 514, 0.5, 1.5)};
+  expectGradientsMatchFiniteDifferences("BatchNormalization", bn,
+                                        channelsLast(attrs({{"training_mode", std::int64_t{1}}, {"epsilon", 1e-3f}})));
+  expectGradientsMatchFiniteDifferences("BatchNormalization", bn, channelsLast(attrs({{"epsilon", 1e-3f}})));
+}
+
 TEST(NnGradientsTest, BatchNormGradKernelFloat32MatchesFloat64) {
   // A large channel offset checks that the statistics do not cancel in float32.
   Tensor x = random64({4, 5, 6, 7}, 400);

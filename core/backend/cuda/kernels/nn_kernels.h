@@ -28,11 +28,13 @@ void launchWindowCopy(std::size_t elementSize, const void* in, void* out, std::i
 
 // db[c] = the sum of dy[n, c, i] over n < batch and i < inner (a convolution's bias gradient), accumulated in float
 // by the deterministic reduction engine (Note [CUDA reduction engine]); partial sums live in workspace on `device`.
-// dtype: float16 or bfloat16.
+// A channels-last dy [N, spatial..., C] is the view batch = N * spatial, inner = 1. dtype: float16 or bfloat16.
 void launchChannelSum(DType dtype, const void* dy, void* db, std::int64_t batch, std::int64_t channels,
                       std::int64_t inner, Device device, cudaStream_t stream);
 
 // A pooling window with the spatial dims promoted to 3 (leading dims: size 1, kernel 1, stride 1, no padding).
+// The pooled tensors (X, Y, dX, dY) are [planes, spatial...], or with channels > 0 channels-last: [planes /
+// channels, spatial..., channels] (every kernel then reads and writes that layout; planes is still N * C).
 struct PoolWindow {
   std::int64_t in[3] = {1, 1, 1};
   std::int64_t out[3] = {1, 1, 1};
@@ -42,15 +44,16 @@ struct PoolWindow {
   std::int64_t padBegin[3] = {0, 0, 0};
   std::int64_t padEnd[3] = {0, 0, 0};     // the explicit end pads (count_include_pad counts them)
   std::int64_t colStride[3] = {0, 0, 0};  // strides of a column-major spatial layout (MaxPool storage_order = 1)
+  std::int64_t channels = 0;              // > 0: the channels-last layout with this many channels
   __host__ __device__ std::int64_t inVolume() const { return in[0] * in[1] * in[2]; }
   __host__ __device__ std::int64_t outVolume() const { return out[0] * out[1] * out[2]; }
 };
 
 // MaxPool / AveragePool forward as the CPU's direct loop: the max ignores NaN (a window of only NaN or only padding
 // gives -inf or 0), the average divides by the window positions inside the input (count_include_pad = 0) or inside
-// input + explicit pads (= 1). `indices` (nullable, MaxPool only): flat index of the max in X (row-major, or
-// column-major spatial when columnMajorIndices), -1 when the window holds no value. dtype: float32, float64,
-// float16, bfloat16 (compared and averaged in double, rounded once), int8, uint8.
+// input + explicit pads (= 1). `indices` (nullable, MaxPool only, channels-first only): flat index of the max in X
+// (row-major, or column-major spatial when columnMajorIndices), -1 when the window holds no value. dtype: float32,
+// float64, float16, bfloat16 (compared and averaged in double, rounded once), int8, uint8.
 void launchPoolForward(DType dtype, bool isMax, bool countIncludePad, const PoolWindow& window, std::int64_t planes,
                        const void* x, void* y, std::int64_t* indices, bool columnMajorIndices, cudaStream_t stream);
 
@@ -71,7 +74,7 @@ void launchAveragePoolGrad(DType dtype, bool countIncludePad, const PoolWindow& 
 void checkBatchNormDTypes(const char* op, DType xDtype, DType paramDtype);
 
 // y = (x - mean[c]) * (scale[c] / sqrt(var[c] + epsilon)) + bias[c] over x [batch, channels, inner], in paramDtype's
-// arithmetic.
+// arithmetic. A channels-last x [N, spatial..., C] is the view batch = N * spatial, inner = 1.
 void launchBatchNormApply(DType xDtype, DType paramDtype, const void* x, const void* scale, const void* bias,
                           const void* mean, const void* var, double epsilon, void* y, std::int64_t batch,
                           std::int64_t channels, std::int64_t inner, cudaStream_t stream);
@@ -91,13 +94,14 @@ void launchBatchNormRunningStats(DType dtype, const void* inputMean, const void*
 // BatchNormalizationGrad as the CPU computes it (Note [Batch-norm backward] in grad_nn_norm.cpp): per-channel sums
 // of dY, dY * (x - shift), x - shift and (x - shift)^2 in double, then dX = a * dY + b * X + c. training = false
 // takes mean and var (the others are then unused, may be null). dx, dscale, dbias are nullable. dy, x, dx hold
-// xDtype; scale, mean, var, dscale, dbias paramDtype (see checkBatchNormDTypes). `workspace` holds
-// batchNormGradWorkspaceBytes(paramDtype, ...) bytes.
-std::size_t batchNormGradWorkspaceBytes(DType paramDtype, std::int64_t channels, std::int64_t count);
+// xDtype; scale, mean, var, dscale, dbias paramDtype (see checkBatchNormDTypes). dy, x, dx are [batch, channels,
+// inner], or with channelsLast [batch, inner, channels]. `workspace` holds batchNormGradWorkspaceBytes(...) bytes.
+std::size_t batchNormGradWorkspaceBytes(DType paramDtype, std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                                        bool channelsLast);
 void launchBatchNormGrad(DType xDtype, DType paramDtype, bool training, double epsilon, const void* dy, const void* x,
                          const void* scale, const void* mean, const void* var, void* dx, void* dscale, void* dbias,
-                         std::int64_t batch, std::int64_t channels, std::int64_t inner, void* workspace,
-                         cudaStream_t stream);
+                         std::int64_t batch, std::int64_t channels, std::int64_t inner, bool channelsLast,
+                         void* workspace, cudaStream_t stream);
 
 // InstanceNormalization (float32): per (n, c) plane of `size` elements, mean and variance in double.
 void launchInstanceNorm(const float* x, const float* scale, const float* bias, float epsilon, float* y,

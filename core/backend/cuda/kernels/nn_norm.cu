@@ -6,6 +6,7 @@
 // widened to float with each 16-bit output rounded once, which is what the CPU's emulation computes (Note [Low
 // precision on the CPU]).
 
+#include <algorithm>
 #include <cmath>
 
 #include "nn_kernels.h"
@@ -90,6 +91,17 @@ std::int64_t gradSplits(std::int64_t count) {
   return splits < 1 ? 1 : (splits > 64 ? 64 : splits);
 }
 
+// The same for the channels-last sums kernel, whose blocks each take 32 channels: about 1024 blocks in all, each
+// split at least 256 rows, at most 512 splits.
+std::int64_t gradSplitsLast(std::int64_t rows, std::int64_t channels) {
+  const std::int64_t tiles = (channels + 31) / 32;
+  return std::clamp<std::int64_t>(std::min((rows + 255) / 256, 1024 / tiles), 1, 512);
+}
+
+std::int64_t gradSplitsFor(bool channelsLast, std::int64_t rows, std::int64_t channels) {
+  return channelsLast ? gradSplitsLast(rows, channels) : gradSplits(rows);
+}
+
 template <typename T, typename P>
 __device__ inline P channelShift(bool training, const T* x, const P* mean, std::int64_t c, std::int64_t inner,
                                  std::int64_t count) {
@@ -138,6 +150,46 @@ __global__ void channelSumsKernel(bool training, const T* dy, const T* x, const 
   if (threadIdx.x == 0) {
     for (int q = 0; q < 4; ++q)
       partials[(c * splits + split) * 4 + q] = totals[q];
+  }
+}
+
+// channelSumsKernel for channels-last x and dY [rows, channels]: a block takes 32 neighbouring channels (so a warp
+// reads one row's channels together) and kReduceThreads / 32 threads per channel stride over the split's rows; the
+// lanes' sums are then added in lane order. Grid: x = channel tile, y = split; the same partials.
+template <typename T, typename P>
+__global__ void channelSumsLastKernel(bool training, const T* dy, const T* x, const P* mean, std::int64_t rows,
+                                      std::int64_t channels, std::int64_t splits, double* partials) {
+  constexpr int kLanes = kReduceThreads / 32;
+  __shared__ double scratch[4][kLanes][32];
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * 32 + threadIdx.x;
+  const auto split = static_cast<std::int64_t>(blockIdx.y);
+  const std::int64_t chunk = (rows + splits - 1) / splits;
+  const std::int64_t begin = split * chunk;
+  const std::int64_t end = begin + chunk < rows ? begin + chunk : rows;
+  double sums[4] = {0, 0, 0, 0};
+  if (c < channels) {
+    const P shift = channelShift(training, x, mean, c, 1, rows);
+    for (std::int64_t r = begin + threadIdx.y; r < end; r += kLanes) {
+      const std::int64_t index = r * channels + c;
+      const P xs = static_cast<P>(x[index]) - shift;
+      const double g = static_cast<double>(static_cast<P>(dy[index]));
+      const double v = static_cast<double>(xs);
+      sums[0] += v;
+      sums[1] += v * v;
+      sums[2] += g;
+      sums[3] += g * v;
+    }
+  }
+  for (int q = 0; q < 4; ++q)
+    scratch[q][threadIdx.y][threadIdx.x] = sums[q];
+  __syncthreads();
+  if (threadIdx.y == 0 && c < channels) {
+    for (int q = 0; q < 4; ++q) {
+      double total = 0;
+      for (int lane = 0; lane < kLanes; ++lane)
+        total += scratch[q][lane][threadIdx.x];
+      partials[(c * splits + split) * 4 + q] = total;
+    }
   }
 }
 
@@ -280,19 +332,28 @@ void runningStats(const void* inputMean, const void* inputVar, const void* batch
 template <typename T, typename P>
 void batchNormGrad(bool training, double epsilon, const void* dy, const void* x, const void* scale, const void* mean,
                    const void* var, void* dx, void* dscale, void* dbias, std::int64_t batch, std::int64_t channels,
-                   std::int64_t inner, void* workspace, cudaStream_t stream) {
+                   std::int64_t inner, bool channelsLast, void* workspace, cudaStream_t stream) {
   if (channels == 0)
     return;
   STRATA_CHECK(channels <= 0x7fffffff, "BatchNormalizationGrad on CUDA: {} channels is too many", channels);
   const std::int64_t count = batch * inner;
-  const std::int64_t splits = gradSplits(count);
+  const std::int64_t splits = gradSplitsFor(channelsLast, count, channels);
   auto* partials = static_cast<double*>(workspace);
   auto* coefficients = reinterpret_cast<P*>(partials + channels * splits * 4);
   const auto* typedX = static_cast<const T*>(x);
   const auto* typedMean = static_cast<const P*>(mean);
-  const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
-  channelSumsKernel<T, P><<<grid, kReduceThreads, 0, stream>>>(training, static_cast<const T*>(dy), typedX, typedMean,
-                                                               batch, channels, inner, splits, partials);
+  if (channelsLast) {
+    const dim3 grid(static_cast<unsigned>((channels + 31) / 32), static_cast<unsigned>(splits));
+    channelSumsLastKernel<T, P><<<grid, dim3(32, kReduceThreads / 32), 0, stream>>>(
+        training, static_cast<const T*>(dy), typedX, typedMean, count, channels, splits, partials);
+    // Every other kernel reads [batch, inner, channels] as [batch * inner, channels, 1].
+    batch = count;
+    inner = 1;
+  } else {
+    const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
+    channelSumsKernel<T, P><<<grid, kReduceThreads, 0, stream>>>(training, static_cast<const T*>(dy), typedX, typedMean,
+                                                                 batch, channels, inner, splits, partials);
+  }
   STRATA_CUDA_CHECK_LAUNCH();
   gradCoefficientsKernel<T, P><<<blocksFor(channels), kThreadsPerBlock, 0, stream>>>(
       training, epsilon, typedX, static_cast<const P*>(scale), typedMean, static_cast<const P*>(var), batch, channels,
@@ -361,19 +422,21 @@ void launchBatchNormRunningStats(DType dtype, const void* inputMean, const void*
   }
 }
 
-std::size_t batchNormGradWorkspaceBytes(DType paramDtype, std::int64_t channels, std::int64_t count) {
+std::size_t batchNormGradWorkspaceBytes(DType paramDtype, std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                                        bool channelsLast) {
   (void)paramDtype;  // the coefficients (parameter dtype) take a double's room whatever it is
   const auto c = static_cast<std::size_t>(channels);
-  return (c * static_cast<std::size_t>(gradSplits(count)) * 4 + c * 3) * sizeof(double);
+  const auto splits = static_cast<std::size_t>(gradSplitsFor(channelsLast, batch * inner, channels));
+  return (c * splits * 4 + c * 3) * sizeof(double);
 }
 
 void launchBatchNormGrad(DType xDtype, DType paramDtype, bool training, double epsilon, const void* dy, const void* x,
                          const void* scale, const void* mean, const void* var, void* dx, void* dscale, void* dbias,
-                         std::int64_t batch, std::int64_t channels, std::int64_t inner, void* workspace,
-                         cudaStream_t stream) {
+                         std::int64_t batch, std::int64_t channels, std::int64_t inner, bool channelsLast,
+                         void* workspace, cudaStream_t stream) {
   visitBatchNormTypes(xDtype, paramDtype, "BatchNormalizationGrad", [&](auto xTag, auto paramTag) {
     batchNormGrad<decltype(xTag), decltype(paramTag)>(training, epsilon, dy, x, scale, mean, var, dx, dscale, dbias,
-                                                      batch, channels, inner, workspace, stream);
+                                                      batch, channels, inner, channelsLast, workspace, stream);
   });
 }
 

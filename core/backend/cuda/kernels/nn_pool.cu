@@ -33,6 +33,33 @@ __device__ inline void unflatten(std::int64_t flat, const std::int64_t (&sizes)[
   coord[0] = flat / sizes[1];
 }
 
+// Where a plane's spatial positions lie in a tensor of `volume` positions per plane: element base + s * step for
+// position s (PoolWindow::channels picks the layout).
+struct PlaneAddress {
+  std::int64_t base, step;
+};
+
+__device__ inline PlaneAddress planeAddress(const PoolWindow& w, std::int64_t plane, std::int64_t volume) {
+  if (w.channels == 0)
+    return {plane * volume, 1};
+  const std::int64_t n = plane / w.channels;
+  return {n * volume * w.channels + (plane - n * w.channels), w.channels};
+}
+
+// The plane and spatial position of element i of a tensor of `volume` positions per plane.
+__device__ inline void locate(const PoolWindow& w, std::int64_t i, std::int64_t volume, std::int64_t& plane,
+                              std::int64_t& local) {
+  if (w.channels == 0) {
+    plane = i / volume;
+    local = i - plane * volume;
+    return;
+  }
+  const std::int64_t rest = i / w.channels;  // n * volume + local
+  const std::int64_t n = rest / volume;
+  local = rest - n * volume;
+  plane = n * w.channels + (i - rest * w.channels);
+}
+
 template <typename T>
 __device__ inline double asDouble(T v) {
   return static_cast<double>(toAcc(v));  // the 16-bit floats through float
@@ -55,9 +82,10 @@ __global__ void poolForwardKernel(bool isMax, bool countIncludePad, PoolWindow w
   const std::int64_t inVolume = w.inVolume();
   const std::int64_t outVolume = w.outVolume();
   STRATA_GRID_STRIDE_LOOP(i, total) {
-    const std::int64_t plane = i / outVolume;
+    std::int64_t plane, local;
+    locate(w, i, outVolume, plane, local);
     std::int64_t o[3];
-    unflatten(i - plane * outVolume, w.out, o);
+    unflatten(local, w.out, o);
     std::int64_t start[3];
     std::int64_t padded = 1;
     for (int d = 0; d < 3; ++d) {
@@ -66,7 +94,8 @@ __global__ void poolForwardKernel(bool isMax, bool countIncludePad, PoolWindow w
       kernelRange(-w.padBegin[d], w.in[d] + w.padEnd[d], w.kernel[d], w.dilation[d], start[d], b, e);
       padded *= e - b;
     }
-    const T* p = x + plane * inVolume;
+    const PlaneAddress in = planeAddress(w, plane, inVolume);
+    const T* p = x + in.base;
     double sum = 0;
     double best = -INFINITY;
     std::int64_t bestIndex = -1;
@@ -85,7 +114,7 @@ __global__ void poolForwardKernel(bool isMax, bool countIncludePad, PoolWindow w
           if (p2 < 0 || p2 >= w.in[2])
             continue;
           const std::int64_t offset = (p0 * w.in[1] + p1) * w.in[2] + p2;
-          const double v = asDouble(p[offset]);
+          const double v = asDouble(p[offset * in.step]);
           sum += v;
           ++count;
           if (v > best) {
@@ -122,15 +151,17 @@ __global__ void maxPoolArgmaxKernel(PoolWindow w, std::int64_t total, const T* x
   const std::int64_t inVolume = w.inVolume();
   const std::int64_t outVolume = w.outVolume();
   STRATA_GRID_STRIDE_LOOP(i, total) {
-    const std::int64_t plane = i / outVolume;
+    std::int64_t plane, local;
+    locate(w, i, outVolume, plane, local);
     std::int64_t o[3];
-    unflatten(i - plane * outVolume, w.out, o);
+    unflatten(local, w.out, o);
     std::int64_t start[3], kb[3], ke[3];
     for (int d = 0; d < 3; ++d) {
       start[d] = o[d] * w.stride[d] - w.padBegin[d];
       kernelRange(0, w.in[d], w.kernel[d], w.dilation[d], start[d], kb[d], ke[d]);
     }
-    const T* p = x + plane * inVolume;
+    const PlaneAddress in = planeAddress(w, plane, inVolume);
+    const T* p = x + in.base;
     std::int64_t best = -1;
     A bestValue = A(0);
     for (std::int64_t k0 = kb[0]; k0 < ke[0]; ++k0) {
@@ -139,7 +170,7 @@ __global__ void maxPoolArgmaxKernel(PoolWindow w, std::int64_t total, const T* x
         const std::int64_t row = (p0 * w.in[1] + start[1] + k1 * w.dilation[1]) * w.in[2];
         for (std::int64_t k2 = kb[2]; k2 < ke[2]; ++k2) {
           const std::int64_t index = row + start[2] + k2 * w.dilation[2];
-          const A v = toAcc(p[index]);
+          const A v = toAcc(p[index * in.step]);
           if (best < 0 || v > bestValue || (isNan(v) && !isNan(bestValue))) {
             best = index;
             bestValue = v;
@@ -173,15 +204,17 @@ __global__ void maxPoolGradKernel(PoolWindow w, std::int64_t total, const T* dy,
   const std::int64_t inVolume = w.inVolume();
   const std::int64_t outVolume = w.outVolume();
   STRATA_GRID_STRIDE_LOOP(i, total) {
-    const std::int64_t plane = i / inVolume;
-    const std::int64_t local = i - plane * inVolume;
+    std::int64_t plane, local;
+    locate(w, i, inVolume, plane, local);
     std::int64_t pos[3];
     unflatten(local, w.in, pos);
     std::int64_t ob[3], oe[3];
     for (int d = 0; d < 3; ++d)
       windowsHolding(pos[d], w.out[d], w.stride[d], w.padBegin[d], w.kernel[d], w.dilation[d], ob[d], oe[d]);
-    const std::int64_t* routes = argmax + plane * outVolume;
-    const T* grad = dy + plane * outVolume;
+    // argmax is laid out as dY.
+    const PlaneAddress out = planeAddress(w, plane, outVolume);
+    const std::int64_t* routes = argmax + out.base;
+    const T* grad = dy + out.base;
     A sum = A(0);
     for (std::int64_t o0 = ob[0]; o0 < oe[0]; ++o0) {
       if (!holds(pos[0], o0, w.stride[0], w.padBegin[0], w.dilation[0]))
@@ -192,7 +225,7 @@ __global__ void maxPoolGradKernel(PoolWindow w, std::int64_t total, const T* dy,
         for (std::int64_t o2 = ob[2]; o2 < oe[2]; ++o2) {
           if (!holds(pos[2], o2, w.stride[2], w.padBegin[2], w.dilation[2]))
             continue;
-          const std::int64_t oi = (o0 * w.out[1] + o1) * w.out[2] + o2;
+          const std::int64_t oi = ((o0 * w.out[1] + o1) * w.out[2] + o2) * out.step;
           if (routes[oi] == local)
             sum += toAcc(grad[oi]);
         }
@@ -208,13 +241,15 @@ __global__ void averagePoolGradKernel(bool countIncludePad, PoolWindow w, std::i
   const std::int64_t inVolume = w.inVolume();
   const std::int64_t outVolume = w.outVolume();
   STRATA_GRID_STRIDE_LOOP(i, total) {
-    const std::int64_t plane = i / inVolume;
+    std::int64_t plane, local;
+    locate(w, i, inVolume, plane, local);
     std::int64_t pos[3];
-    unflatten(i - plane * inVolume, w.in, pos);
+    unflatten(local, w.in, pos);
     std::int64_t ob[3], oe[3];
     for (int d = 0; d < 3; ++d)
       windowsHolding(pos[d], w.out[d], w.stride[d], w.padBegin[d], w.kernel[d], w.dilation[d], ob[d], oe[d]);
-    const T* grad = dy + plane * outVolume;
+    const PlaneAddress out = planeAddress(w, plane, outVolume);
+    const T* grad = dy + out.base;
     A sum = A(0);
     // A window's divisor factor along dim d: its positions inside the input, or inside input + explicit pads.
     auto factor = [&](int d, std::int64_t o) {
@@ -241,7 +276,7 @@ __global__ void averagePoolGradKernel(bool countIncludePad, PoolWindow w, std::i
           const std::int64_t divisor = f0 * f1 * factor(2, o2);
           if (divisor == 0)
             continue;
-          sum += toAcc(grad[(o0 * w.out[1] + o1) * w.out[2] + o2]) / static_cast<A>(divisor);
+          sum += toAcc(grad[((o0 * w.out[1] + o1) * w.out[2] + o2) * out.step]) / static_cast<A>(divisor);
         }
       }
     }

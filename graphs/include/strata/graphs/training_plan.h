@@ -7,6 +7,7 @@
 
 #include "strata/executor.h"
 #include "strata/graphs/autodiff.h"
+#include "strata/graphs/channels_last.h"
 #include "strata/graphs/graph.h"
 #include "strata/optim/parameter_store.h"
 
@@ -28,6 +29,8 @@ struct TrainingPlanOptions {
   bool scaledLoss = false;
   // Whether the step is recorded once and replayed (CUDA graphs; Note [Recorded runs]). Evaluation never is.
   Recording recording = Recording::Off;
+  // Whether convolutions, batch norm and pooling run on channels-last values (graphs/channels_last.h).
+  bool channelsLast = false;
 };
 
 struct StepResult {
@@ -60,6 +63,8 @@ class TrainingPlan {
   // Buffers (batch-norm running statistics): name and the tensor updated in place.
   const std::vector<std::pair<std::string, Tensor>>& buffers() const { return buffers_; }
   const TensorMeta& labelMeta() const { return labelMeta_; }
+  // What the channels-last rewrite changed (all zero without options.channelsLast).
+  const ChannelsLastReport& channelsLastReport() const { return channelsLastReport_; }
   // The model graph with the trained parameters and buffers as initializers (for --export and checkpoints).
   Graph modelWithCurrentWeights() const;
 
@@ -68,6 +73,7 @@ class TrainingPlan {
   TrainingPlanOptions options_;
   TrainingGraph training_;
   TensorMeta labelMeta_;
+  ChannelsLastReport channelsLastReport_;
   std::unique_ptr<ParameterStore> store_;
   std::vector<std::string> names_;
   std::vector<std::pair<std::string, Tensor>> buffers_;

@@ -1,0 +1,199 @@
+#include "strata/graphs/channels_last.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <optional>
+#include <string>
+
+#include "strata/graphs/specialize.h"
+#include "strata/graphs/training_plan.h"
+#include "strata/loaders/onnx_importer.h"
+#include "test_models.h"
+
+namespace strata {
+namespace {
+
+const Shape kInput{4, 3, 8, 8};
+
+// x -> Conv (2x2, stride 2) -> c -> Transpose to NHWC -> LayerNorm -> MatMul -> Transpose to NCHW -> Mul(gamma
+// [4,1,1]) -> Add(c) -> GlobalAveragePool -> Flatten -> Gemm -> y[N, 10]: ConvNeXt's block in miniature, whose
+// own Transposes meet the channels-last values and whose layer scale broadcasts from rank 3.
+onnx::ModelProto convNextLikeModel() {
+  using namespace testing;
+  onnx::ModelProto model = emptyModel();
+  setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 3, 8, 8});
+  addInitializer(model, "w", {4, 3, 2, 2}, randomValues(48, 11, 0.4f));
+  addInitializer(model, "ln_scale", {4}, {1.0f, 0.9f, 1.1f, 1.2f});
+  addInitializer(model, "ln_bias", {4}, randomValues(4, 12, 0.1f));
+  addInitializer(model, "wl", {4, 4}, randomValues(16, 13, 0.5f));
+  addInitializer(model, "gamma", {4, 1, 1}, randomValues(4, 14, 1.0f));
+  addInitializer(model, "wf", {10, 4}, randomValues(40, 15, 0.3f));
+  auto* conv = addNode(model, "Conv", {"x", "w"}, {"c"}, "patchify");
+  setInts(conv, "strides", {2, 2});
+  setInts(addNode(model, "Transpose", {"c"}, {"t"}, "to_nhwc"), "perm", {0, 2, 3, 1});
+  addNode(model, "LayerNormalization", {"t", "ln_scale", "ln_bias"}, {"ln"}, "norm");
+  addNode(model, "MatMul", {"ln", "wl"}, {"m"}, "pointwise");
+  setInts(addNode(model, "Transpose", {"m"}, {"back"}, "to_nchw"), "perm", {0, 3, 1, 2});
+  addNode(model, "Mul", {"back", "gamma"}, {"scaled"}, "layer_scale");
+  addNode(model, "Add", {"scaled", "c"}, {"sum"}, "residual");
+  addNode(model, "GlobalAveragePool", {"sum"}, {"pooled"}, "pool");
+  addNode(model, "Flatten", {"pooled"}, {"flat"}, "flatten");
+  setInt(addNode(model, "Gemm", {"flat", "wf"}, {"y"}, "fc"), "transB", 1);
+  setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 10});
+  return model;
+}
+
+Graph import(const testing::TempDir& dir, const onnx::ModelProto& model, const std::string& name) {
+  return importOnnx(testing::save(model, dir / (name + ".onnx")));
+}
+
+const Node* nodeNamed(const Graph& graph, const std::string& name) {
+  for (const Node& node : graph.nodes) {
+    if (node.name == name)
+      return &node;
+  }
+  return nullptr;
+}
+
+Graph rewritten(const Graph& model, ChannelsLastReport& report) {
+  const SpecializeOptions options{.inputMetas = {TensorMeta{DType::Float32, kInput}}, .training = true};
+  return specialize(channelsLast(specialize(model, options), &report), options);
+}
+
+TEST(ChannelsLastTest, MarksTheLayoutNodesAndTransposesAtTheEdges) {
+  testing::TempDir dir;
+  ChannelsLastReport report;
+  const Graph graph = rewritten(import(dir, testing::smallCnnModel(), "cnn"), report);
+  for (const char* name : {"conv1", "bn1", "pool1", "conv2", "conv3"}) {
+    const Node* node = nodeNamed(graph, name);
+    ASSERT_NE(node, nullptr) << name;
+    EXPECT_EQ(node->attrs.getInt("channels_last", 0), 1) << name;
+  }
+  const Node* conv1 = nodeNamed(graph, "conv1");
+  EXPECT_EQ(graph.values[static_cast<std::size_t>(conv1->outputs[0])].meta.shape, (Shape{4, 8, 8, 4}));
+  EXPECT_EQ(graph.values[static_cast<std::size_t>(conv1->inputs[1])].meta.shape, (Shape{4, 3, 3, 3}));  // KRSC
+  EXPECT_EQ(report.layoutNodes, 5);
+  EXPECT_EQ(report.elementwiseNodes, 4);  // relu1, relu2, residual, bias
+  // In: x, w1, w2 (once for both convs) and bias2 (broadcast from [4, 1, 1]); out: before Flatten.
+  EXPECT_EQ(report.transposes, 5);
+  EXPECT_EQ(nodeNamed(graph, "fc")->attrs.has("channels_last"), false);
+}
+
+TEST(ChannelsLastTest, AModelsOwnTransposesMeetTheChannelsLastValues) {
+  testing::TempDir dir;
+  ChannelsLastReport report;
+  const Graph graph = rewritten(import(dir, convNextLikeModel(), "convnext"), report);
+  EXPECT_EQ(nodeNamed(graph, "to_nhwc"), nullptr) << "the patchify conv already gives NHWC";
+  EXPECT_EQ(nodeNamed(graph, "to_nchw"), nullptr) << "layer_scale reads the NHWC MatMul result directly";
+  EXPECT_EQ(report.layoutNodes, 2);       // patchify and the pooling (a ReduceMean over H and W)
+  EXPECT_EQ(report.elementwiseNodes, 2);  // layer_scale and residual
+  EXPECT_EQ(report.transposes, 4);        // x, w, gamma in; the pooled [N, 1, 1, C] out
+  const Node* pool = nodeNamed(graph, "pool");
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->opType, "ReduceMean");
+}
+
+TEST(ChannelsLastTest, LeavesWhatItCannotRunChannelsLast) {
+  testing::TempDir dir;
+  onnx::ModelProto model = testing::smallCnnModel();
+  // Asymmetric pads on conv1, and pool1's Indices read by the graph.
+  for (auto& node : *model.mutable_graph()->mutable_node()) {
+    if (node.name() == "conv1") {
+      node.mutable_attribute(0)->clear_ints();
+      for (std::int64_t p : {0, 1, 2, 1})
+        node.mutable_attribute(0)->add_ints(p);
+    }
+    if (node.name() == "pool1")
+      node.add_output("indices");
+  }
+  testing::setTensorType(model.mutable_graph()->add_output(), "indices", onnx::TensorProto::INT64, {-1, 4, 4, 4});
+  ChannelsLastReport report;
+  const Graph graph = rewritten(import(dir, model, "partial"), report);
+  EXPECT_FALSE(nodeNamed(graph, "conv1")->attrs.has("channels_last"));
+  EXPECT_FALSE(nodeNamed(graph, "bn1")->attrs.has("channels_last")) << "its input is channels-first";
+  EXPECT_FALSE(nodeNamed(graph, "pool1")->attrs.has("channels_last"));
+  EXPECT_EQ(nodeNamed(graph, "conv2")->attrs.getInt("channels_last", 0), 1);
+}
+
+// ---- Training: the same step with and without the rewrite ----
+
+struct Batch {
+  Tensor x;
+  Tensor labels;
+};
+
+Batch batch() {
+  Batch b{testing::randomTensor(kInput, 7), Tensor::empty(DType::Int64, {kInput[0]})};
+  for (std::int64_t i = 0; i < kInput[0]; ++i)
+    b.labels.data<std::int64_t>()[i] = (3 * i + 1) % 10;
+  return b;
+}
+
+TrainingPlanOptions options(bool channelsLast, std::optional<DType> low = std::nullopt) {
+  TrainingPlanOptions o;
+  o.inputMetas = {TensorMeta{DType::Float32, kInput}};
+  o.channelsLast = channelsLast;
+  o.mixedPrecision = low;
+  return o;
+}
+
+double relativeError(const Tensor& actual, const Tensor& expected) {
+  double diff = 0, norm = 0;
+  for (std::int64_t i = 0; i < expected.numel(); ++i) {
+    const double e = expected.data<float>()[i];
+    diff += (actual.data<float>()[i] - e) * (actual.data<float>()[i] - e);
+    norm += e * e;
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+// Two steps (the second after an SGD-like update of every parameter), so running statistics and updated weights
+// flow through the rewritten plan too.
+void expectSameTraining(const Graph& model, std::optional<DType> low, double tolerance) {
+  const Batch data = batch();
+  TrainingPlan reference(model, options(false, low));
+  TrainingPlan rewritten(model, options(true, low));
+  EXPECT_GT(rewritten.channelsLastReport().layoutNodes, 0);
+  for (int step = 0; step < 2; ++step) {
+    const StepResult expected = reference.step({data.x}, data.labels);
+    const StepResult actual = rewritten.step({data.x}, data.labels);
+    const float want = *expected.loss.data<float>();
+    EXPECT_NEAR(*actual.loss.data<float>(), want, tolerance * std::abs(want)) << "step " << step;
+    ASSERT_EQ(rewritten.parameters().size(), reference.parameters().size());
+    for (std::size_t i = 0; i < reference.parameters().size(); ++i) {
+      EXPECT_LT(relativeError(rewritten.parameters().gradient(i), reference.parameters().gradient(i)), tolerance)
+          << reference.parameterNames()[i] << " step " << step;
+      for (TrainingPlan* plan : {&reference, &rewritten}) {
+        Tensor p = plan->parameters().parameter(i);
+        const Tensor g = plan->parameters().gradient(i);
+        for (std::int64_t k = 0; k < p.numel(); ++k)
+          p.data<float>()[k] -= 0.1f * g.data<float>()[k];
+      }
+    }
+    reference.parameters().bumpVersion();  // the weights changed (Note [Weight cache])
+    rewritten.parameters().bumpVersion();
+    for (std::size_t i = 0; i < reference.buffers().size(); ++i) {
+      EXPECT_LT(relativeError(rewritten.buffers()[i].second, reference.buffers()[i].second), tolerance)
+          << reference.buffers()[i].first;
+    }
+  }
+}
+
+TEST(ChannelsLastTrainingTest, SmallCnnTrainsAsChannelsFirst) {
+  testing::TempDir dir;
+  expectSameTraining(import(dir, testing::smallCnnModel(), "cnn"), std::nullopt, 1e-5);
+}
+
+TEST(ChannelsLastTrainingTest, ConvNextBlockTrainsAsChannelsFirst) {
+  testing::TempDir dir;
+  expectSameTraining(import(dir, convNextLikeModel(), "convnext"), std::nullopt, 1e-5);
+}
+
+TEST(ChannelsLastTrainingTest, Bfloat16TrainsAsChannelsFirstBfloat16) {
+  testing::TempDir dir;
+  expectSameTraining(import(dir, testing::smallCnnModel("AveragePool"), "cnn_avg"), DType::BFloat16, 1e-2);
+}
+
+}  // namespace
+}  // namespace strata
