@@ -57,7 +57,9 @@ const Node* nodeNamed(const Graph& graph, const std::string& name) {
 }
 
 Graph rewritten(const Graph& model, ChannelsLastReport& report) {
-  const SpecializeOptions options{.inputMetas = {TensorMeta{DType::Float32, kInput}}, .training = true};
+  SpecializeOptions options;
+  options.inputMetas = {TensorMeta{DType::Float32, kInput}};
+  options.training = true;
   return specialize(channelsLast(specialize(model, options), &report), options);
 }
 
