@@ -69,11 +69,12 @@ class OperandTranspose {
   OperandTranspose(DeviceType device, const TensorMeta& from, const std::vector<std::int64_t>& perm,
                    const std::string& nodeName)
       : to_{from.dtype, permuted(from.shape, perm)} {
-    attrs_.set("perm", perm);
+    Attributes attrs;
+    attrs.set("perm", perm);
     const KernelFactory* factory = OpRegistry::instance().kernel("Transpose", device);
     STRATA_CHECK(factory != nullptr, "node '{}': no Transpose kernel to change its operands' layout", nodeName);
     const std::vector<InputInfo> inputs{InputInfo{true, from, nullptr}};
-    kernel_ = (*factory)(KernelInit{inputs, {to_}, attrs_, nodeName, false});
+    kernel_ = (*factory)(KernelInit{inputs, {to_}, attrs, nodeName, false});
   }
 
   const TensorMeta& result() const { return to_; }
@@ -89,7 +90,6 @@ class OperandTranspose {
 
  private:
   TensorMeta to_;
-  Attributes attrs_;
   std::unique_ptr<OpKernel> kernel_;
 };
 

@@ -193,14 +193,17 @@ class ChannelsLastRewriter {
   // A new value for the channels-last form of `v`, which its producer now makes; the channels-first form is made
   // from it when something asks for it.
   int addLastValue(int v) {
-    Value value = in_.values[static_cast<std::size_t>(v)];
-    value.name += "/channels_last";
-    value.meta.shape = toChannelsLast(value.meta.shape);
-    value.constant = Tensor();
-    value.isInitializer = false;
-    const int id = out_.addValue(std::move(value));
+    const int id = addValueLike(v, "/channels_last", toChannelsLast(meta(v).shape));
     forms_[static_cast<std::size_t>(v)] = Forms{.first = kNoValue, .last = id};
     return id;
+  }
+
+  // A new computed value named after value `v`, of its dtype and the given shape.
+  int addValueLike(int v, const char* suffix, Shape shape) {
+    Value value;
+    value.name = name(v) + suffix;
+    value.meta = TensorMeta{meta(v).dtype, std::move(shape)};
+    return out_.addValue(std::move(value));
   }
 
   int lastForm(int v, NodePhase phase) {
@@ -211,12 +214,7 @@ class ChannelsLastRewriter {
     Shape shape = meta(v).shape;
     if (shape.size() < 4) {  // a broadcast operand: its 4-D view first
       shape.insert(shape.begin(), 4 - shape.size(), 1);
-      Value view = out_.values[static_cast<std::size_t>(v)];
-      view.name += "/4d";
-      view.meta.shape = shape;
-      view.constant = Tensor();
-      view.isInitializer = false;
-      const int viewId = out_.addValue(std::move(view));
+      const int viewId = addValueLike(v, "/4d", shape);
       Node reshape;
       reshape.name = fmt::format("channels_last/{}/4d", name(v));
       reshape.opType = "Reshape";
@@ -226,12 +224,7 @@ class ChannelsLastRewriter {
       out_.nodes.push_back(std::move(reshape));
       source = viewId;
     }
-    Value last = out_.values[static_cast<std::size_t>(v)];
-    last.name += "/channels_last";
-    last.meta.shape = toChannelsLast(shape);
-    last.constant = Tensor();
-    last.isInitializer = false;
-    const int lastId = out_.addValue(std::move(last));
+    const int lastId = addValueLike(v, "/channels_last", toChannelsLast(shape));
     forms_[static_cast<std::size_t>(v)].last = lastId;
     emitTranspose(source, lastId, kToLast, fmt::format("channels_last/{}/to_nhwc", name(v)), phase);
     return lastId;
