@@ -114,6 +114,19 @@ std::optional<LossScalerOptions> lossScalerOptionsOf(const DeviceOptions& option
   fail("--loss-scale {}: expected dynamic, dynamic:START or a fixed scale (positive, within float32's range)", spec);
 }
 
+void checkDeviceFlags(const DeviceOptions& options) {
+  checkPrecision(options.precision);
+  const std::string& spec = options.device;
+  if (spec != "cpu" && spec != "auto") {
+    if (spec.rfind("cuda", 0) != 0) {
+      fail("--device {}: expected cpu, cuda, cuda:N or auto", spec);
+    }
+    parseCudaIndex(spec);
+  }
+  channelsLastOf(options, Device::cpu());
+  lossScalerOptionsOf(options);
+}
+
 void requireFullPrecision(const DeviceOptions& options, const std::string& command) {
   if (mixedPrecisionOf(options)) {
     fail("--precision {}: {} runs in fp32 or tf32; mixed precision is a training mode (train, step)", options.precision,

@@ -34,6 +34,9 @@ bool channelsLastOf(const DeviceOptions& options, Device device);
 std::optional<DType> mixedPrecisionOf(const DeviceOptions& options);
 // The loss scaling --precision fp16 trains with (from --loss-scale); nullopt for the other precisions.
 std::optional<LossScalerOptions> lossScalerOptionsOf(const DeviceOptions& options);
+// Checks the spelling of every device flag without touching a GPU, so a launcher can refuse a bad flag once,
+// before it starts ranks that would each fail the same way after the rendezvous.
+void checkDeviceFlags(const DeviceOptions& options);
 // For commands that do not train (run): bf16 and fp16 are a training mode, so they are refused with why.
 void requireFullPrecision(const DeviceOptions& options, const std::string& command);
 

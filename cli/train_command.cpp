@@ -252,7 +252,16 @@ void releaseRanks(Store* store, const RankEnvironment& env) {
   }
 }
 
+// Flag spellings, checked before the launcher starts any rank (each would fail the same way after the rendezvous).
+void checkTrainFlags(const TrainOptions& options) {
+  checkDeviceFlags(options.device);
+  recordingOf(options.cudaGraph, Device::cuda(0));
+  parseStrategyOptions(options.strategyOptions);
+  parseLossKind(options.loss);
+}
+
 void train(const TrainOptions& options) {
+  checkTrainFlags(options);
   // --- launcher (cli/launcher.h): with --nproc/--nnodes this process starts the ranks and waits for them.
   if (launchIfNeeded(options.launch)) {
     return;
@@ -551,15 +560,15 @@ void train(const TrainOptions& options) {
                               {"elementwise_nodes", layout.elementwiseNodes},
                               {"transposes", layout.transposes}};
   if (device.type == DeviceType::CUDA) {
-    const RecordingStatus& recording = plan.executor().recording();
+    const RecordingStatus& graphStatus = plan.executor().recording();
     summary["cuda_graph"] = {
-        {"mode", recordingName(recording.mode)}, {"replayed", recording.replaying}, {"detail", recording.detail}};
-    if (recording.eagerMs > 0) {
-      summary["cuda_graph"]["eager_step_ms"] = recording.eagerMs;
-      summary["cuda_graph"]["replay_step_ms"] = recording.replayMs;
+        {"mode", recordingName(graphStatus.mode)}, {"replayed", graphStatus.replaying}, {"detail", graphStatus.detail}};
+    if (graphStatus.eagerMs > 0) {
+      summary["cuda_graph"]["eager_step_ms"] = graphStatus.eagerMs;
+      summary["cuda_graph"]["replay_step_ms"] = graphStatus.replayMs;
     }
-    if (recording.mode != Recording::Off) {
-      fmt::print("cuda graph ({}): {}\n", recordingName(recording.mode), recording.detail);
+    if (graphStatus.mode != Recording::Off) {
+      fmt::print("cuda graph ({}): {}\n", recordingName(graphStatus.mode), graphStatus.detail);
     }
   }
   if (lossScaler) {

@@ -1,18 +1,35 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (through the device tool, with .gpu-pack carried; see pack.sh). Unpacks the build,
 # points the loader at the packed libraries and at cuDNN/cuBLAS/NCCL inside PyTorch's nvidia-* packages, then runs
-#   tests   the gpu-labelled tests: CUDA device tests, every gradient rule on the GPU vs the CPU backend, the ONNX
-#           node suite on the GPU, a 2-rank DDP run sharing the GPU through Gloo, and the five paper models'
-#           training step against PyTorch on the GPU, bf16/fp16 mixed precision against PyTorch autocast
-#   bench   bench/gpu_train_throughput.py (Strata vs PyTorch eager, same GPU, one run), then once more with
-#           --cuda-graph auto on ResNet-50 at 32x32, and bf16 with --channels-last off (NCHW on both sides)
-#   all     both.  Results land in $OUT (the device tool brings them back).
+# the groups named on the command line, in order (most telling first):
+#   ops      the gpu-labelled GoogleTest cases (CUDA device tests, every gradient rule and every channels-last op on
+#            the GPU against the CPU backend), the ONNX node suite on the GPU, cli.device's GPU branch
+#   models   a 2-rank DDP run sharing the GPU through Gloo; the five paper models' training step against PyTorch
+#            on the GPU (float32, float64, channels-last)
+#   mixed    bf16/fp16 mixed precision against PyTorch autocast (ResNet-50, VGG16, ConvNeXt-Tiny)
+#   bench    bench/gpu_train_throughput.py (Strata vs PyTorch eager, same GPU, one run)
+#   extra    the same benchmark with --cuda-graph auto (ResNet-50 at 32x32) and bf16 with --channels-last off
+#   tests    = ops models mixed;  all = tests bench extra
+# The device tool allows 600 s a command and 30 minutes a session: the groups share a budget of
+# STRATA_DEVICE_BUDGET_S seconds (default 540), each step gets what is left, steps that no longer fit are listed
+# as not run, and the logs archive ($OUT/strata-gpu-logs.tar.gz) is rewritten after every step, so a command cut
+# short still brings back everything it did. $OUT/summary.txt has one line per step.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-what=${1:-all}
+cd "$(dirname "$0")/../.." || exit 1
+[ $# -gt 0 ] || set -- all
+for what in "$@"; do
+  case "$what" in
+    ops | models | mixed | bench | extra | tests | all) ;;
+    *) echo "unknown group '$what': expected ops, models, mixed, bench, extra, tests or all" >&2; exit 2 ;;
+  esac
+done
 OUT=${OUT:-/tmp/strata-out}
+budget=${STRATA_DEVICE_BUDGET_S:-540}
+deadline=$((SECONDS + budget))
 logs=/tmp/strata-logs  # the device tool returns at most 8 files: logs travel back as one archive
 mkdir -p "$OUT" "$logs"
+summary="$OUT/summary.txt"
+: > "$summary"
 pack=/tmp/strata-gpu
 rm -rf "$pack" && mkdir -p "$pack" && xz -dc .gpu-pack/strata-gpu.tar.xz | tar -C "$pack" -xf - || exit 1
 nvidia_libs=$(python3 - <<'PY'
@@ -28,46 +45,79 @@ PY
 )
 export LD_LIBRARY_PATH="$pack/lib:$nvidia_libs:${LD_LIBRARY_PATH:-}"
 export STRATA_PLUGIN_PATH="$pack/plugins"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt"
-"$pack/bin/strata" run "$pack/models/default_cnn.onnx" --device cuda --repeat 3 || echo "FAILED: strata run on cuda"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/gpu.txt" "$summary"
 status=0
-run() {  # name, command...
+archive() { tar -C "$logs" -czf "$OUT/strata-gpu-logs.tar.gz" .; }
+run() {  # name, command...: runs within what is left of the budget, records the outcome and re-archives the logs
   local name=$1; shift
-  echo "=== $name"
-  if "$@" > "$logs/$name.log" 2>&1; then echo "ok"; else echo "FAILED (see $name.log)"; status=1; fi
+  local left=$((deadline - SECONDS))
+  if [ "$left" -lt 30 ]; then
+    echo "NOT RUN $name (out of time)" | tee -a "$summary"; status=1; return
+  fi
+  echo "=== $name (${left}s left)"
+  local start=$SECONDS rc=0
+  timeout -k 5 "$left" "$@" > "$logs/$name.log" 2>&1 || rc=$?
+  local took=$((SECONDS - start)) outcome=ok
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then outcome="TIMED OUT"; status=1
+  elif [ "$rc" -ne 0 ]; then outcome="FAILED rc=$rc"; status=1
+  elif grep -q -e "no CUDA device" -e "no GPU here" "$logs/$name.log"; then outcome="SKIPPED (no GPU)"; status=1; fi
+  echo "$outcome $name ${took}s" | tee -a "$summary"
   tail -n 15 "$logs/$name.log"
+  archive
 }
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  export STRATA_TEST_DEVICE=cuda
-  run unit_gpu "$pack/bin/strata_unit_tests" --gtest_filter='*GradientsTest.*:CudaDevice*:CudaBackend*' --gtest_brief=1
-  run conformance_gpu env STRATA_ONNX_NODE_TESTS="$pack/onnx-node-tests" "$pack/bin/strata_conformance_tests"
-  unset STRATA_TEST_DEVICE
+step() {  # model, dtype, tolerance, grad tolerance, extra check_step.py arguments...
+  local model=$1 dtype=$2 tolerance=$3 grad=$4; shift 4
+  run "step_${model}_${dtype}${1:+_cl}" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
+    --work-dir /tmp/strata-ref --device cuda --dtype "$dtype" --batch 16 --updates 3 --tolerance "$tolerance" \
+    --grad-tolerance "$grad" "$@"
+}
+group_ops() {
+  run strata_run "$pack/bin/strata" run "$pack/models/default_cnn.onnx" --device cuda --repeat 3
+  # The same filter as tests/CMakeLists.txt's gpu.* cases.
+  run unit_gpu env STRATA_TEST_DEVICE=cuda "$pack/bin/strata_unit_tests" \
+    --gtest_filter='*GradientsTest.*:CudaDevice*:ChannelsLastOpsTest.*:CudaBackend*' --gtest_brief=1
+  run conformance_gpu env STRATA_TEST_DEVICE=cuda STRATA_ONNX_NODE_TESTS="$pack/onnx-node-tests" \
+    "$pack/bin/strata_conformance_tests"
   run cli_device bash tests/cli/device_test.sh "$pack/bin/strata"
+}
+group_models() {
   run ddp_shared_gpu python3 tests/multirank/check_ddp_equivalence.py --strata "$pack/bin/strata" \
     --work-dir /tmp/strata-ddp --nproc 2 --grad-accum 2 --device cuda
-  for model in resnet50 vgg16 densenet121 convnext_tiny efficientnet_v2_s; do
-    run "step_${model}_f64" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
-      --work-dir /tmp/strata-ref --device cuda --dtype float64 --batch 16 --updates 3 --tolerance 1e-9 \
-      --grad-tolerance 1e-7
-    run "step_${model}_f32" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
-      --work-dir /tmp/strata-ref --device cuda --dtype float32 --batch 16 --updates 3 --tolerance 1e-3 \
-      --grad-tolerance 1e-2
-  done
+  step resnet50 float32 1e-3 1e-2
+  step resnet50 float32 1e-3 1e-2 --channels-last on
+  step efficientnet_v2_s float32 1e-3 1e-2 --channels-last on
+  for model in vgg16 densenet121 convnext_tiny efficientnet_v2_s; do step "$model" float32 1e-3 1e-2; done
+  for model in resnet50 vgg16 densenet121 convnext_tiny efficientnet_v2_s; do step "$model" float64 1e-9 1e-7; done
+}
+group_mixed() {
   for precision in bf16 fp16; do
     for model in resnet50 vgg16 convnext_tiny; do
       run "mixed_${model}_${precision}" python3 tests/reference/check_mixed_precision.py --model "$model" \
         --precision "$precision" --batch 16 --device cuda --strata "$pack/bin/strata" --work-dir /tmp/strata-ref
     done
   done
-fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  run bench python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata"
+}
+group_bench() {  # one step per model, so the rows measured before a cut still come back
+  for model in resnet50_224 resnet50_32 vgg16_224 convnext_tiny_224; do
+    run "bench_$model" python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" --models "$model"
+  done
+}
+group_extra() {
   # CUDA graphs where launches weigh most (small images); auto decides after 8 steps, so 10 warm-up steps.
   run bench_graph python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" --models resnet50_32 \
     --precisions tf32,bf16 --cuda-graph auto --warmup 10
   # What channels-last buys in bf16: the same models with NHWC off on both sides (the main table runs it on).
   run bench_nchw python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" \
     --models resnet50_224,vgg16_224 --precisions bf16 --channels-last off
-fi
-tar -C "$logs" -czf "$OUT/strata-gpu-logs.tar.gz" .
+}
+for what in "$@"; do
+  case "$what" in
+    tests) group_ops; group_models; group_mixed ;;
+    all) group_ops; group_models; group_mixed; group_bench; group_extra ;;
+    *) "group_$what" ;;
+  esac
+done
+archive
+cat "$summary"
 exit $status

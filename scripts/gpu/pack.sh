@@ -5,7 +5,7 @@
 # spdlog, ZeroMQ, ...) and the generated ONNX node test suite. cuDNN, cuBLAS and NCCL are not packed: the GPU
 # machine has them inside PyTorch's nvidia-* Python packages (device_run.sh points LD_LIBRARY_PATH there).
 #
-# Then, with the device tool:  run(command="scripts/gpu/device_run.sh all", carry=[".gpu-pack"])
+# Then, with the device tool:  run(command="scripts/gpu/device_run.sh ops models", carry=[".gpu-pack"])
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-gpu}

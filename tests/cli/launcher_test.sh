@@ -56,6 +56,16 @@ grep -q "rank 1 exited with status 3; stopped the other ranks" "$work/fail.err" 
 grep -q '^\[rank 1\] test hook STRATA_TEST_EXIT_RANK' "$work/fail.out"
 if pgrep -fa -- "$marker"; then echo "ranks outlived the launcher"; exit 1; fi
 
+# (b2) A misspelt flag is refused once by the launcher, before any rank starts (not once per rank after the
+# rendezvous).
+for flag in "--channels-last nhwc" "--precision fp8" "--cuda-graph maybe" "--device tpu" "--strategy-opt x"; do
+  # shellcheck disable=SC2086  # the flag and its value are two words
+  if timeout 60 "$strata" train "${common[@]}" --nproc 2 --out "$work/flag" $flag > "$work/flag.out" 2> "$work/flag.err"
+  then echo "the job succeeded with $flag"; exit 1; fi
+  if grep -q '^\[rank ' "$work/flag.out" "$work/flag.err"; then echo "ranks started with $flag"; cat "$work/flag.out"; exit 1; fi
+  [ "$(grep -c -- "${flag%% *} " "$work/flag.err")" -eq 1 ] || { echo "expected one error for $flag"; cat "$work/flag.err"; exit 1; }
+done
+
 # (c) Malformed rank environments name the variable and its value.
 if RANK=x WORLD_SIZE=2 "$strata" train "${common[@]}" --max-steps 1 --out "$work/bad" 2> "$work/bad.err"; then exit 1; fi
 grep -q "environment variable RANK='x' is not a non-negative integer" "$work/bad.err" || { cat "$work/bad.err"; exit 1; }

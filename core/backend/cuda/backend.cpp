@@ -53,7 +53,9 @@ class CudaDeviceBackend final : public DeviceBackend {
     const Device device = dstDevice.type == DeviceType::CUDA ? dstDevice : srcDevice;
     makeCurrent(device.index);  // copies come from any thread (Gloo's staging worker)
     const cudaStream_t stream = defaultCudaStream(device.index).handle();
-    if (srcDevice.type == DeviceType::CUDA && dstDevice.type == DeviceType::CUDA && srcDevice != dstDevice) {
+    const bool betweenGpus =
+        srcDevice.type == DeviceType::CUDA && dstDevice.type == DeviceType::CUDA && srcDevice != dstDevice;
+    if (betweenGpus) {
       // Between GPUs: the copy runs on the destination's stream, after the source's queued work.
       makeCurrent(srcDevice.index);  // an event is recorded on its own device's streams
       std::optional<CudaEvent> sourceReady;
@@ -63,6 +65,15 @@ class CudaDeviceBackend final : public DeviceBackend {
       sourceReady->wait(stream);
     }
     STRATA_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+    if (betweenGpus) {
+      // And the source's later work after the copy: the source's allocator may hand its block to the next kernel
+      // there (Note [CUDA block cache]) while the destination's stream still reads it.
+      CudaEvent copied;
+      copied.record(stream);
+      makeCurrent(srcDevice.index);
+      copied.wait(defaultCudaStream(srcDevice.index).handle());
+      makeCurrent(device.index);
+    }
     if (dstDevice.type == DeviceType::CPU) {
       STRATA_CUDA_CHECK(cudaStreamSynchronize(stream));
     }

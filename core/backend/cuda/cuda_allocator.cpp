@@ -94,7 +94,9 @@ void* CudaAllocator::mallocOrThrow(std::size_t rounded, std::size_t requested, M
         mib(snap.totalPeak), mib(snap.reserved), mib(static_cast<std::int64_t>(freeBytes)),
         mib(static_cast<std::int64_t>(totalBytes)));
   }
-  STRATA_CUDA_CHECK(status);
+  if (status != cudaSuccess) {
+    throwCudaError(status, "cudaMalloc", __FILE__, __LINE__);  // the macro would name `status`, not the call
+  }
   std::lock_guard lock(mutex_);
   liveBlocks_[block] = LiveBlock{rounded, 0};
   reservedBytes_ += static_cast<std::int64_t>(rounded);

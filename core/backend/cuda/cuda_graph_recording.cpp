@@ -25,7 +25,8 @@ class CudaGraphWork final : public RecordedWork {
   CudaGraphWork& operator=(const CudaGraphWork&) = delete;
 
   ~CudaGraphWork() override {
-    makeCurrent(device_);
+    // Not makeCurrent: it throws, and a destructor that throws terminates (at exit the runtime may be unloaded).
+    (void)cudaSetDevice(device_);
     // Replays may still be queued; their blocks must not be reused by anything else before they finish.
     (void)cudaStreamSynchronize(stream_);
     (void)cudaGraphExecDestroy(exec_);

@@ -7,6 +7,11 @@
 // the unbiased batch variance), and a small kernel applies ONNX's update, turning the variance back into the biased
 // one. A single value per channel (count 1) has no unbiased variance: that case skips cuDNN (mean = x, var = 0).
 //
+// cuDNN's training forward is not the only one: where cuDNN refuses the call (CUDNN_STATUS_NOT_SUPPORTED*, say a
+// dtype or layout its build lacks), and for sizes PyTorch keeps off it (more than 880801 samples, 2^31 elements or
+// more), the statistics come from Strata's per-channel sums (the gradient's, in double) and the apply kernel
+// normalises; the running statistics are updated the same way after either.
+//
 // Mixed precision: X, Y, dY and dX may be float16 or bfloat16 while scale, B, the statistics and their gradients
 // stay float32, as in PyTorch autocast over cuDNN (nn::checkBatchNormDTypes lists the pairs).
 //
@@ -19,8 +24,10 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "cuda_context.h"
 #include "cuda_stream.h"
@@ -104,7 +111,15 @@ class BatchNormKernel : public OpKernel {
       inner_ = 1;
     }
     empty_ = x.numel() == 0;
+    channelsLast_ = channelsLast;
     if (empty_ || !training_ || batch_ * inner_ == 1)
+      return;
+    // PyTorch's limits for cuDNN's training forward (its _select_batch_norm_backend); STRATA_CUDA_BATCHNORM=strata
+    // chooses Strata's kernels for every size (to compare the two, and to test them on a GPU).
+    const char* choice = std::getenv("STRATA_CUDA_BATCHNORM");
+    ownStatistics_ = dims.at(0) > 880801 || x.numel() >= std::int64_t{0x7fffffff} ||
+                     (choice != nullptr && std::string_view(choice) == "strata");
+    if (ownStatistics_)
       return;
     // X and Y share one descriptor; for 16-bit X cuDNN derives a float statistics descriptor.
     xDesc_.set(xDtype_, cudnnDims(dims), channelsLast);
@@ -156,9 +171,22 @@ class BatchNormKernel : public OpKernel {
       meanForUpdate = xMean;
       varForUpdate = nullptr;
     } else {
-      // Note [Batch-norm running statistics]: factor 1 over zeroed buffers leaves the batch statistics in them.
-      STRATA_CUDA_CHECK(cudaMemsetAsync(base, 0, 2 * statBytes, stream));
-      cudnnForward(ctx, batchMean, unbiasedVar, savedMean, savedInvStd);
+      if (!ownStatistics_) {
+        // Note [Batch-norm running statistics]: factor 1 over zeroed buffers leaves the batch statistics in them.
+        STRATA_CUDA_CHECK(cudaMemsetAsync(base, 0, 2 * statBytes, stream));
+        ownStatistics_ = !cudnnForward(ctx, batchMean, unbiasedVar, savedMean, savedInvStd);
+      }
+      if (ownStatistics_) {
+        void* biasedVar = savedMean;  // scratch here
+        Tensor sums =
+            workspaceBytes(nn::batchNormStatsWorkspaceBytes(batch_, channels_, inner_, channelsLast_), device);
+        nn::launchBatchNormBatchStats(xDtype_, paramDtype_, ctx.input(0).rawData(), batchMean, biasedVar, unbiasedVar,
+                                      batch_, channels_, inner_, channelsLast_, workspacePointer(sums), stream);
+        nn::launchBatchNormApply(xDtype_, paramDtype_, ctx.input(0).rawData(), ctx.input(1).rawData(),
+                                 ctx.input(2).rawData(), batchMean, biasedVar, epsilon_, ctx.output(0).rawData(),
+                                 batch_, channels_, inner_, stream);
+        meanForUpdate = batchMean;
+      }
     }
     nn::launchBatchNormRunningStats(paramDtype_, ctx.input(3).rawData(), ctx.input(4).rawData(), meanForUpdate,
                                     varForUpdate, momentum_, batch_ * inner_, outputOrNull(ctx, 1),
@@ -168,8 +196,8 @@ class BatchNormKernel : public OpKernel {
 
  private:
   // cuDNN's training forward with exponentialAverageFactor 1 (savedMean / savedInvStd are scratch: the gradient
-  // recomputes the statistics).
-  void cudnnForward(const KernelContext& ctx, void* batchMean, void* unbiasedVar, void* savedMean, void* savedInvStd) {
+  // recomputes the statistics). False where cuDNN does not support the problem (nothing was launched then).
+  bool cudnnForward(const KernelContext& ctx, void* batchMean, void* unbiasedVar, void* savedMean, void* savedInvStd) {
     const cudnnHandle_t handle = contextOf(ctx).cudnn;
     const CudnnScalars scalars(paramDtype_);  // float unless float64: cuDNN's compute type
     const void* x = ctx.input(0).rawData();
@@ -195,14 +223,21 @@ class BatchNormKernel : public OpKernel {
             reserveSize);
       }
       if (status == CUDNN_STATUS_SUCCESS)
-        return;
+        return true;
       // cuDNN declined (before launching anything: the zeroed statistics are intact); the plain call, from now on.
       persistent_ = false;
     }
-    STRATA_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+    const cudnnStatus_t status = cudnnBatchNormalizationForwardTraining(
         handle, CUDNN_BATCHNORM_SPATIAL, scalars.one(), scalars.zero(), xDesc_.get(), x, xDesc_.get(), y,
         statsDesc_.get(), ctx.input(1).rawData(), ctx.input(2).rawData(), 1.0, batchMean, unbiasedVar, epsilon_,
-        savedMean, savedInvStd));
+        savedMean, savedInvStd);
+    if (CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED) {
+      spdlog::debug("BatchNormalization on CUDA: cuDNN does not support {} X ({}); Strata's kernels take it",
+                    dtypeName(xDtype_), cudnnGetErrorString(status));
+      return false;
+    }
+    STRATA_CUDNN_CHECK(status);
+    return true;
   }
 
   DType xDtype_ = DType::Float32;      // X and Y
@@ -211,7 +246,9 @@ class BatchNormKernel : public OpKernel {
   double momentum_ = 0.9;
   bool training_ = false;
   bool empty_ = false;
-  bool persistent_ = false;                            // channels-last: try CUDNN_BATCHNORM_SPATIAL_PERSISTENT first
+  bool persistent_ = false;     // channels-last: try CUDNN_BATCHNORM_SPATIAL_PERSISTENT first
+  bool ownStatistics_ = false;  // Strata's kernels instead of cuDNN's (see the top of this file)
+  bool channelsLast_ = false;
   std::int64_t batch_ = 0, channels_ = 0, inner_ = 0;  // X as [batch, channels, inner] (see above)
   TensorDescriptor xDesc_, statsDesc_;
 };

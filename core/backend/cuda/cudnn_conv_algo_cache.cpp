@@ -98,10 +98,12 @@ std::map<std::string, ConvAlgoChoice>& cache() {
 }
 
 // Whether a benchmarked or suggested algorithm may be used: it ran, fits the workspace and, for true float32,
-// does not use tensor-op (TF32) math.
+// does not use tensor-op (TF32) math; float32 and float64 never take one that down-converts to 16 bits.
 template <typename Perf>
-bool acceptable(const Perf& perf, std::size_t workspaceLimit, bool forbidTensorOps) {
+bool acceptable(const Perf& perf, std::size_t workspaceLimit, bool forbidTensorOps, bool forbidConversion) {
   if (perf.status != CUDNN_STATUS_SUCCESS || perf.memory > workspaceLimit)
+    return false;
+  if (forbidConversion && perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
     return false;
   return !(forbidTensorOps &&
            (perf.mathType == CUDNN_TENSOR_OP_MATH || perf.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION));
@@ -112,6 +114,7 @@ ConvAlgoChoice search(const ConvAlgoProblem& p, const std::string& key) {
   const cudnnMathType_t requested = requestedConvMathType(p.dtype);
   STRATA_CUDNN_CHECK(cudnnSetConvolutionMathType(p.conv, requested));
   const bool forbidTensorOps = requested == CUDNN_FMA_MATH;
+  const bool forbidConversion = p.dtype != DType::Float16 && p.dtype != DType::BFloat16;
   const std::size_t limit = convolutionWorkspaceLimit();
   int maxCount = 0;
   STRATA_CUDNN_CHECK(Api::maxCount(p.handle, &maxCount));
@@ -137,7 +140,7 @@ ConvAlgoChoice search(const ConvAlgoProblem& p, const std::string& key) {
   if (Api::find(p, maxCount, &returned, perf.data(), workspacePointer(workspace), searchBytes) ==
       CUDNN_STATUS_SUCCESS) {
     for (int i = 0; i < returned && chosen == nullptr; ++i) {
-      if (acceptable(perf[static_cast<std::size_t>(i)], searchBytes, forbidTensorOps))
+      if (acceptable(perf[static_cast<std::size_t>(i)], searchBytes, forbidTensorOps, forbidConversion))
         chosen = &perf[static_cast<std::size_t>(i)];
     }
   }
@@ -146,7 +149,7 @@ ConvAlgoChoice search(const ConvAlgoProblem& p, const std::string& key) {
     returned = 0;
     STRATA_CUDNN_CHECK(Api::heuristic(p, maxCount, &returned, perf.data()));
     for (int i = 0; i < returned && chosen == nullptr; ++i) {
-      if (acceptable(perf[static_cast<std::size_t>(i)], limit, forbidTensorOps))
+      if (acceptable(perf[static_cast<std::size_t>(i)], limit, forbidTensorOps, forbidConversion))
         chosen = &perf[static_cast<std::size_t>(i)];
     }
   }

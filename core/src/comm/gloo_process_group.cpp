@@ -66,11 +66,13 @@ Tensor hostView(const Tensor& t, bool copyIn, const StreamMark& ready) {
   return host;
 }
 
-// Copies a staged result back into its device tensor (nothing to do for host tensors).
-void unstage(const Tensor& t, const Tensor& host) {
+// Copies a staged result back into its device tensor (nothing to do for host tensors). The copy waits for `ready`
+// too: a tensor that was not copied in (broadcast's receivers, gathered and scattered outputs) may still be written
+// or read by kernels queued before the request, and the result must land after them.
+void unstage(const Tensor& t, const Tensor& host, const StreamMark& ready) {
   if (!onHost(t) && t.bytes() > 0) {
     deviceBackend(t.device().type)
-        ->stagingCopy(nullptr, t.rawData(), t.device(), host.rawData(), Device::cpu(), t.bytes());
+        ->stagingCopy(ready.get(), t.rawData(), t.device(), host.rawData(), Device::cpu(), t.bytes());
   }
 }
 
@@ -220,7 +222,7 @@ WorkHandle GlooProcessGroup::allReduce(Tensor tensor, ReduceOp op) {
         scale(data, tensor.numel(), static_cast<T>(1) / static_cast<T>(size_));
       }
     });
-    unstage(tensor, host);
+    unstage(tensor, host, ready);
   });
 }
 
@@ -255,7 +257,7 @@ WorkHandle GlooProcessGroup::reduceScatter(Tensor input, Tensor output, ReduceOp
         scale(hostOutput.data<T>(), part, static_cast<T>(1) / static_cast<T>(size_));
       }
     });
-    unstage(output, hostOutput);
+    unstage(output, hostOutput, ready);
   });
 }
 
@@ -289,7 +291,7 @@ WorkHandle GlooProcessGroup::allGather(Tensor input, Tensor output) {
       opts.setTimeout(options_.timeout);
       gloo::allgather(opts);
     });
-    unstage(output, hostOutput);
+    unstage(output, hostOutput, ready);
   });
 }
 
@@ -314,7 +316,7 @@ WorkHandle GlooProcessGroup::broadcast(Tensor tensor, int root) {
       gloo::broadcast(opts);
     });
     if (!isRoot) {
-      unstage(tensor, host);
+      unstage(tensor, host, ready);
     }
   });
 }

@@ -89,11 +89,14 @@ class FakeDeviceBackend final : public DeviceBackend {
   }
   void stagingCopy(const StreamMark* after, void* dst, Device dstDevice, const void* src, Device srcDevice,
                    std::size_t bytes) override {
+    const bool requesterMark =
+        after != nullptr && static_cast<const Mark*>(after)->takenOn != std::this_thread::get_id();
     if (dstDevice.type == DeviceType::CPU) {
       ++stagedToHost;
-      if (after != nullptr && static_cast<const Mark*>(after)->takenOn != std::this_thread::get_id()) {
-        ++markedByRequester;
-      }
+      markedByRequester += requesterMark ? 1 : 0;
+    } else {
+      ++stagedToDevice;
+      markedBackByRequester += requesterMark ? 1 : 0;
     }
     copy(dst, dstDevice, src, srcDevice, bytes);
   }
@@ -103,6 +106,8 @@ class FakeDeviceBackend final : public DeviceBackend {
   std::atomic<int> toHost{0};
   std::atomic<int> stagedToHost{0};
   std::atomic<int> markedByRequester{0};
+  std::atomic<int> stagedToDevice{0};
+  std::atomic<int> markedBackByRequester{0};
 };
 
 class GlooStagingTest : public ::testing::TestWithParam<int> {
@@ -237,6 +242,10 @@ TEST_P(GlooStagingTest, ReduceScatterAllGatherAndBroadcastOnDeviceTensors) {
     }
     pg.barrier()->wait(30s);
   });
+  // Every result copied back waited for the kernels queued before its request: broadcast's receivers and the
+  // gathered and scattered outputs were not copied in, so nothing else ordered the copy after those kernels.
+  EXPECT_EQ(backend_.stagedToDevice.load(), 3 * world - 1);
+  EXPECT_EQ(backend_.markedBackByRequester.load(), backend_.stagedToDevice.load());
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, GlooStagingTest, ::testing::Values(1, 2, 3));

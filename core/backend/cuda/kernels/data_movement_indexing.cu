@@ -3,6 +3,7 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "data_movement_device.cuh"
@@ -279,8 +280,10 @@ void sortPairs(const unsigned long long* keysIn, const long long* valuesIn, unsi
   std::size_t tempBytes = 0;
   STRATA_CUDA_CHECK(
       cub::DeviceRadixSort::SortPairs(nullptr, tempBytes, keysIn, keysOut, valuesIn, valuesOut, n, 0, endBit, stream));
-  const Tensor temp = Tensor::empty(TensorMeta{DType::UInt8, {static_cast<std::int64_t>(tempBytes)}},
-                                    MemoryCategory::Workspace, device);
+  // At least one byte: a null temp pointer would make the second call a size query that sorts nothing.
+  const Tensor temp =
+      Tensor::empty(TensorMeta{DType::UInt8, {static_cast<std::int64_t>(std::max<std::size_t>(tempBytes, 1))}},
+                    MemoryCategory::Workspace, device);
   STRATA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.rawData(), tempBytes, keysIn, keysOut, valuesIn, valuesOut, n,
                                                     0, endBit, stream));
 }

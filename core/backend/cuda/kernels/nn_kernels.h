@@ -91,6 +91,16 @@ void launchBatchNormRunningStats(DType dtype, const void* inputMean, const void*
                                  void* runningVar, void* savedMean, void* savedVar, std::int64_t channels,
                                  cudaStream_t stream);
 
+// The training-mode batch statistics without cuDNN (cudnn_batchnorm.cpp uses it where cuDNN refuses): per channel
+// of x [batch, channels, inner] (channelsLast: [batch, inner, channels]) the mean, the biased variance and the
+// unbiased one, from shifted sums in double as the gradient computes them. mean, biasedVar and unbiasedVar hold
+// paramDtype; `workspace` holds batchNormStatsWorkspaceBytes(...) bytes.
+std::size_t batchNormStatsWorkspaceBytes(std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                                         bool channelsLast);
+void launchBatchNormBatchStats(DType xDtype, DType paramDtype, const void* x, void* mean, void* biasedVar,
+                               void* unbiasedVar, std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                               bool channelsLast, void* workspace, cudaStream_t stream);
+
 // BatchNormalizationGrad as the CPU computes it (Note [Batch-norm backward] in grad_nn_norm.cpp): per-channel sums
 // of dY, dY * (x - shift), x - shift and (x - shift)^2 in double, then dX = a * dY + b * X + c. training = false
 // takes mean and var (the others are then unused, may be null). dx, dscale, dbias are nullable. dy, x, dx hold

@@ -237,6 +237,27 @@ __global__ void gradCoefficientsKernel(bool training, double epsilon, const T* x
   }
 }
 
+// Per channel, from channelSums*Kernel's partials over X (training shift): the batch mean, the biased variance
+// (which normalises) and the unbiased one (which launchBatchNormRunningStats expects, as cuDNN returns it).
+template <typename T, typename P>
+__global__ void batchStatsKernel(const T* x, std::int64_t count, std::int64_t channels, std::int64_t inner,
+                                 std::int64_t splits, const double* partials, P* mean, P* biasedVar, P* unbiasedVar) {
+  const double countD = static_cast<double>(count);
+  STRATA_GRID_STRIDE_LOOP(c, channels) {
+    double sum = 0, squares = 0;
+    for (std::int64_t s = 0; s < splits; ++s) {
+      sum += partials[(c * splits + s) * 4];
+      squares += partials[(c * splits + s) * 4 + 1];
+    }
+    const double shift = static_cast<double>(channelShift(true, x, static_cast<const P*>(nullptr), c, inner, count));
+    const double meanShift = count > 0 ? sum / countD : 0.0;
+    const double variance = count > 0 ? fmax(0.0, squares / countD - meanShift * meanShift) : 0.0;
+    mean[c] = static_cast<P>(shift + meanShift);
+    biasedVar[c] = static_cast<P>(variance);
+    unbiasedVar[c] = static_cast<P>(count > 1 ? variance * countD / (countD - 1.0) : 0.0);
+  }
+}
+
 template <typename T, typename P>
 __global__ void gradApplyKernel(const T* dy, const T* x, const P* coefficients, T* dx, std::int64_t total,
                                 std::int64_t channels, std::int64_t inner) {
@@ -329,32 +350,61 @@ void runningStats(const void* inputMean, const void* inputVar, const void* batch
   STRATA_CUDA_CHECK_LAUNCH();
 }
 
+// Launches the per-channel sums of (dy, x) into `partials` (channelSums*Kernel's layout, gradSplitsFor splits) and
+// turns a channels-last [batch, inner, channels] into the [batch * inner, channels, 1] view the per-channel kernels
+// take.
+template <typename T, typename P>
+void launchChannelSums(bool training, const T* dy, const T* x, const P* mean, std::int64_t& batch,
+                       std::int64_t channels, std::int64_t& inner, bool channelsLast, std::int64_t splits,
+                       double* partials, cudaStream_t stream) {
+  STRATA_CHECK(channels <= 0x7fffffff, "BatchNormalization on CUDA: {} channels is too many", channels);
+  const std::int64_t count = batch * inner;
+  if (channelsLast) {
+    const dim3 grid(static_cast<unsigned>((channels + 31) / 32), static_cast<unsigned>(splits));
+    channelSumsLastKernel<T, P>
+        <<<grid, dim3(32, kReduceThreads / 32), 0, stream>>>(training, dy, x, mean, count, channels, splits, partials);
+    batch = count;
+    inner = 1;
+  } else {
+    const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
+    channelSumsKernel<T, P>
+        <<<grid, kReduceThreads, 0, stream>>>(training, dy, x, mean, batch, channels, inner, splits, partials);
+  }
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, typename P>
+void batchStats(const void* x, void* mean, void* biasedVar, void* unbiasedVar, std::int64_t batch,
+                std::int64_t channels, std::int64_t inner, bool channelsLast, void* workspace, cudaStream_t stream) {
+  if (channels == 0)
+    return;
+  const std::int64_t count = batch * inner;
+  const std::int64_t splits = gradSplitsFor(channelsLast, count, channels);
+  auto* partials = static_cast<double*>(workspace);
+  const auto* typedX = static_cast<const T*>(x);
+  // X stands in for dY: the kernel's dY sums are not read.
+  launchChannelSums<T, P>(true, typedX, typedX, nullptr, batch, channels, inner, channelsLast, splits, partials,
+                          stream);
+  batchStatsKernel<T, P><<<blocksFor(channels), kThreadsPerBlock, 0, stream>>>(
+      typedX, count, channels, inner, splits, partials, static_cast<P*>(mean), static_cast<P*>(biasedVar),
+      static_cast<P*>(unbiasedVar));
+  STRATA_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T, typename P>
 void batchNormGrad(bool training, double epsilon, const void* dy, const void* x, const void* scale, const void* mean,
                    const void* var, void* dx, void* dscale, void* dbias, std::int64_t batch, std::int64_t channels,
                    std::int64_t inner, bool channelsLast, void* workspace, cudaStream_t stream) {
   if (channels == 0)
     return;
-  STRATA_CHECK(channels <= 0x7fffffff, "BatchNormalizationGrad on CUDA: {} channels is too many", channels);
   const std::int64_t count = batch * inner;
   const std::int64_t splits = gradSplitsFor(channelsLast, count, channels);
   auto* partials = static_cast<double*>(workspace);
   auto* coefficients = reinterpret_cast<P*>(partials + channels * splits * 4);
   const auto* typedX = static_cast<const T*>(x);
   const auto* typedMean = static_cast<const P*>(mean);
-  if (channelsLast) {
-    const dim3 grid(static_cast<unsigned>((channels + 31) / 32), static_cast<unsigned>(splits));
-    channelSumsLastKernel<T, P><<<grid, dim3(32, kReduceThreads / 32), 0, stream>>>(
-        training, static_cast<const T*>(dy), typedX, typedMean, count, channels, splits, partials);
-    // Every other kernel reads [batch, inner, channels] as [batch * inner, channels, 1].
-    batch = count;
-    inner = 1;
-  } else {
-    const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
-    channelSumsKernel<T, P><<<grid, kReduceThreads, 0, stream>>>(training, static_cast<const T*>(dy), typedX, typedMean,
-                                                                 batch, channels, inner, splits, partials);
-  }
-  STRATA_CUDA_CHECK_LAUNCH();
+  launchChannelSums<T, P>(training, static_cast<const T*>(dy), typedX, typedMean, batch, channels, inner, channelsLast,
+                          splits, partials, stream);
   gradCoefficientsKernel<T, P><<<blocksFor(channels), kThreadsPerBlock, 0, stream>>>(
       training, epsilon, typedX, static_cast<const P*>(scale), typedMean, static_cast<const P*>(var), batch, channels,
       inner, splits, partials, static_cast<P*>(dscale), static_cast<P*>(dbias), coefficients);
@@ -428,6 +478,21 @@ std::size_t batchNormGradWorkspaceBytes(DType paramDtype, std::int64_t batch, st
   const auto c = static_cast<std::size_t>(channels);
   const auto splits = static_cast<std::size_t>(gradSplitsFor(channelsLast, batch * inner, channels));
   return (c * splits * 4 + c * 3) * sizeof(double);
+}
+
+std::size_t batchNormStatsWorkspaceBytes(std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                                         bool channelsLast) {
+  const auto c = static_cast<std::size_t>(channels);
+  return c * static_cast<std::size_t>(gradSplitsFor(channelsLast, batch * inner, channels)) * 4 * sizeof(double);
+}
+
+void launchBatchNormBatchStats(DType xDtype, DType paramDtype, const void* x, void* mean, void* biasedVar,
+                               void* unbiasedVar, std::int64_t batch, std::int64_t channels, std::int64_t inner,
+                               bool channelsLast, void* workspace, cudaStream_t stream) {
+  visitBatchNormTypes(xDtype, paramDtype, "BatchNormalization", [&](auto xTag, auto paramTag) {
+    batchStats<decltype(xTag), decltype(paramTag)>(x, mean, biasedVar, unbiasedVar, batch, channels, inner,
+                                                   channelsLast, workspace, stream);
+  });
 }
 
 void launchBatchNormGrad(DType xDtype, DType paramDtype, bool training, double epsilon, const void* dy, const void* x,

@@ -53,7 +53,10 @@ template <typename T, ReduceKind K>
 struct ReduceOp {
   static constexpr bool kCompare = K == ReduceKind::Max || K == ReduceKind::Min;
   using Acc = std::conditional_t<kCompare, CmpAccOf<T>, SumAccOf<T>>;
-  using M = MathTypeOf<T>;
+  // Mean, L2 and LogSum finish in double unless the sum itself is float (the 16-bit floats), like the CPU: a
+  // float32 sum held in double must not be narrowed first (a sum of squares above FLT_MAX has a finite root, and
+  // float(count) is inexact above 2^24).
+  using M = std::conditional_t<std::is_same_v<Acc, float>, float, double>;
 
   const T* src;
   T* dst;

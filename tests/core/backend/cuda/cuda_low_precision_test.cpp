@@ -2,7 +2,9 @@
 // one rounding per output). Run as gpu.CudaDeviceLowPrecision* with a GPU; skipped with the reason elsewhere.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <cstdlib>
 
 #include "strata/op_registry.h"
 #include "support/test_device.h"
@@ -29,6 +31,18 @@ std::vector<double> asDoubles(const Tensor& t) {
     values[static_cast<std::size_t>(i)] = t.dtype() == DType::Float16 ? halfToFloat(bits) : bfloat16ToFloat(bits);
   }
   return values;
+}
+
+// Batch norm's float32 scale, bias, running mean and running variance for 16 channels.
+std::array<Tensor, 4> batchNormParameters() {
+  std::array<Tensor, 4> p = {Tensor::empty(DType::Float32, {16}), Tensor::empty(DType::Float32, {16}),
+                             Tensor::zeros(DType::Float32, {16}), Tensor::empty(DType::Float32, {16})};
+  for (std::int64_t c = 0; c < 16; ++c) {
+    p[0].data<float>()[c] = 1.0f + 0.05f * static_cast<float>(c);
+    p[1].data<float>()[c] = 0.01f * static_cast<float>(c);
+    p[3].data<float>()[c] = 1.0f;
+  }
+  return p;
 }
 
 class CudaDeviceLowPrecisionTest : public ::testing::TestWithParam<DType> {
@@ -110,15 +124,7 @@ TEST_P(CudaDeviceLowPrecisionTest, FollowOpsAndSums) {
 TEST_P(CudaDeviceLowPrecisionTest, BatchNormWithFloat32Statistics) {
   const DType low = GetParam();
   const Tensor x = randomLow({8, 16, 6, 6}, 14, low);
-  Tensor scale = Tensor::empty(DType::Float32, {16});
-  Tensor bias = Tensor::zeros(DType::Float32, {16});
-  Tensor mean = Tensor::zeros(DType::Float32, {16});
-  Tensor var = Tensor::empty(DType::Float32, {16});
-  for (std::int64_t c = 0; c < 16; ++c) {
-    scale.data<float>()[c] = 1.0f + 0.05f * static_cast<float>(c);
-    bias.data<float>()[c] = 0.01f * static_cast<float>(c);
-    var.data<float>()[c] = 1.0f;
-  }
+  const auto [scale, bias, mean, var] = batchNormParameters();
   Attributes training;
   training.set("training_mode", std::int64_t{1});
   expectMatchesCpu("BatchNormalization", {x, scale, bias, mean, var}, training, 3);
@@ -127,6 +133,24 @@ TEST_P(CudaDeviceLowPrecisionTest, BatchNormWithFloat32Statistics) {
   inference.set("training_mode", std::int64_t{0});
   expectMatchesCpu("BatchNormalization", {x, scale, bias, mean, var}, inference, 1);
   expectMatchesCpu("BatchNormalizationGrad", {randomLow({8, 16, 6, 6}, 16, low), x, scale, mean, var}, inference, 3);
+}
+
+// Strata's batch statistics, which take over where cuDNN refuses a training forward (cudnn_batchnorm.cpp), forced
+// with STRATA_CUDA_BATCHNORM=strata: 16-bit and float32 X, channels-first and channels-last.
+TEST_P(CudaDeviceLowPrecisionTest, BatchNormTrainingWithoutCudnn) {
+  ASSERT_EQ(setenv("STRATA_CUDA_BATCHNORM", "strata", 1), 0);
+  const auto [scale, bias, mean, var] = batchNormParameters();
+  Attributes training;
+  training.set("training_mode", std::int64_t{1});
+  training.set("momentum", 0.8f);
+  Attributes trainingLast = training;
+  trainingLast.set("channels_last", std::int64_t{1});
+  for (const DType dtype : {GetParam(), DType::Float32}) {
+    expectMatchesCpu("BatchNormalization", {randomLow({8, 16, 6, 6}, 17, dtype), scale, bias, mean, var}, training, 3);
+    expectMatchesCpu("BatchNormalization", {randomLow({8, 6, 6, 16}, 18, dtype), scale, bias, mean, var}, trainingLast,
+                     3);
+  }
+  unsetenv("STRATA_CUDA_BATCHNORM");
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaDeviceLowPrecision, CudaDeviceLowPrecisionTest,
