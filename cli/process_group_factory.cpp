@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "strata/comm/gloo_process_group.h"
+#include "strata/error.h"
 #ifdef STRATA_HAS_CUDA
 #include "strata/cuda/backend.h"
 #include "strata/cuda/nccl_process_group.h"
@@ -15,6 +16,24 @@
 
 namespace strata::cli {
 namespace {
+
+// Every rank's kind of device: a job whose ranks disagree (--device auto on a node without a usable GPU) fails here,
+// naming them, instead of GPU ranks waiting for the GPU records of CPU ranks (and CPU ranks for a Gloo group the GPU
+// ranks never join) until the timeout.
+void checkRanksAgreeOnDeviceType(Store& store, const RankEnvironment& rank, Device device,
+                                 std::chrono::milliseconds timeout) {
+  const auto kind = [](Device d) { return d.type == DeviceType::CPU ? "cpu" : "cuda"; };
+  store.setString(fmt::format("device/rank/{}", rank.rank), kind(device));
+  for (int r = 0; r < rank.worldSize; ++r) {
+    const std::string other = store.getString(fmt::format("device/rank/{}", r), timeout);
+    if (other != kind(device)) {
+      fail(
+          "rank {} trains on {} ({}) but rank {} on {}: every rank of a job must use the same kind of device (check "
+          "--device and that every node sees its GPUs)",
+          rank.rank, kind(device), device.toString(), r, other);
+    }
+  }
+}
 
 #ifdef STRATA_HAS_CUDA
 // Whether no two ranks use the same GPU, judged by host name and PCI bus id (an explicit --device cuda:N for
@@ -37,6 +56,7 @@ bool everyRankHasItsOwnGpu(Store& store, const RankEnvironment& rank, Device dev
 std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
                                                  Device device, std::chrono::milliseconds timeout) {
   const ProcessGroupOptions options{.timeout = timeout};
+  checkRanksAgreeOnDeviceType(*store, rank, device, timeout);
 #ifdef STRATA_HAS_CUDA
   if (device.type == DeviceType::CUDA) {
     if (everyRankHasItsOwnGpu(*store, rank, device, timeout)) {

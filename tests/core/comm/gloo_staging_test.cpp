@@ -17,6 +17,7 @@
 #include "strata/comm/in_memory_store.h"
 #include "strata/device_backend.h"
 #include "strata/error.h"
+#include "support/scrambled_device.h"
 
 namespace strata {
 namespace {
@@ -31,27 +32,6 @@ bool isFake(Device d) {
   return d == kFakeDevice;
 }
 
-void scrambledCopy(void* dst, const void* src, std::size_t bytes) {
-  auto* out = static_cast<unsigned char*>(dst);
-  const auto* in = static_cast<const unsigned char*>(src);
-  for (std::size_t i = 0; i < bytes; ++i) {
-    out[i] = static_cast<unsigned char>(in[i] ^ kMask);
-  }
-}
-
-class FakeDeviceAllocator final : public Allocator {
- public:
-  void* allocate(std::size_t bytes, MemoryCategory category) override {
-    stats_.onAllocate(category, bytes);
-    return bytes == 0 ? nullptr : std::malloc(bytes);
-  }
-  void deallocate(void* ptr, std::size_t bytes, MemoryCategory category) override {
-    stats_.onFree(category, bytes);
-    std::free(ptr);
-  }
-  Device device() const override { return kFakeDevice; }
-};
-
 // Serves the fake device and hands any other CUDA device to the backend that was registered before it.
 class FakeDeviceBackend final : public DeviceBackend {
  public:
@@ -59,10 +39,10 @@ class FakeDeviceBackend final : public DeviceBackend {
     if (isFake(dstDevice) && isFake(srcDevice)) {
       std::memmove(dst, src, bytes);
     } else if (isFake(dstDevice) && srcDevice.type == DeviceType::CPU) {
-      scrambledCopy(dst, src, bytes);
+      testing::scrambledCopy(dst, src, bytes, kMask);
       ++toDevice;
     } else if (isFake(srcDevice) && dstDevice.type == DeviceType::CPU) {
-      scrambledCopy(dst, src, bytes);
+      testing::scrambledCopy(dst, src, bytes, kMask);
       ++toHost;
     } else {
       ASSERT_NE(previous, nullptr) << "copy between " << srcDevice.toString() << " and " << dstDevice.toString();
@@ -114,7 +94,7 @@ class GlooStagingTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     // Leaked: tensors on the fake device may be freed after the test.
-    static auto* allocator = new FakeDeviceAllocator();
+    static auto* allocator = new testing::ScrambledDeviceAllocator(kFakeDevice);
     registerAllocator(kFakeDevice, allocator);
     backend_.previous = deviceBackend(DeviceType::CUDA);
     registerDeviceBackend(DeviceType::CUDA, &backend_);
@@ -252,7 +232,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, GlooStagingTest, ::testing::Values(1, 2, 3));
 
 TEST(GlooStagingWithoutBackendTest, RejectsTensorsOnADeviceWithoutABackend) {
   // An allocator but no backend for the device type: nothing can copy the tensor to the host.
-  static auto* allocator = new FakeDeviceAllocator();
+  static auto* allocator = new testing::ScrambledDeviceAllocator(kFakeDevice);
   registerAllocator(kFakeDevice, allocator);
   DeviceBackend* previous = deviceBackend(DeviceType::CUDA);
   if (previous != nullptr) {
