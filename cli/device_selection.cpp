@@ -137,13 +137,10 @@ void requireFullPrecision(const DeviceOptions& options, const std::string& comma
 #ifdef STRATA_HAS_CUDA
 
 Device selectDevice(const DeviceOptions& options, int localRank) {
-  checkPrecision(options.precision);
+  checkDeviceFlags(options);
   const std::string& spec = options.device;
   if (spec == "cpu") {
     return noteEmulation(options, Device::cpu());
-  }
-  if (spec != "auto" && spec.rfind("cuda", 0) != 0) {
-    fail("--device {}: expected cpu, cuda, cuda:N or auto", spec);
   }
   const int requested = spec == "auto" ? -1 : parseCudaIndex(spec);
   const cuda::DeviceProbe probe = cuda::probeDevices();
@@ -170,15 +167,9 @@ std::string describe(Device device) {
 #else
 
 Device selectDevice(const DeviceOptions& options, int /*localRank*/) {
-  checkPrecision(options.precision);
+  checkDeviceFlags(options);  // a malformed cuda:N is reported as such
   if (options.device == "cpu") {
     return noteEmulation(options, Device::cpu());
-  }
-  if (options.device != "auto" && options.device.rfind("cuda", 0) != 0) {
-    fail("--device {}: expected cpu, cuda, cuda:N or auto", options.device);
-  }
-  if (options.device != "auto") {
-    parseCudaIndex(options.device);  // a malformed cuda:N is reported as such
   }
   if (options.device == "auto") {
     spdlog::info("--device auto: training on the CPU (this strata was built without the CUDA backend)");

@@ -336,6 +336,17 @@ void expectEqualOnHost(const Tensor& actual, const Tensor& expected, const std::
   }
 }
 
+// Both plans take step `step`'s batch at their own scalers' loss scales; their losses must agree.
+void stepAtTheirScales(TrainingPlan& cpu, const LossScaler& cpuScaler, TrainingPlan& device,
+                       const LossScaler& deviceScaler, unsigned step) {
+  const Batch b = batchOf(4, step + 1);
+  cpu.setLossScale(cpuScaler.scale());
+  device.setLossScale(deviceScaler.scale());
+  const StepResult expected = cpu.step({b.images}, b.labels);
+  const StepResult actual = device.step({b.images}, b.labels);
+  expectEqualOnHost(actual.loss, expected.loss, "loss of step " + std::to_string(step));
+}
+
 void expectSameState(TrainingPlan& device, TrainingPlan& cpu, const std::string& when) {
   for (std::size_t p = 0; p < cpu.parameters().size(); ++p) {
     EXPECT_EQ(device.parameters().parameter(p).device(), kFake);
@@ -408,12 +419,7 @@ TEST_F(FakeDeviceTrainingTest, AdamWithFloat16LossScalingSkipsTheSameSteps) {
   cpuOptimizer.setLossScaler(&cpuScaler);
   deviceOptimizer.setLossScaler(&deviceScaler);
   for (unsigned step = 0; step < 6; ++step) {
-    const Batch b = batchOf(4, step + 1);
-    cpu.setLossScale(cpuScaler.scale());
-    device.setLossScale(deviceScaler.scale());
-    const StepResult expected = cpu.step({b.images}, b.labels);
-    const StepResult actual = device.step({b.images}, b.labels);
-    expectEqualOnHost(actual.loss, expected.loss, "loss of step " + std::to_string(step));
+    stepAtTheirScales(cpu, cpuScaler, device, deviceScaler, step);
     cpuOptimizer.step(1e-3);
     deviceOptimizer.step(1e-3);
     EXPECT_EQ(deviceOptimizer.lastStepSkipped(), cpuOptimizer.lastStepSkipped()) << "step " << step;
@@ -494,12 +500,7 @@ TEST_F(FakeDeviceTrainingTest, RecordedStepsOnTheDeviceMatchTheCpu) {
   cpuOptimizer.setLossScaler(&cpuScaler);
   deviceOptimizer.setLossScaler(&deviceScaler);
   for (unsigned step = 0; step < 5; ++step) {
-    const Batch b = batchOf(4, step + 1);
-    cpu.setLossScale(cpuScaler.scale());
-    device.setLossScale(deviceScaler.scale());
-    const StepResult expected = cpu.step({b.images}, b.labels);
-    const StepResult actual = device.step({b.images}, b.labels);
-    expectEqualOnHost(actual.loss, expected.loss, "loss of step " + std::to_string(step));
+    stepAtTheirScales(cpu, cpuScaler, device, deviceScaler, step);
     EXPECT_EQ(device.executor().recording().replaying, step >= 2) << device.executor().recording().detail;
     cpuOptimizer.step(0.05);
     deviceOptimizer.step(0.05);
