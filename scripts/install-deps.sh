@@ -9,6 +9,8 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libzmq3-dev cppzmq-dev libboost-dev libgloo-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
+  # Debian's torch without a real BLAS runs on netlib's reference BLAS (50x slower sgemm): the reference tests need it.
+  libopenblas0-pthread
   dataset-fashion-mnist
 )
 
