@@ -1,7 +1,9 @@
 #include "checkpoint.h"
 
 #include <fstream>
+#include <map>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "run_outputs.h"
@@ -13,87 +15,151 @@ namespace fs = std::filesystem;
 namespace strata::cli {
 namespace {
 
-void restore(const fs::path& file, const Tensor& destination, const std::string& what) {
-  const NamedTensor loaded = readTensorProto(file);
-  if (loaded.tensor.meta() != destination.meta()) {
-    fail("{}: {} is {} in the checkpoint but {} in this model", file.string(), what, loaded.tensor.meta().toString(),
-         destination.meta().toString());
+constexpr int kFormat = 2;
+
+nlohmann::json readJson(const fs::path& file, const char* what) {
+  std::ifstream in(file);
+  if (!in) {
+    fail("{}: cannot read the checkpoint's {}", file.string(), what);
   }
-  Tensor(destination).copyFrom(loaded.tensor);
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail("{}: corrupt checkpoint {}: {}", file.string(), what, e.what());
+  }
 }
+
+fs::path rankDir(const fs::path& dir, int rank) {
+  return dir / fmt::format("rank{}", rank);
+}
+
+class Writer final : public StateWriter {
+ public:
+  explicit Writer(fs::path dir) : dir_(std::move(dir)) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  // The manifest goes last: a rank directory with a manifest is complete.
+  ~Writer() override {
+    try {
+      writeJsonAtomically(dir_ / "manifest.json", {{"tensors", tensors_}, {"text", text_}});
+    } catch (...) {  // the commit finds no manifest and says so
+    }
+  }
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  void putTensor(const std::string& key, const Tensor& tensor) override {
+    STRATA_CHECK(!tensors_.contains(key), "checkpoint: tensor '{}' written twice", key);
+    const std::string file = fmt::format("t{}.pb", tensors_.size());
+    writeTensorProto(dir_ / file, tensor, key);
+    tensors_[key] = file;
+  }
+  void putText(const std::string& key, std::string_view text) override { text_[key] = std::string(text); }
+
+ private:
+  fs::path dir_;
+  nlohmann::json tensors_ = nlohmann::json::object();
+  nlohmann::json text_ = nlohmann::json::object();
+};
+
+class Reader final : public StateReader {
+ public:
+  Reader(fs::path dir, int worldSize) : dir_(std::move(dir)) {
+    for (int r = 0; r < worldSize; ++r) {
+      const fs::path manifestFile = rankDir(dir_, r) / "manifest.json";
+      const nlohmann::json manifest = readJson(manifestFile, "manifest");
+      try {
+        for (const auto& [key, file] : manifest.at("tensors").items()) {
+          tensors_[key] = rankDir(dir_, r) / file.get<std::string>();
+        }
+        for (const auto& [key, value] : manifest.at("text").items()) {
+          text_[key] = value.get<std::string>();
+        }
+      } catch (const nlohmann::json::exception& e) {
+        fail("{}: corrupt checkpoint manifest: {}", manifestFile.string(), e.what());
+      }
+    }
+  }
+
+  bool has(const std::string& key) const override { return tensors_.contains(key) || text_.contains(key); }
+
+  void getTensor(const std::string& key, Tensor destination) override {
+    const auto it = tensors_.find(key);
+    if (it == tensors_.end()) {
+      fail("{}: the checkpoint has no tensor '{}' (written for another model or strategy?)", dir_.string(), key);
+    }
+    const NamedTensor loaded = readTensorProto(it->second);
+    if (loaded.tensor.meta() != destination.meta()) {
+      fail("{}: {} is {} in the checkpoint but {} in this run", it->second.string(), key,
+           loaded.tensor.meta().toString(), destination.meta().toString());
+    }
+    destination.copyFrom(loaded.tensor);
+  }
+
+  std::string getText(const std::string& key) override {
+    const auto it = text_.find(key);
+    if (it == text_.end()) {
+      fail("{}: the checkpoint has no entry '{}' (written for another model or strategy?)", dir_.string(), key);
+    }
+    return it->second;
+  }
+
+ private:
+  fs::path dir_;
+  std::map<std::string, fs::path> tensors_;
+  std::map<std::string, std::string> text_;
+};
 
 }  // namespace
 
-void saveCheckpoint(const fs::path& dir, TrainingPlan& plan, const Optimizer& optimizer, const CheckpointState& state) {
-  const fs::path temporary = dir.string() + ".tmp";
-  fs::remove_all(temporary);
-  fs::create_directories(temporary);
-  ParameterStore& store = plan.parameters();
-  for (std::size_t i = 0; i < store.size(); ++i) {
-    writeTensorProto(temporary / fmt::format("param_{}.pb", i), store.parameter(i), plan.parameterNames()[i]);
-  }
-  for (std::size_t b = 0; b < plan.buffers().size(); ++b) {
-    writeTensorProto(temporary / fmt::format("buffer_{}.pb", b), plan.buffers()[b].second, plan.buffers()[b].first);
-  }
-  for (std::size_t k = 0; k < optimizer.stateBuffers().size(); ++k) {
-    writeTensorProto(temporary / fmt::format("optimizer_{}.pb", k), optimizer.stateBuffers()[k],
-                     fmt::format("optimizer_state_{}", k));
-  }
-  nlohmann::json json = {{"epochs_done", state.epochsDone},      {"steps", state.steps},
-                         {"optimizer_steps", optimizer.steps()}, {"executor_runs", plan.executor().runCount()},
-                         {"parameters", store.size()},           {"buffers", plan.buffers().size()}};
-  if (const LossScaler* scaler = optimizer.lossScaler()) {
-    const LossScalerState scaling = scaler->state();
-    json["loss_scale"] = {{"scale", scaling.scale}, {"good_steps", scaling.goodSteps}, {"skipped", scaling.skipped}};
-  }
-  writeJsonAtomically(temporary / "state.json", json);
-  fs::remove_all(dir);
-  fs::rename(temporary, dir);
+TensorProtoCheckpoints::TensorProtoCheckpoints(fs::path dir, int rank, int worldSize)
+    : dir_(std::move(dir)), rank_(rank), worldSize_(worldSize) {}
+
+bool TensorProtoCheckpoints::exists() const {
+  return fs::exists(dir_ / "state.json");
 }
 
-CheckpointState loadCheckpoint(const fs::path& dir, TrainingPlan& plan, Optimizer& optimizer) {
-  const fs::path stateFile = dir / "state.json";
-  std::ifstream in(stateFile);
-  if (!in) {
-    fail("{}: no checkpoint to resume from (run with --save to write one)", stateFile.string());
-  }
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail("{}: corrupt checkpoint state: {}", stateFile.string(), e.what());
-  }
-  ParameterStore& store = plan.parameters();
-  if (state.value("parameters", std::size_t{0}) != store.size() ||
-      state.value("buffers", std::size_t{0}) != plan.buffers().size()) {
-    fail("{}: the checkpoint has {} parameters and {} buffers but the model has {} and {}", stateFile.string(),
-         state.value("parameters", 0), state.value("buffers", 0), store.size(), plan.buffers().size());
-  }
-  for (std::size_t i = 0; i < store.size(); ++i) {
-    restore(dir / fmt::format("param_{}.pb", i), store.parameter(i), "parameter " + plan.parameterNames()[i]);
-  }
-  for (std::size_t b = 0; b < plan.buffers().size(); ++b) {
-    restore(dir / fmt::format("buffer_{}.pb", b), plan.buffers()[b].second, "buffer " + plan.buffers()[b].first);
-  }
-  for (std::size_t k = 0; k < optimizer.stateBuffers().size(); ++k) {
-    restore(dir / fmt::format("optimizer_{}.pb", k), optimizer.stateBuffers()[k], "optimizer state");
-  }
-  store.bumpVersion();
-  optimizer.setSteps(state.at("optimizer_steps").get<std::int64_t>());
-  // fp16 resumes with the scale it had; a checkpoint of another precision leaves the scaler at its start.
-  if (LossScaler* scaler = optimizer.lossScaler(); scaler != nullptr && state.contains("loss_scale")) {
-    try {
-      const nlohmann::json& scaling = state.at("loss_scale");
-      scaler->restore(LossScalerState{scaling.at("scale").get<double>(), scaling.at("good_steps").get<std::int64_t>(),
-                                      scaling.at("skipped").get<std::int64_t>()});
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: corrupt loss_scale entry: {}", stateFile.string(), e.what());
-    } catch (const Error& e) {
-      fail("{}: {}", stateFile.string(), e.what());
+std::unique_ptr<StateWriter> TensorProtoCheckpoints::beginWrite() {
+  return std::make_unique<Writer>(rankDir(fs::path(dir_.string() + ".tmp"), rank_));
+}
+
+void TensorProtoCheckpoints::commit() {
+  const fs::path temporary = dir_.string() + ".tmp";
+  nlohmann::json state = {{"format", kFormat}, {"world_size", worldSize_}};
+  for (int r = 0; r < worldSize_; ++r) {
+    const fs::path manifestFile = rankDir(temporary, r) / "manifest.json";
+    if (!fs::exists(manifestFile)) {
+      fail("checkpoint {}: rank {} wrote no manifest; the previous checkpoint is kept", temporary.string(), r);
+    }
+    const nlohmann::json manifest = readJson(manifestFile, "manifest");
+    if (manifest.at("text").contains("trainer")) {
+      state["trainer"] = nlohmann::json::parse(manifest.at("text").at("trainer").get<std::string>());
     }
   }
-  plan.executor().setRunCount(state.at("executor_runs").get<std::uint64_t>());
-  return CheckpointState{state.at("epochs_done").get<std::int64_t>(), state.at("steps").get<std::int64_t>()};
+  // Directories of ranks beyond this world size are left over from an older, larger run.
+  for (const fs::directory_entry& entry : fs::directory_iterator(temporary)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("rank", 0) == 0 && std::stoi(name.substr(4)) >= worldSize_) {
+      fs::remove_all(entry.path());
+    }
+  }
+  writeJsonAtomically(temporary / "state.json", state);
+  fs::remove_all(dir_);
+  fs::rename(temporary, dir_);
+}
+
+std::unique_ptr<StateReader> TensorProtoCheckpoints::open() {
+  const fs::path stateFile = dir_ / "state.json";
+  if (!fs::exists(stateFile)) {
+    fail("{}: no checkpoint to resume from (run with --save to write one)", stateFile.string());
+  }
+  const nlohmann::json state = readJson(stateFile, "state");
+  if (state.value("format", 1) != kFormat) {
+    fail("{}: checkpoint format {} was written by an older Strata; this one reads format {}", stateFile.string(),
+         state.value("format", 1), kFormat);
+  }
+  return std::make_unique<Reader>(dir_, state.at("world_size").get<int>());
 }
 
 }  // namespace strata::cli

@@ -1,25 +1,33 @@
 #pragma once
 
-#include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <string>
 
-#include "strata/graphs/training_plan.h"
-#include "strata/optim/optimizer.h"
+#include "strata/train/checkpoint_store.h"
 
 namespace strata::cli {
 
-struct CheckpointState {
-  std::int64_t epochsDone = 0;
-  std::int64_t steps = 0;
-};
+// A checkpoint directory of TensorProto files (the ONNX test suite's format, readable by any ONNX tool):
+//   RUN_DIR/checkpoint/state.json             format, world size, the trainer's state (epochs, steps, loss scale)
+//   RUN_DIR/checkpoint/rank<R>/manifest.json  rank R's entries: tensor keys -> files, text entries
+//   RUN_DIR/checkpoint/rank<R>/t<N>.pb        the tensors, each named by its key
+// Ranks write into RUN_DIR/checkpoint.tmp; the lead rank renames it into place once all have written
+// (Note [Checkpoint commit] in trainer.cpp), so a crash while saving leaves the previous checkpoint intact.
+class TensorProtoCheckpoints final : public CheckpointStore {
+ public:
+  TensorProtoCheckpoints(std::filesystem::path dir, int rank, int worldSize);
 
-// A checkpoint directory: parameters, buffers and optimizer state as TensorProto files plus state.json (epochs,
-// steps, optimizer steps, executor runs). Written to a temporary directory and renamed into place, so a crash
-// while saving leaves the previous checkpoint intact.
-void saveCheckpoint(const std::filesystem::path& dir, TrainingPlan& plan, const Optimizer& optimizer,
-                    const CheckpointState& state);
-// Restores a checkpoint into a plan and optimizer built for the same model; errors name the file and the
-// mismatching tensor.
-CheckpointState loadCheckpoint(const std::filesystem::path& dir, TrainingPlan& plan, Optimizer& optimizer);
+  bool exists() const override;
+  std::unique_ptr<StateWriter> beginWrite() override;
+  void commit() override;
+  std::unique_ptr<StateReader> open() override;
+  std::string describe() const override { return dir_.string(); }
+
+ private:
+  std::filesystem::path dir_;
+  int rank_;
+  int worldSize_;
+};
 
 }  // namespace strata::cli

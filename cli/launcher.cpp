@@ -22,8 +22,10 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "role_command.h"
 #include "strata/error.h"
 
 extern char** environ;
@@ -33,7 +35,7 @@ namespace detail {
 
 using Clock = std::chrono::steady_clock;
 
-// How long a rank may take to exit after SIGTERM before it gets SIGKILL.
+// How long a rank or role may take to exit after SIGTERM before it gets SIGKILL.
 constexpr auto kGracePeriod = std::chrono::seconds(5);
 // Longest line kept whole; a longer run of bytes without a newline is passed on in pieces.
 constexpr std::size_t kMaxLine = 1 << 20;
@@ -158,15 +160,17 @@ void writeAll(int fd, const std::string& text) {
   }
 }
 
-// One child's stdout or stderr, passed on line by line with the rank's prefix.
+// One child's stdout or stderr, passed on line by line with the child's prefix.
 struct Stream {
   int fd = -1;
   int target = STDOUT_FILENO;
   std::string pending;
 };
 
+// A rank or a role process.
 struct Child {
-  int rank = 0;
+  std::string label;  // "rank 3" or "echo-server 1": the output prefix, and the name in messages
+  bool role = false;
   pid_t pid = -1;
   bool running = false;
   int status = 0;
@@ -174,12 +178,37 @@ struct Child {
   Stream err;
 };
 
-// Starts the local ranks and supervises them until all have exited.
+// A child as messages name it: "rank 3" or "role echo-server 1".
+std::string describe(const Child& child) {
+  return child.role ? "role " + child.label : child.label;
+}
+
+// Role names become command-line words and output prefixes; a strategy declaring something else is refused here,
+// before any process starts.
+void checkRoles(const RoleLaunch& launch) {
+  for (const RoleRequest& role : launch.roles) {
+    const bool word = !role.name.empty() && role.name.front() != '-' &&
+                      std::all_of(role.name.begin(), role.name.end(),
+                                  [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; });
+    if (!word || role.count < 0) {
+      fail(
+          "strategy '{}' declares role '{}' with count {}: a role is a lower-case word (a-z, 0-9, '-') with a "
+          "count of 0 or more",
+          launch.strategy, role.name, role.count);
+    }
+  }
+}
+
+// Starts the local ranks, and the role processes on node rank 0, and supervises them until all have exited.
 class RankLauncher {
  public:
-  RankLauncher(const LaunchOptions& options, std::vector<std::string> args)
-      : options_(options), args_(std::move(args)) {
-    children_.reserve(static_cast<std::size_t>(options_.nproc));  // Stream pointers must stay valid
+  RankLauncher(const LaunchOptions& options, const RoleLaunch& roles, std::vector<std::string> args)
+      : options_(options), roles_(roles), args_(std::move(args)) {
+    std::size_t processes = static_cast<std::size_t>(options_.nproc);
+    for (const RoleRequest& role : roles_.roles) {
+      processes += static_cast<std::size_t>(role.count);
+    }
+    children_.reserve(processes);  // Stream pointers must stay valid
   }
 
   ~RankLauncher() {
@@ -204,7 +233,15 @@ class RankLauncher {
   int run() {
     blockSignals();
     for (int local = 0; local < options_.nproc; ++local) {
-      start(local);
+      startRank(local);
+    }
+    // Roles start after the ranks: they connect to rank 0's store with retries, so the order is not a race.
+    if (options_.nodeRank == 0) {
+      for (const RoleRequest& role : roles_.roles) {
+        for (int index = 0; index < role.count; ++index) {
+          startRole(role, index);
+        }
+      }
     }
     supervise();
     for (Child& child : children_) {
@@ -213,7 +250,8 @@ class RankLauncher {
     }
     std::fflush(stdout);
     if (interruptedBy_ != 0) {
-      spdlog::error("interrupted by SIG{}; stopped the ranks", sigabbrev_np(interruptedBy_));
+      spdlog::error("interrupted by SIG{}; stopped the ranks{}", sigabbrev_np(interruptedBy_),
+                    hasRoles() ? " and the roles" : "");
       spdlog::default_logger()->flush();
       // Die by the same signal so a calling shell or scheduler sees the interruption.
       ::close(signalFd_);
@@ -223,8 +261,8 @@ class RankLauncher {
       ::raise(interruptedBy_);
     }
     if (failed_ != nullptr) {
-      fail("rank {} {}{}", failed_->rank, describeStatus(failed_->status),
-           options_.nproc > 1 ? "; stopped the other ranks" : "");
+      fail("{} {}{}{}", describe(*failed_), describeStatus(failed_->status),
+           failed_->role ? " before the workers finished" : "", stoppedOthers(*failed_));
     }
     return 0;
   }
@@ -252,7 +290,27 @@ class RankLauncher {
     }
   }
 
-  std::vector<std::string> childEnvironment(int local) const {
+  bool hasRoles() const { return children_.size() > rankCount(); }
+  // "; stopped the other ranks and the roles", or what of it applies, for the message about `failed`.
+  std::string stoppedOthers(const Child& failed) const {
+    const std::size_t ranks = rankCount();
+    const std::size_t roles = children_.size() - ranks;
+    std::vector<std::string> others;
+    if (ranks > (failed.role ? 0U : 1U)) {
+      others.emplace_back(failed.role ? "the ranks" : "the other ranks");
+    }
+    if (roles > (failed.role ? 1U : 0U)) {
+      others.emplace_back(failed.role ? "the other roles" : "the roles");
+    }
+    return others.empty() ? "" : fmt::format("; stopped {}", fmt::join(others, " and "));
+  }
+  std::size_t rankCount() const {
+    return static_cast<std::size_t>(
+        std::count_if(children_.begin(), children_.end(), [](const Child& c) { return !c.role; }));
+  }
+
+  // This process's environment without the variables the launcher sets for its children.
+  static std::vector<std::string> inheritedEnvironment() {
     static constexpr const char* kSet[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE",
                                            "MASTER_ADDR", "MASTER_PORT", "STRATA_THREADS"};
     std::vector<std::string> env;
@@ -263,6 +321,11 @@ class RankLauncher {
         env.emplace_back(text);
       }
     }
+    return env;
+  }
+
+  std::vector<std::string> rankEnvironment(int local) const {
+    std::vector<std::string> env = inheritedEnvironment();
     // An explicit STRATA_THREADS wins, as torchrun leaves a given OMP_NUM_THREADS alone.
     const int threads = std::max(1, availableCores() / options_.nproc);
     const std::string threadsText = environmentValue("STRATA_THREADS").value_or(std::to_string(threads));
@@ -276,17 +339,43 @@ class RankLauncher {
     return env;
   }
 
+  void startRank(int local) {
+    start(fmt::format("rank {}", options_.nodeRank * options_.nproc + local), false, args_, rankEnvironment(local));
+  }
+
+  // A role process is this binary's `role` command; it is no rank (no RANK variables), it only needs the store.
+  void startRole(const RoleRequest& role, int index) {
+    RoleOptions flags;
+    flags.name = role.name;
+    flags.index = index;
+    flags.count = role.count;
+    flags.workers = options_.nnodes * options_.nproc;
+    flags.nodes = options_.nnodes;
+    flags.strategy = roles_.strategy;
+    flags.strategyOptions = roles_.strategyOptions;
+    flags.pluginDirs = roles_.pluginDirs;
+    flags.timeoutS = roles_.timeoutS;
+    std::vector<std::string> argv{args_.front()};
+    for (std::string& arg : roleArguments(flags)) {
+      argv.push_back(std::move(arg));
+    }
+    std::vector<std::string> env = inheritedEnvironment();
+    env.push_back(fmt::format("MASTER_ADDR={}", options_.masterAddr));
+    env.push_back(fmt::format("MASTER_PORT={}", options_.masterPort));
+    start(fmt::format("{} {}", role.name, index), true, argv, env);
+  }
+
   // Note [launcher fork]: everything the child needs (argv, envp) is built before fork; between fork and exec
   // the child calls only async-signal-safe functions. PR_SET_PDEATHSIG fires when the forking *thread* exits,
-  // which is this thread, alive until every rank is reaped; the getppid check covers a launcher that died before
-  // the prctl. All pipe ends are O_CLOEXEC, so no rank holds another rank's pipe open and EOF means exit.
-  void start(int local) {
+  // which is this thread, alive until every child is reaped; the getppid check covers a launcher that died before
+  // the prctl. All pipe ends are O_CLOEXEC, so no child holds another child's pipe open and EOF means exit.
+  void start(std::string label, bool role, const std::vector<std::string>& args, const std::vector<std::string>& env) {
     Child& child = children_.emplace_back();
-    child.rank = options_.nodeRank * options_.nproc + local;
-    const std::vector<std::string> env = childEnvironment(local);
+    child.label = std::move(label);
+    child.role = role;
     std::vector<char*> argv;
     std::vector<char*> envp;
-    for (const std::string& arg : args_) {
+    for (const std::string& arg : args) {
       argv.push_back(const_cast<char*>(arg.c_str()));
     }
     argv.push_back(nullptr);
@@ -298,13 +387,13 @@ class RankLauncher {
     int outPipe[2];
     int errPipe[2];
     if (::pipe2(outPipe, O_CLOEXEC) != 0) {
-      fail("cannot create a pipe for rank {}: {}", child.rank, std::strerror(errno));
+      fail("cannot create a pipe for {}: {}", describe(child), std::strerror(errno));
     }
     if (::pipe2(errPipe, O_CLOEXEC) != 0) {
       const int error = errno;
       ::close(outPipe[0]);
       ::close(outPipe[1]);
-      fail("cannot create a pipe for rank {}: {}", child.rank, std::strerror(error));
+      fail("cannot create a pipe for {}: {}", describe(child), std::strerror(error));
     }
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
@@ -317,7 +406,7 @@ class RankLauncher {
       ::dup2(errPipe[1], STDERR_FILENO);
       pthread_sigmask(SIG_SETMASK, &oldMask_, nullptr);
       ::execve("/proc/self/exe", argv.data(), envp.data());
-      static constexpr char kMessage[] = "strata: cannot execute /proc/self/exe for a rank\n";
+      static constexpr char kMessage[] = "strata: cannot execute /proc/self/exe for a rank or role\n";
       [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
       ::_exit(127);
     }
@@ -327,7 +416,7 @@ class RankLauncher {
     child.out = Stream{outPipe[0], STDOUT_FILENO, {}};
     child.err = Stream{errPipe[0], STDERR_FILENO, {}};
     if (pid < 0) {
-      fail("cannot start rank {}: fork failed: {}", child.rank, std::strerror(forkError));
+      fail("cannot start {}: fork failed: {}", describe(child), std::strerror(forkError));
     }
     child.pid = pid;
     child.running = true;
@@ -398,11 +487,44 @@ class RankLauncher {
       child.running = false;
       child.status = status;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (child.role && rolesStopping_) {
+        // Asked to stop: SIGTERM, SIGKILL or a clean exit is the stop's; anything else is the role's own error,
+        // worth a warning but not a failed job (the training is done).
+        const bool stopped =
+            ok || (WIFSIGNALED(status) && (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL));
+        if (!stopped && failed_ == nullptr && interruptedBy_ == 0) {
+          spdlog::warn("{} {} when asked to stop after the workers finished", describe(child), describeStatus(status));
+        }
+        continue;
+      }
+      // A role that exits cleanly before the ranks are done is its own business (a one-shot helper); one that
+      // fails would leave the ranks waiting for it until their timeout, so it ends the job now.
       if (!ok && failed_ == nullptr && interruptedBy_ == 0) {
         failed_ = &child;
         signalRunning(SIGTERM);
         stopDeadline_ = Clock::now() + kGracePeriod;
       }
+    }
+    stopRolesWhenRanksAreDone();
+  }
+
+  // Note [stopping roles]: roles serve the ranks, so they run until the last rank has exited, whatever its status;
+  // then they get SIGTERM (RoleContext::stopRequested) and SIGKILL after the grace period.
+  void stopRolesWhenRanksAreDone() {
+    if (rolesStopping_ ||
+        std::any_of(children_.begin(), children_.end(), [](const Child& c) { return !c.role && c.running; })) {
+      return;
+    }
+    rolesStopping_ = true;
+    bool any = false;
+    for (const Child& child : children_) {
+      if (child.role && child.running) {
+        ::kill(child.pid, SIGTERM);
+        any = true;
+      }
+    }
+    if (any && !stopDeadline_) {
+      stopDeadline_ = Clock::now() + kGracePeriod;
     }
   }
 
@@ -416,7 +538,7 @@ class RankLauncher {
 
   // Reads what is there and passes on complete lines; closes the stream at EOF.
   void pump(Stream& stream) {
-    const int owner = rankOf(stream);
+    const std::string& owner = labelOf(stream);
     char buffer[65536];
     while (stream.fd >= 0) {
       const ssize_t n = ::read(stream.fd, buffer, sizeof(buffer));
@@ -428,7 +550,7 @@ class RankLauncher {
       }
       if (n == 0) {
         if (!stream.pending.empty()) {
-          writeAll(stream.target, fmt::format("[rank {}] {}\n", owner, stream.pending));
+          writeAll(stream.target, fmt::format("[{}] {}\n", owner, stream.pending));
           stream.pending.clear();
         }
         closeStream(stream);
@@ -439,12 +561,12 @@ class RankLauncher {
       std::size_t begin = 0;
       for (std::size_t newline; (newline = stream.pending.find('\n', begin)) != std::string::npos;
            begin = newline + 1) {
-        lines += fmt::format("[rank {}] ", owner);
+        lines += fmt::format("[{}] ", owner);
         lines.append(stream.pending, begin, newline + 1 - begin);
       }
       stream.pending.erase(0, begin);
       if (stream.pending.size() >= kMaxLine) {
-        lines += fmt::format("[rank {}] {}\n", owner, stream.pending);
+        lines += fmt::format("[{}] {}\n", owner, stream.pending);
         stream.pending.clear();
       }
       // One write per read keeps each line whole in the launcher's output.
@@ -460,7 +582,7 @@ class RankLauncher {
       if (stream.fd == before) {
         // EAGAIN with the writer gone can only mean someone else holds the pipe open; do not wait for them.
         if (!stream.pending.empty()) {
-          writeAll(stream.target, fmt::format("[rank {}] {}\n", rankOf(stream), stream.pending));
+          writeAll(stream.target, fmt::format("[{}] {}\n", labelOf(stream), stream.pending));
           stream.pending.clear();
         }
         closeStream(stream);
@@ -468,13 +590,14 @@ class RankLauncher {
     }
   }
 
-  int rankOf(const Stream& stream) const {
+  const std::string& labelOf(const Stream& stream) const {
+    static const std::string kUnknown = "?";
     for (const Child& child : children_) {
       if (&child.out == &stream || &child.err == &stream) {
-        return child.rank;
+        return child.label;
       }
     }
-    return -1;
+    return kUnknown;
   }
 
   static void closeStream(Stream& stream) {
@@ -485,6 +608,7 @@ class RankLauncher {
   }
 
   LaunchOptions options_;
+  RoleLaunch roles_;
   std::vector<std::string> args_;
   std::vector<Child> children_;
   int signalFd_ = -1;
@@ -493,6 +617,7 @@ class RankLauncher {
   const Child* failed_ = nullptr;
   std::optional<Clock::time_point> stopDeadline_;
   bool killed_ = false;
+  bool rolesStopping_ = false;
 };
 
 }  // namespace detail
@@ -576,8 +701,12 @@ RankEnvironment rankEnvironment() {
   return env;
 }
 
-std::optional<int> launchIfNeeded(const LaunchOptions& options, std::vector<std::string> args) {
-  if (options.nproc <= 1 && options.nnodes <= 1) {
+std::optional<int> launchIfNeeded(const LaunchOptions& options, const RoleLaunch& roles,
+                                  std::vector<std::string> args) {
+  // Role processes need a launcher (and rank 0's store) even around a single rank.
+  const bool anyRole =
+      std::any_of(roles.roles.begin(), roles.roles.end(), [](const RoleRequest& r) { return r.count > 0; });
+  if (options.nproc <= 1 && options.nnodes <= 1 && !anyRole) {
     return std::nullopt;
   }
   // Already a rank: started by this launcher, torchrun, or srun (which starts every rank itself).
@@ -593,7 +722,8 @@ std::optional<int> launchIfNeeded(const LaunchOptions& options, std::vector<std:
   if (options.masterPort < 1 || options.masterPort > 65535) {
     fail("--master-port {} is not a port number (1-65535)", options.masterPort);
   }
-  detail::RankLauncher launcher(options, args.empty() ? detail::ownCommandLine() : std::move(args));
+  detail::checkRoles(roles);
+  detail::RankLauncher launcher(options, roles, args.empty() ? detail::ownCommandLine() : std::move(args));
   return launcher.run();
 }
 

@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "strata/sdk/roles.h"
+
 namespace strata::cli {
 
 // How `strata train` starts its ranks, torchrun's options by another spelling.
@@ -15,6 +17,18 @@ struct LaunchOptions {
   int nodeRank = 0;
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;
+};
+
+// The role processes a strategy asks for (StrategyRequirements::roles) and what they need to load it. On node rank
+// 0 the launcher starts, for each role and index i < count, `strata role <name> --index i --count N --workers W
+// --nnodes K --strategy S [--strategy-opt k=v]... [--plugin-dir D]... --timeout T` (see role_command.h) with
+// MASTER_ADDR and MASTER_PORT set; the other nodes start none.
+struct RoleLaunch {
+  std::vector<RoleRequest> roles;
+  std::string strategy;
+  std::vector<std::string> strategyOptions;  // key=value, as given to --strategy-opt
+  std::vector<std::string> pluginDirs;
+  double timeoutS = 300;
 };
 
 // Where this process stands in the job, read from torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
@@ -35,13 +49,16 @@ void addLaunchOptions(CLI::App& command, LaunchOptions& options);
 // Reads the rank environment; throws Error naming the variable and its value when one is malformed.
 RankEnvironment rankEnvironment();
 
-// Acts as the launcher when this process was asked for several ranks and is not one itself (no RANK or
-// SLURM_PROCID in the environment): starts the local ranks as copies of this binary with the same arguments,
-// prefixes their output lines with "[rank R] ", and waits for all of them. Returns nullopt when this process
-// should train itself, 0 when every rank succeeded. When a rank fails it stops the others and throws Error
-// naming the rank and its status; when the launcher itself is interrupted (SIGINT/SIGTERM) it stops the ranks
-// and dies by the same signal. `args` is the command line to repeat (default: this process's own).
-std::optional<int> launchIfNeeded(const LaunchOptions& options, std::vector<std::string> args = {});
+// Acts as the launcher when this process was asked for several ranks, or for roles, and is not a rank itself (no
+// RANK or SLURM_PROCID in the environment): starts the local ranks as copies of this binary with the same
+// arguments, and on node rank 0 the processes of `roles`; prefixes their output lines with "[rank R] " or
+// "[<role> <i>] ", and waits for the ranks. Returns nullopt when this process should train itself, 0 when every
+// rank succeeded. When every rank is done it stops the roles (SIGTERM, SIGKILL after a grace period) and waits for
+// them. When a rank, or a role before the ranks are done, fails, it stops every other process and throws Error
+// naming the rank or role, its index and status; when the launcher itself is interrupted (SIGINT/SIGTERM) it stops
+// them all and dies by the same signal. `args` is the command line to repeat (default: this process's own).
+std::optional<int> launchIfNeeded(const LaunchOptions& options, const RoleLaunch& roles = {},
+                                  std::vector<std::string> args = {});
 
 // CPU threads per rank from STRATA_THREADS (set by the launcher: cores / local ranks); 0 when unset.
 int threadsFromEnvironment();

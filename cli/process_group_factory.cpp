@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "strata/comm/gloo_process_group.h"
+#include "strata/comm/staging_process_group.h"
 #include "strata/error.h"
 #ifdef STRATA_HAS_CUDA
 #include "strata/cuda/backend.h"
@@ -70,7 +71,12 @@ std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& s
     }
   }
 #endif
-  return std::make_unique<GlooProcessGroup>(store, rank.rank, rank.worldSize, options);
+  auto gloo = std::make_unique<GlooProcessGroup>(store, rank.rank, rank.worldSize, options);
+  if (device.type == DeviceType::CPU) {
+    return gloo;
+  }
+  // Gloo moves host memory only: device tensors go through host buffers (Note [host staging]).
+  return std::make_unique<StagingProcessGroup>(std::move(gloo));
 }
 
 }  // namespace strata::cli

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 
 #include "strata/error.h"
+#include "strata/op_registry.h"
 
 namespace strata {
 
@@ -99,17 +101,27 @@ std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::u
       }
     }
     ctx.outputs.assign(step.outputs.size(), nullptr);
+    bool accumulates = false;
     for (std::size_t i = 0; i < step.outputs.size(); ++i) {
       if (step.outputs[i] >= 0) {
         const auto id = static_cast<std::size_t>(step.outputs[i]);
         const ProgramValue& value = program_.values[id];
-        slots[id] =
-            value.bound.defined() ? value.bound : Tensor::empty(value.meta, MemoryCategory::Activations, device_);
+        if (value.bound.defined() && !(accumulateGradients_ && value.gradient)) {
+          slots[id] = value.bound;
+        } else {
+          const bool temporaryGradient = value.bound.defined();
+          accumulates = accumulates || temporaryGradient;
+          slots[id] = Tensor::empty(
+              value.meta, temporaryGradient ? MemoryCategory::Gradients : MemoryCategory::Activations, device_);
+        }
         ctx.outputs[i] = &slots[id];
       }
     }
     try {
       step.kernel->compute(ctx);
+      if (accumulates) {
+        accumulateInto(step, slots, ctx);
+      }
       if (syncEachNode_) {
         stream_->synchronize();
       }
@@ -137,6 +149,52 @@ std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::u
     outputs.push_back(slots[static_cast<std::size_t>(id)]);
   }
   return outputs;
+}
+
+void Executor::accumulateInto(const ProgramStep& step, std::vector<Tensor>& slots, KernelContext& ctx) {
+  KernelContext add;
+  add.training = ctx.training;
+  add.step = ctx.step;
+  add.deviceStep = ctx.deviceStep;
+  add.stream = ctx.stream;
+  for (int output : step.outputs) {
+    if (output < 0) {
+      continue;
+    }
+    const auto id = static_cast<std::size_t>(output);
+    const ProgramValue& value = program_.values[id];
+    if (!value.gradient || !value.bound.defined()) {
+      continue;
+    }
+    Tensor sum = value.bound;
+    const Tensor temporary = std::exchange(slots[id], value.bound);
+    add.inputs = {&sum, &temporary};
+    add.outputs = {&slots[id]};  // in place: the elementwise Add reads each element before writing it
+    accumulateKernels_[id]->compute(add);
+  }
+}
+
+void Executor::setAccumulateGradients(bool on) {
+  if (on == accumulateGradients_) {
+    return;
+  }
+  if (on && accumulateKernels_.empty()) {
+    const KernelFactory* factory = OpRegistry::instance().kernel("Add", device_.type);
+    STRATA_CHECK(factory != nullptr, "gradient accumulation needs the Add kernel on {}, which is not registered",
+                 device_.toString());
+    accumulateKernels_.resize(program_.values.size());
+    const Attributes none;
+    for (std::size_t id = 0; id < program_.values.size(); ++id) {
+      const ProgramValue& value = program_.values[id];
+      if (value.gradient && value.bound.defined()) {
+        const std::string name = value.name + "/accumulate";
+        const InputInfo operand{true, value.meta, nullptr};
+        accumulateKernels_[id] = (*factory)(KernelInit{{operand, operand}, {value.meta}, none, name, false});
+      }
+    }
+  }
+  accumulateGradients_ = on;
+  setRecording(recording_.mode);  // a recording holds the adds, or their absence
 }
 
 void Executor::synchronize() {

@@ -37,23 +37,22 @@ void LocalSgdStrategy::setup(strata::StrategyContext& context) {
   context_ = &context;
   // Every rank starts from rank 0's parameters, so the periodic averages stay meaningful.
   if (strata::ProcessGroup* group = context.processGroup(); group != nullptr) {
-    strata::ParameterStore& store = context.parameters();
+    strata::ParameterGroups& store = context.parameters();
     std::vector<strata::WorkHandle> works;
     for (std::size_t g = 0; g < store.groupCount(); ++g) {
       works.push_back(group->broadcast(store.flatParameters(g), 0));
     }
     for (auto& work : works) {
-      work->wait(strata::ProcessGroupOptions{}.timeout);
+      work->wait(context.timeout());
     }
     store.bumpVersion();
   }
 }
 
-void LocalSgdStrategy::step(double lr) {
+void LocalSgdStrategy::step(const strata::StepInfo& at, double lr) {
   STRATA_CHECK(context_ != nullptr, "strategy 'local_sgd': step called before setup");
-  context_->optimizer().step(lr);
-  ++steps_;
-  if (context_->processGroup() != nullptr && steps_ % k_ == 0) {
+  context_->optimizers().full().step(lr);
+  if (context_->processGroup() != nullptr && (at.step + 1) % k_ == 0) {
     averageParameters();
   }
 }
@@ -61,13 +60,13 @@ void LocalSgdStrategy::step(double lr) {
 void LocalSgdStrategy::averageParameters() {
   const auto start = std::chrono::steady_clock::now();
   strata::ProcessGroup& group = *context_->processGroup();
-  strata::ParameterStore& store = context_->parameters();
+  strata::ParameterGroups& store = context_->parameters();
   std::vector<strata::WorkHandle> works;
   for (std::size_t g = 0; g < store.groupCount(); ++g) {
     works.push_back(group.allReduce(store.flatParameters(g), strata::ReduceOp::Average));
   }
   for (auto& work : works) {
-    work->wait(strata::ProcessGroupOptions{}.timeout);
+    work->wait(context_->timeout());
   }
   store.bumpVersion();
   context_->addFigure("communication_s",

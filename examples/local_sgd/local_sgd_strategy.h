@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "strata/strategy.h"
+#include "strata/sdk/strategy.h"
 
 namespace example {
 
@@ -11,7 +11,7 @@ namespace example {
 class LocalSgdStrategy final : public strata::Strategy {
  public:
   void setup(strata::StrategyContext& context) override;
-  void step(double lr) override;
+  void step(const strata::StepInfo& at, double lr) override;
 
  private:
   // All-reduces (Average) every flat parameter buffer in place.
@@ -19,7 +19,6 @@ class LocalSgdStrategy final : public strata::Strategy {
 
   strata::StrategyContext* context_ = nullptr;
   int k_ = 1;
-  std::int64_t steps_ = 0;
 };
 
 }  // namespace example

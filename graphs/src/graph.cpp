@@ -7,9 +7,9 @@ int Graph::addValue(Value value) {
   return static_cast<int>(values.size()) - 1;
 }
 
-int Graph::findValue(const std::string& name) const {
+int Graph::findValue(const std::string& valueName) const {
   for (std::size_t i = 0; i < values.size(); ++i) {
-    if (values[i].name == name) {
+    if (values[i].name == valueName) {
       return static_cast<int>(i);
     }
   }

@@ -21,7 +21,7 @@ class ValueTable {
     auto [it, inserted] = ids_.try_emplace(graphId, static_cast<int>(program_.values.size()));
     if (inserted) {
       const Value& value = graph_.values[static_cast<std::size_t>(graphId)];
-      program_.values.push_back(ProgramValue{value.name, value.meta, onDevice(value.constant), Tensor(), false});
+      program_.values.push_back(ProgramValue{value.name, value.meta, onDevice(value.constant), Tensor(), false, false});
     }
     return it->second;
   }
@@ -57,8 +57,14 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
   }
 
   std::vector<bool> isBound(graph.values.size(), false);
-  for (const auto& binding : options.bindings) {
-    isBound.at(static_cast<std::size_t>(binding.first)) = true;
+  for (const auto* list : {&options.bindings, &options.gradientBindings}) {
+    for (const auto& binding : *list) {
+      isBound.at(static_cast<std::size_t>(binding.first)) = true;
+    }
+  }
+  std::unordered_map<int, int> parameterIndex;  // graph value id -> parameter index
+  for (std::size_t p = 0; p < options.parameters.size(); ++p) {
+    parameterIndex.emplace(options.parameters[p], static_cast<int>(p));
   }
 
   for (int id : graph.inputs) {
@@ -81,6 +87,11 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
     std::vector<InputInfo> inputInfos;
     for (int v : node.inputs) {
       step.inputs.push_back(table(v));
+      const auto parameter = parameterIndex.find(v);
+      if (parameter != parameterIndex.end() && std::find(step.parametersRead.begin(), step.parametersRead.end(),
+                                                         parameter->second) == step.parametersRead.end()) {
+        step.parametersRead.push_back(parameter->second);
+      }
       if (v == kNoValue) {
         inputInfos.emplace_back();
       } else {
@@ -108,13 +119,20 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
   for (int id : graph.outputs) {
     program.outputs.push_back(table(id));
   }
-  for (const auto& [valueId, tensor] : options.bindings) {
+  auto bind = [&](int valueId, const Tensor& tensor) -> ProgramValue& {
     ProgramValue& value = program.values[static_cast<std::size_t>(table(valueId))];
     if (tensor.meta() != value.meta) {
       fail("{}: value '{}' is {} but was bound to a tensor of {}", graph.sourcePath, value.name, value.meta.toString(),
            tensor.meta().toString());
     }
     value.bound = tensor;
+    return value;
+  };
+  for (const auto& [valueId, tensor] : options.bindings) {
+    bind(valueId, tensor);
+  }
+  for (const auto& [valueId, tensor] : options.gradientBindings) {
+    bind(valueId, tensor).gradient = true;
   }
   for (std::size_t p = 0; p < options.gradientReadyAfterNode.size(); ++p) {
     const int node = options.gradientReadyAfterNode[p];

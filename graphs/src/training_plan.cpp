@@ -9,6 +9,7 @@
 #include "strata/graphs/autocast.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
+#include "strata/graphs/unit_partition.h"
 
 namespace strata {
 namespace {
@@ -138,31 +139,37 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
         specialize(channelsLast(full, &channelsLastReport_), SpecializeOptions{.inputMetas = metas, .training = true});
   }
   training_ = buildTrainingGraph(full, AutodiffOptions{.loss = loss});
-  if (options.scaledLoss) {  // the seed becomes the step's last input, so the scale can change between steps
+  if (seededLoss()) {  // the seed becomes the step's last input, so the scale can change between steps
     Value& seed = training_.graph.values[static_cast<std::size_t>(training_.lossGradSeed)];
-    lossScale_ = Tensor::empty(seed.meta, MemoryCategory::Other, options.device);
-    lossScale_.copyFrom(seed.constant);
+    lossGradSeed_ = Tensor::empty(seed.meta, MemoryCategory::Other, options.device);
+    lossGradSeed_.copyFrom(seed.constant);
     seed.constant = Tensor();
     training_.graph.inputs.push_back(training_.lossGradSeed);
   }
 
+  // training_.parameters is in first-use order and the store keeps it: strategies rely on it (DDP's buckets are
+  // runs of consecutive parameters, whose gradients backward finalises roughly in reverse), and units are
+  // contiguous runs of it.
   std::vector<std::pair<std::string, Tensor>> initial;
+  std::vector<UnitCandidate> candidates;
   for (int p : training_.parameters) {
     const Value& value = training_.graph.values[static_cast<std::size_t>(p)];
     initial.emplace_back(value.name, value.constant);
+    candidates.push_back(UnitCandidate{value.name, value.meta.numel()});
     names_.push_back(value.name);
   }
-  store_ = std::make_unique<ParameterStore>(initial, options.device);
+  store_ = std::make_unique<ParameterStore>(initial, options.device, partitionUnits(candidates, options.units));
 
   LowerOptions lower;
   lower.device = options.device;
   lower.training = true;
   lower.gradientReadyAfterNode = training_.gradientReadyAfterNode;
+  lower.parameters = training_.parameters;
   for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
     const auto id = static_cast<std::size_t>(training_.parameters[i]);
     training_.graph.values[id].constant = store_->parameter(i);
     model_.values[id].constant = store_->parameter(i);
-    lower.bindings.emplace_back(training_.parameterGrads[i], store_->gradient(i));
+    lower.gradientBindings.emplace_back(training_.parameterGrads[i], store_->gradient(i));
   }
   for (const auto& [buffer, updated] : training_.bufferUpdates) {
     Value& value = training_.graph.values[static_cast<std::size_t>(buffer)];
@@ -191,8 +198,8 @@ StepResult TrainingPlan::step(const std::vector<Tensor>& inputs, const Tensor& l
   for (Tensor& t : all) {
     t = t.to(options_.device, MemoryCategory::Activations);  // host batches go to the plan's device
   }
-  if (options_.scaledLoss) {
-    all.push_back(lossScale_);
+  if (seededLoss()) {
+    all.push_back(lossGradSeed_);
   }
   std::vector<Tensor> results = executor_->run(all);
   StepResult result;
@@ -203,17 +210,30 @@ StepResult TrainingPlan::step(const std::vector<Tensor>& inputs, const Tensor& l
 
 void TrainingPlan::setLossScale(double scale) {
   STRATA_CHECK(options_.scaledLoss, "setLossScale on a plan built without scaledLoss");
-  if (scale == lossScaleValue_) {
+  writeLossGradSeed(scale, gradientScaleValue_);
+}
+
+void TrainingPlan::setGradientScale(double scale) {
+  STRATA_CHECK(seededLoss() || scale == 1.0,
+               "setGradientScale({}) on a plan built without seededLoss (the loss gradient's seed is a constant)",
+               scale);
+  writeLossGradSeed(lossScaleValue_, scale);
+}
+
+void TrainingPlan::writeLossGradSeed(double lossScale, double gradientScale) {
+  if (lossScale == lossScaleValue_ && gradientScale == gradientScaleValue_) {
     return;
   }
-  Tensor host = Tensor::empty(lossScale_.meta());
+  const double seed = lossScale * gradientScale;
+  Tensor host = Tensor::empty(lossGradSeed_.meta());
   if (host.dtype() == DType::Float64) {  // autodiff accepts float32 and float64 losses only
-    *host.data<double>() = scale;
+    *host.data<double>() = seed;
   } else {
-    *host.data<float>() = static_cast<float>(scale);
+    *host.data<float>() = static_cast<float>(seed);
   }
-  lossScale_.copyFrom(host);
-  lossScaleValue_ = scale;
+  lossGradSeed_.copyFrom(host);
+  lossScaleValue_ = lossScale;
+  gradientScaleValue_ = gradientScale;
 }
 
 std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
@@ -241,10 +261,10 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
       specialised.values[static_cast<std::size_t>(training_.bufferUpdates[b].first)].constant = buffers_[b].second;
     }
     // One plan per input shape: an epoch's last, smaller batch must not rebuild the full-batch plan each epoch.
-    evalExecutors_.emplace_back(
-        metas,
-        std::make_unique<Executor>(
-            lowerToProgram(specialised, LowerOptions{.device = options_.device, .training = false}), options_.device));
+    LowerOptions lower;
+    lower.device = options_.device;
+    lower.parameters = training_.parameters;
+    evalExecutors_.emplace_back(metas, std::make_unique<Executor>(lowerToProgram(specialised, lower), options_.device));
     cached = std::prev(evalExecutors_.end());
   }
   std::vector<Tensor> onDevice;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "strata/error.h"
-#include "strata/strategy.h"
+#include "strata/sdk/strategy.h"
 
 namespace strata::plugins {
 namespace {
@@ -34,6 +34,7 @@ class DdpStrategy final : public Strategy {
 
   void setup(StrategyContext& context) override {
     context_ = &context;
+    timeout_ = context.timeout();
     parseOptions(context.options());
     group_ = context.processGroup();
     if (group_ == nullptr || group_->size() == 1) {
@@ -41,13 +42,13 @@ class DdpStrategy final : public Strategy {
     }
     broadcastState(context);
     buildBuckets(context.parameters());
-    hook_ = context.executor().addGradientReadyHook([this](int parameter) { onGradientReady(parameter); });
+    hook_ = context.hooks().gradientReady([this](int parameter) { onGradientReady(parameter); });
   }
 
-  void beforeForward(int /*micro*/, bool last) override { communicate_ = last; }
+  void beforeForward(const StepInfo& at) override { communicate_ = at.last(); }
 
-  void afterBackward(int /*micro*/, bool last) override {
-    if (!last || group_ == nullptr || group_->size() == 1) {
+  void afterBackward(const StepInfo& at) override {
+    if (!at.last() || group_ == nullptr || group_->size() == 1) {
       return;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -67,14 +68,9 @@ class DdpStrategy final : public Strategy {
     context_->addFigure("collective_s", allReduceSeconds);
   }
 
-  void step(double lr) override { context_->optimizer().step(lr); }
+  void step(const StepInfo& /*at*/, double lr) override { context_->optimizers().full().step(lr); }
 
-  void teardown() override {
-    if (context_ != nullptr && hook_ >= 0) {
-      context_->executor().removeHook(hook_);
-      hook_ = -1;
-    }
-  }
+  void teardown() override { hook_.reset(); }
 
  private:
   void parseOptions(const std::map<std::string, std::string>& options) {
@@ -118,7 +114,7 @@ class DdpStrategy final : public Strategy {
     context.parameters().bumpVersion();
   }
 
-  void buildBuckets(const ParameterStore& store) {
+  void buildBuckets(const ParameterGroups& store) {
     bucketOf_.assign(store.size(), -1);
     for (std::size_t g = 0; g < store.groupCount(); ++g) {
       std::vector<std::size_t> members;
@@ -175,7 +171,7 @@ class DdpStrategy final : public Strategy {
   bool communicate_ = true;
   std::vector<Bucket> buckets_;
   std::vector<int> bucketOf_;
-  int hook_ = -1;
+  HookHandle hook_;
 };
 
 }  // namespace

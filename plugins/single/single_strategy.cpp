@@ -12,9 +12,9 @@ void SingleStrategy::setup(StrategyContext& context) {
   context_ = &context;
 }
 
-void SingleStrategy::step(double lr) {
+void SingleStrategy::step(const StepInfo& /*at*/, double lr) {
   STRATA_CHECK(context_ != nullptr, "strategy 'single': step called before setup");
-  context_->optimizer().step(lr);
+  context_->optimizers().full().step(lr);
 }
 
 }  // namespace strata::plugins

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "strata/strategy.h"
+#include "strata/sdk/strategy.h"
 
 namespace strata::plugins {
 
@@ -8,7 +8,7 @@ namespace strata::plugins {
 class SingleStrategy final : public Strategy {
  public:
   void setup(StrategyContext& context) override;
-  void step(double lr) override;
+  void step(const StepInfo& at, double lr) override;
 
  private:
   StrategyContext* context_ = nullptr;

@@ -68,6 +68,16 @@ cmp "$work/fp16full.onnx" "$work/fp16res.onnx" || { echo "resumed fp16 parameter
 "$strata" train "${common[@]}" --max-steps 3 --precision fp16 --loss-scale 1e30 --out "$work/overflow" > /dev/null
 grep -q '"skipped_steps": 3' "$work/overflow/summary.json"
 
+# A damaged checkpoint: the error names the file (and the tensor), never a crash or silently wrong weights.
+cp -r "$work/part" "$work/garbled"
+echo "not json" > "$work/garbled/checkpoint/rank0/manifest.json"
+if "$strata" train "${common[@]}" --epochs 2 --resume "$work/garbled" 2> "$work/err.log"; then exit 1; fi
+grep -q "rank0/manifest.json: corrupt checkpoint manifest" "$work/err.log" || { cat "$work/err.log"; exit 1; }
+cp -r "$work/part" "$work/swapped"
+cp "$work/swapped/checkpoint/rank0/t1.pb" "$work/swapped/checkpoint/rank0/t0.pb"
+if "$strata" train "${common[@]}" --epochs 2 --resume "$work/swapped" 2> "$work/err.log"; then exit 1; fi
+grep -q "t0.pb: param/.* in the checkpoint but .* in this run" "$work/err.log" || { cat "$work/err.log"; exit 1; }
+
 # Errors: resuming without a checkpoint, a missing data set directory.
 if "$strata" train "${common[@]}" --resume "$work/full" 2> "$work/err.log"; then exit 1; fi
 grep -q "no checkpoint to resume from" "$work/err.log"

@@ -4,10 +4,10 @@
 // host copies, each checking that every tensor it is handed lives on the fake device. Host code that dereferences
 // device memory (a loss, a norm, a checkpoint, an export) reads scrambled bytes, and a tensor left on the CPU where the
 // plan expects the device fails the check, so results equal to a CPU run show that the executor, TrainingPlan,
-// ParameterStore, Optimizer, the trainer's GradientAccumulator and checkpoints move device tensors correctly.
+// ParameterStore, Optimizer, in-place gradient accumulation and checkpoints move device tensors correctly.
 //
 // Build it as its own executable (it replaces the registry's CUDA kernels): sources this file plus
-// cli/trainer_context.cpp, cli/checkpoint.cpp, cli/run_outputs.cpp and cli/process_group_factory.cpp; include
+// cli/checkpoint.cpp, cli/run_outputs.cpp and cli/process_group_factory.cpp; include
 // directories cli/ and tests/; link strata::loaders, onnx_proto, protobuf, nlohmann_json, CLI11::CLI11,
 // GTest::gtest_main (not strata::cuda, and without STRATA_HAS_CUDA).
 
@@ -32,7 +32,6 @@
 #include "strata/optim/optimizer.h"
 #include "support/scrambled_device.h"
 #include "test_models.h"
-#include "trainer_context.h"
 
 namespace strata {
 namespace {
@@ -226,31 +225,6 @@ class FakeOptimizerKernels final : public DeviceOptimizerKernels {
     Tensor(m).copyFrom(mh);
     Tensor(v).copyFrom(vh);
   }
-
-  void accumulate(const Tensor& sum, const Tensor& grad, bool first) override {
-    Tensor s = toHost(sum, "accumulated gradients");
-    const Tensor g = toHost(grad, "gradients");
-    forFloat(g, [&](auto tag) {
-      using T = decltype(tag);
-      for (std::int64_t i = 0; i < g.numel(); ++i) {
-        s.data<T>()[i] = first ? g.data<T>()[i] : s.data<T>()[i] + g.data<T>()[i];
-      }
-    });
-    Tensor(sum).copyFrom(s);
-  }
-
-  void finishAccumulation(const Tensor& grad, const Tensor& sum, double scale) override {
-    Tensor g = toHost(grad, "gradients");
-    const Tensor s = toHost(sum, "accumulated gradients");
-    forFloat(g, [&](auto tag) {
-      using T = decltype(tag);
-      const T factor = T(1) / static_cast<T>(std::llround(1.0 / scale));
-      for (std::int64_t i = 0; i < g.numel(); ++i) {
-        g.data<T>()[i] = (g.data<T>()[i] + s.data<T>()[i]) * factor;
-      }
-    });
-    Tensor(grad).copyFrom(g);
-  }
 };
 
 FakeStream& fakeStream() {
@@ -430,42 +404,74 @@ TEST_F(FakeDeviceTrainingTest, AdamWithFloat16LossScalingSkipsTheSameSteps) {
   expectSameState(device, cpu, "after six steps");
 }
 
+// A checkpoint of a plan's parameters, buffers and optimizer state through the trainer's checkpoint store.
+void saveState(cli::TensorProtoCheckpoints& checkpoints, TrainingPlan& plan, const Optimizer& optimizer) {
+  {
+    std::unique_ptr<StateWriter> writer = checkpoints.beginWrite();
+    for (std::size_t p = 0; p < plan.parameters().size(); ++p) {
+      writer->putTensor("param/" + plan.parameterNames()[p], plan.parameters().parameter(p));
+    }
+    for (const auto& [name, tensor] : plan.buffers()) {
+      writer->putTensor("buffer/" + name, tensor);
+    }
+    for (std::size_t k = 0; k < optimizer.stateBuffers().size(); ++k) {
+      writer->putTensor("optimizer/" + std::to_string(k), optimizer.stateBuffers()[k]);
+    }
+  }
+  checkpoints.commit();
+}
+
+void loadState(cli::TensorProtoCheckpoints& checkpoints, TrainingPlan& plan, const Optimizer& optimizer) {
+  std::unique_ptr<StateReader> reader = checkpoints.open();
+  for (std::size_t p = 0; p < plan.parameters().size(); ++p) {
+    reader->getTensor("param/" + plan.parameterNames()[p], plan.parameters().parameter(p));
+  }
+  for (const auto& [name, tensor] : plan.buffers()) {
+    reader->getTensor("buffer/" + name, tensor);
+  }
+  for (std::size_t k = 0; k < optimizer.stateBuffers().size(); ++k) {
+    reader->getTensor("optimizer/" + std::to_string(k), optimizer.stateBuffers()[k]);
+  }
+  plan.parameters().bumpVersion();
+}
+
 TEST_F(FakeDeviceTrainingTest, GradientAccumulationAndCheckpointsMatchTheCpu) {
   testing::TempDir dir;
-  TrainingPlan cpu = smallCnnPlan(dir, optionsOn(Device::cpu()));
-  TrainingPlan device = smallCnnPlan(dir, optionsOn(kFake));
+  TrainingPlanOptions cpuOptions = optionsOn(Device::cpu());
+  TrainingPlanOptions deviceOptions = optionsOn(kFake);
+  cpuOptions.seededLoss = deviceOptions.seededLoss = true;
+  TrainingPlan cpu = smallCnnPlan(dir, cpuOptions);
+  TrainingPlan device = smallCnnPlan(dir, deviceOptions);
   const OptimizerOptions sgd{.momentum = 0.9};
   Optimizer cpuOptimizer(cpu.parameters(), sgd);
   Optimizer deviceOptimizer(device.parameters(), sgd);
-  {
-    cli::GradientAccumulator cpuAccumulator(cpu, 2);
-    cli::GradientAccumulator deviceAccumulator(device, 2);
-    for (unsigned step = 0; step < 2; ++step) {
-      for (int micro = 0; micro < 2; ++micro) {
-        const Batch b = batchOf(4, 10 * step + static_cast<unsigned>(micro));
-        cpuAccumulator.beginMicroBatch(micro);
-        deviceAccumulator.beginMicroBatch(micro);
-        cpu.step({b.images}, b.labels);
-        device.step({b.images}, b.labels);
-        if (micro == 0) {
-          cpuAccumulator.accumulate();
-          deviceAccumulator.accumulate();
-        }
-      }
-      cpuOptimizer.step(0.05);
-      deviceOptimizer.step(0.05);
-      expectSameState(device, cpu, "after accumulated step " + std::to_string(step));
+  // Two micro-batches per step, added into the gradient buffers in place (the device's add kernel), each at 1/2.
+  cpu.setGradientScale(0.5);
+  device.setGradientScale(0.5);
+  for (unsigned step = 0; step < 2; ++step) {
+    for (int micro = 0; micro < 2; ++micro) {
+      const Batch b = batchOf(4, 10 * step + static_cast<unsigned>(micro));
+      cpu.executor().setAccumulateGradients(micro > 0);
+      device.executor().setAccumulateGradients(micro > 0);
+      cpu.step({b.images}, b.labels);
+      device.step({b.images}, b.labels);
     }
+    cpuOptimizer.step(0.05);
+    deviceOptimizer.step(0.05);
+    expectSameState(device, cpu, "after accumulated step " + std::to_string(step));
   }
+  cpu.executor().setAccumulateGradients(false);
+  device.executor().setAccumulateGradients(false);
 
   // A checkpoint written from the device resumes on the device and on the CPU.
-  cli::saveCheckpoint(dir / "checkpoint", device, deviceOptimizer, cli::CheckpointState{1, 2});
-  TrainingPlan resumedDevice = smallCnnPlan(dir, optionsOn(kFake));
-  TrainingPlan resumedCpu = smallCnnPlan(dir, optionsOn(Device::cpu()));
+  cli::TensorProtoCheckpoints checkpoints(dir / "checkpoint", 0, 1);
+  saveState(checkpoints, device, deviceOptimizer);
+  TrainingPlan resumedDevice = smallCnnPlan(dir, deviceOptions);
+  TrainingPlan resumedCpu = smallCnnPlan(dir, cpuOptions);
   Optimizer resumedDeviceOptimizer(resumedDevice.parameters(), sgd);
   Optimizer resumedCpuOptimizer(resumedCpu.parameters(), sgd);
-  cli::loadCheckpoint(dir / "checkpoint", resumedDevice, resumedDeviceOptimizer);
-  cli::loadCheckpoint(dir / "checkpoint", resumedCpu, resumedCpuOptimizer);
+  loadState(checkpoints, resumedDevice, resumedDeviceOptimizer);
+  loadState(checkpoints, resumedCpu, resumedCpuOptimizer);
   for (TrainingPlan* plan : {&resumedDevice, &resumedCpu}) {
     for (std::size_t p = 0; p < cpu.parameters().size(); ++p) {
       expectEqualOnHost(plan->parameters().parameter(p), cpu.parameters().parameter(p),

@@ -14,10 +14,13 @@ step() { echo "== $*"; }
 
 step "install $build into $prefix"
 "$cmake" --install "$build" --prefix "$prefix" > "$tmp/install.log" || { cat "$tmp/install.log"; exit 1; }
-for f in bin/strata lib/libstrata_core.a include/strata/strategy.h lib/strata/plugins/libstrata_plugin_single.so \
+for f in bin/strata lib/libstrata_core.a include/strata-sdk/strata/sdk/strategy.h \
+         lib/strata/plugins/libstrata_plugin_single.so \
          lib/cmake/Strata/StrataConfig.cmake lib/cmake/Strata/StrataTargets.cmake; do
   [[ -e $prefix/$f ]] || { echo "not installed: $f"; exit 1; }
 done
+# The SDK's include folder holds the SDK alone: a plugin built against Strata::sdk cannot reach the executor.
+[[ ! -e $prefix/include/strata-sdk/strata/executor.h ]] || { echo "the SDK folder holds executor.h"; exit 1; }
 
 step "configure and build $example out of tree"
 "$cmake" -S "$example" -B "$tmp/build" -G "$generator" -DCMAKE_PREFIX_PATH="$prefix"
@@ -27,7 +30,7 @@ step "configure and build $example out of tree"
 step "strata plugins --plugin-dir $tmp/build"
 listing=$("$prefix/bin/strata" plugins --plugin-dir "$tmp/build")
 echo "$listing"
-grep -Eq "^local_sgd +0\.1\.0 +1 .*$tmp/build/libstrata_plugin_local_sgd\.so\$" <<< "$listing" \
+grep -Eq "^local_sgd +0\.1\.0 +2 .*$tmp/build/libstrata_plugin_local_sgd\.so\$" <<< "$listing" \
   || { echo "local_sgd is not listed"; exit 1; }
 grep -Eq "^single +.*$prefix/lib/strata/plugins/libstrata_plugin_single\.so\$" <<< "$listing" \
   || { echo "the installed single plugin is not listed"; exit 1; }

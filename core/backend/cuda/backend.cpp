@@ -25,7 +25,7 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 // Host staging copies run on a stream of their own per device, so each waits for its mark instead of for every
-// kernel queued on the compute stream (Note [host staging] in core/src/comm/gloo_process_group.cpp).
+// kernel queued on the compute stream (Note [host staging] in core/include/strata/comm/staging_process_group.h).
 CudaStream& stagingStream(int device) {
   static std::array<std::once_flag, kMaxDevices> once;
   static std::array<CudaStream*, kMaxDevices> streams{};

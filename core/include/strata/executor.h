@@ -71,6 +71,14 @@ class Executor {
   // Enqueues on `stream` (of this plan's device) instead of the device's default stream.
   void setStream(Stream& stream);
 
+  // Note [Accumulated gradients]: off (the default), a step writes a parameter's gradient straight into its bound
+  // view of the flat gradient buffer, overwriting it. On, the step computes into a temporary (category Gradients)
+  // that is added into the bound view (the device's Add kernel, on this plan's stream) and freed at once, so
+  // gradients sum over runs while only one node's gradients exist twice. Steps that read a gradient later in the same
+  // run see the sum. Changing the mode drops a recorded run (it bakes in the adds or their absence).
+  void setAccumulateGradients(bool on);
+  bool accumulatesGradients() const { return accumulateGradients_; }
+
  private:
   enum class RecordingPhase { Warmup, TimeEager, Record, TimeReplay, Settled };
 
@@ -82,6 +90,8 @@ class Executor {
                                const std::uint64_t* deviceStep = nullptr);
   // The next run, node by node.
   std::vector<Tensor> runEagerly(const std::vector<Tensor>& inputs);
+  // Adds each temporary gradient of `step` into its bound view (accumulate mode), leaving the view in its slot.
+  void accumulateInto(const ProgramStep& step, std::vector<Tensor>& slots, KernelContext& ctx);
   // executor_recording.cpp
   std::vector<Tensor> runRecordingPhase(const std::vector<Tensor>& inputs);
   std::string whyNotRecordable() const;
@@ -101,6 +111,9 @@ class Executor {
   std::vector<std::pair<int, NodeHook>> afterHooks_;
   std::vector<std::pair<int, GradientReadyHook>> gradientHooks_;
   int nextHookId_ = 0;
+  bool accumulateGradients_ = false;
+  // By value id: the device's Add kernel for each gradient value (created when accumulation is first turned on).
+  std::vector<std::unique_ptr<OpKernel>> accumulateKernels_;
 
   RecordingStatus recording_;
   RecordingPhase phase_ = RecordingPhase::Warmup;

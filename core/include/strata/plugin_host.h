@@ -1,6 +1,6 @@
 #pragma once
 
-// Finds and loads strategy plugins (shared libraries built against strata/strategy.h) with Boost.DLL.
+// Finds and loads strategy plugins (shared libraries built against strata/sdk/strategy.h) with Boost.DLL.
 //
 // Naming scheme: the plugin `<name>` is the library file `libstrata_plugin_<name>.so`, found either directly in a
 // search directory or in its subdirectory `<name>/` (the build tree's layout: build/plugins/<name>/).
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/strategy.h"
+#include "strata/sdk/strategy.h"
 
 namespace boost::dll {
 class shared_library;
@@ -49,11 +49,17 @@ class LoadedStrategy {
   const PluginInfo& info() const { return info_; }
   StrategyHandle& handle() { return *handle_; }
 
+  StrategyRequirements requirements(const StrategyQuery& query);
   void setup(StrategyContext& context);
-  void beforeForward(int micro, bool last);
-  void afterBackward(int micro, bool last);
-  void step(double lr);
+  void beforeForward(const StepInfo& at);
+  void afterBackward(const StepInfo& at);
+  void step(const StepInfo& at, double lr);
+  void beforeEvaluate();
+  void afterEvaluate();
+  void saveState(StrategyContext& context, StateWriter& writer);
+  void loadState(StrategyContext& context, StateReader& reader);
   void teardown();
+  void runRole(RoleContext& context);
 
  private:
   void check(const char* hook, const std::string& message) const;

@@ -6,20 +6,19 @@
 #include <vector>
 
 #include "strata/op_registry.h"
+#include "strata/sdk/hooks.h"
 #include "strata/tensor.h"
 
 namespace strata {
-
-// Which part of a training step a node belongs to (hooks fire per phase).
-enum class NodePhase : std::uint8_t { Forward, Loss, Backward };
 
 // One value slot of a static plan.
 struct ProgramValue {
   std::string name;
   TensorMeta meta;
-  Tensor constant;       // defined for initializers and folded constants
-  Tensor bound;          // defined when a step writes this value into external storage (a flat gradient view)
-  bool isInput = false;  // bound by the caller at each run
+  Tensor constant;        // defined for initializers and folded constants
+  Tensor bound;           // defined when a step writes this value into external storage (a flat gradient view)
+  bool isInput = false;   // bound by the caller at each run
+  bool gradient = false;  // `bound` is a parameter's gradient: accumulate mode adds into it (Executor)
 };
 
 // One kernel invocation of a static plan.
@@ -32,6 +31,7 @@ struct ProgramStep {
   std::vector<int> gradientsReady;  // parameter indices whose gradient is final after this step
   NodePhase phase = NodePhase::Forward;
   int sourceNode = -1;  // forward nodes: their own index; backward nodes: the forward node they differentiate
+  std::vector<int> parametersRead;  // parameter indices whose values this step reads (LowerOptions::parameters)
   std::unique_ptr<OpKernel> kernel;
 };
 

@@ -28,7 +28,7 @@ void AsyncWork::wait(std::chrono::milliseconds timeout) {
   }
 }
 
-bool AsyncWork::completed() const {
+bool AsyncWork::isCompleted() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <mutex>
+#include <utility>
 
 #include "strata/error.h"
 #include "strata/optim/device_optimizer.h"
@@ -82,11 +83,9 @@ DeviceOptimizerKernels& kernelsFor(const Tensor& t) {
   return *kernels;
 }
 
-void deviceUpdate(const ParameterStore& store, const OptimizerOptions& o, const std::vector<Tensor>& state,
-                  std::size_t g, double lr, double gradScale, std::int64_t step) {
-  const Tensor& param = store.flatParameters(g);
-  const Tensor& grad = store.flatGradients(g);
-  DeviceOptimizerKernels& kernels = kernelsFor(param);
+void deviceUpdate(const ParameterSlice& slice, const OptimizerOptions& o, const Tensor& first, const Tensor& second,
+                  double lr, double gradScale, std::int64_t step) {
+  DeviceOptimizerKernels& kernels = kernelsFor(slice.parameters);
   if (o.kind == OptimizerKind::Sgd) {
     const SgdStepScalars scalars{.lr = lr,
                                  .gradScale = gradScale,
@@ -95,7 +94,7 @@ void deviceUpdate(const ParameterStore& store, const OptimizerOptions& o, const 
                                  .dampening = o.dampening,
                                  .nesterov = o.nesterov,
                                  .firstStep = step == 1};
-    kernels.sgd(param, grad, state.empty() ? Tensor() : state[g], scalars);
+    kernels.sgd(slice.parameters, slice.gradients, first, scalars);
   } else {
     const AdamStepScalars scalars{.lr = lr,
                                   .gradScale = gradScale,
@@ -106,8 +105,16 @@ void deviceUpdate(const ParameterStore& store, const OptimizerOptions& o, const 
                                   .correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(step)),
                                   .correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(step)),
                                   .decoupled = o.kind == OptimizerKind::AdamW};
-    kernels.adam(param, grad, state[g], state[store.groupCount() + g], scalars);
+    kernels.adam(slice.parameters, slice.gradients, first, second, scalars);
   }
+}
+
+std::vector<ParameterSlice> flatBuffersOf(const ParameterStore& store) {
+  std::vector<ParameterSlice> slices;
+  for (std::size_t g = 0; g < store.groupCount(); ++g) {
+    slices.push_back(ParameterSlice{store.flatParameters(g), store.flatGradients(g)});
+  }
+  return slices;
 }
 
 }  // namespace
@@ -122,21 +129,39 @@ OptimizerKind parseOptimizerKind(const std::string& name) {
   fail("unknown optimizer '{}' (choose sgd, adam or adamw)", name);
 }
 
-Optimizer::Optimizer(ParameterStore& store, const OptimizerOptions& options) : store_(store), options_(options) {
-  const std::size_t buffersPerGroup = options.kind == OptimizerKind::Sgd ? (options.momentum != 0.0 ? 1 : 0) : 2;
-  for (std::size_t k = 0; k < buffersPerGroup; ++k) {
-    for (std::size_t g = 0; g < store.groupCount(); ++g) {
-      const Tensor& flat = store.flatParameters(g);
-      state_.push_back(Tensor::zeros(flat.dtype(), flat.shape(), MemoryCategory::OptimizerState, flat.device()));
+std::size_t optimizerStatesPerSlice(const OptimizerOptions& options) {
+  if (options.kind == OptimizerKind::Sgd) {
+    return options.momentum != 0.0 ? 1 : 0;
+  }
+  return 2;
+}
+
+Optimizer::Optimizer(ParameterStore& store, const OptimizerOptions& options)
+    : Optimizer(flatBuffersOf(store), options) {}
+
+Optimizer::Optimizer(std::vector<ParameterSlice> slices, const OptimizerOptions& options)
+    : slices_(std::move(slices)), options_(options) {
+  for (std::size_t s = 0; s < slices_.size(); ++s) {
+    const Tensor& p = slices_[s].parameters;
+    const Tensor& g = slices_[s].gradients;
+    STRATA_CHECK(p.defined() && g.defined(), "optimizer slice {}: parameters or gradients are missing", s);
+    STRATA_CHECK(p.numel() == g.numel() && p.dtype() == g.dtype() && p.device() == g.device(),
+                 "optimizer slice {}: parameters ({} {} on {}) and gradients ({} {} on {}) differ", s, p.numel(),
+                 dtypeName(p.dtype()), p.device().toString(), g.numel(), dtypeName(g.dtype()), g.device().toString());
+  }
+  for (std::size_t k = 0; k < optimizerStatesPerSlice(options); ++k) {
+    for (const ParameterSlice& slice : slices_) {
+      const Tensor& p = slice.parameters;
+      state_.push_back(Tensor::zeros(p.dtype(), {p.numel()}, MemoryCategory::OptimizerState, p.device()));
     }
   }
 }
 
-double Optimizer::globalGradNorm() const {
+double Optimizer::gradNorm() const {
   double total = 0;
   std::mutex mutex;
-  for (std::size_t g = 0; g < store_.groupCount(); ++g) {
-    const Tensor& grad = store_.flatGradients(g);
+  for (const ParameterSlice& slice : slices_) {
+    const Tensor& grad = slice.gradients;
     if (grad.device().type != DeviceType::CPU) {
       total += kernelsFor(grad).sumOfSquares(grad);
       continue;
@@ -157,9 +182,31 @@ double Optimizer::globalGradNorm() const {
   return std::sqrt(total);
 }
 
+void Optimizer::update(std::size_t s, double lr, double gradScale) {
+  const Tensor& param = slices_[s].parameters;
+  const Tensor& grad = slices_[s].gradients;
+  const std::size_t n = slices_.size();
+  const Tensor first = state_.size() > s ? state_[s] : Tensor();
+  const Tensor second = state_.size() > n + s ? state_[n + s] : Tensor();
+  if (param.device().type != DeviceType::CPU) {
+    deviceUpdate(slices_[s], options_, first, second, lr, gradScale, steps_);
+    return;
+  }
+  forFloatGroup(param, [&](auto tag) {
+    using T = decltype(tag);
+    if (options_.kind == OptimizerKind::Sgd) {
+      T* buf = first.defined() ? first.data<T>() : nullptr;
+      sgdUpdate(param.data<T>(), grad.data<T>(), buf, param.numel(), options_, lr, gradScale, steps_ == 1);
+    } else {
+      adamUpdate(param.data<T>(), grad.data<T>(), first.data<T>(), second.data<T>(), param.numel(), options_, lr,
+                 gradScale, steps_);
+    }
+  });
+}
+
 double Optimizer::step(double lr) {
   const double lossScale = scaler_ != nullptr ? scaler_->scale() : 1.0;
-  const double norm = options_.maxGradNorm > 0 || scaler_ != nullptr ? globalGradNorm() / lossScale : 0.0;
+  const double norm = options_.maxGradNorm > 0 || scaler_ != nullptr ? gradNorm() / lossScale : 0.0;
   lastStepSkipped_ = scaler_ != nullptr && !scaler_->update(std::isfinite(norm));
   if (lastStepSkipped_) {
     return norm;
@@ -168,27 +215,12 @@ double Optimizer::step(double lr) {
   // PyTorch's clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below one.
   const double clip =
       options_.maxGradNorm > 0 && norm > options_.maxGradNorm ? options_.maxGradNorm / (norm + 1e-6) : 1.0;
-  const double scale = clip / lossScale;
-  const std::size_t groups = store_.groupCount();
-  for (std::size_t g = 0; g < groups; ++g) {
-    const Tensor& param = store_.flatParameters(g);
-    const Tensor& grad = store_.flatGradients(g);
-    if (param.device().type != DeviceType::CPU) {
-      deviceUpdate(store_, options_, state_, g, lr, scale, steps_);
-      continue;
-    }
-    forFloatGroup(param, [&](auto tag) {
-      using T = decltype(tag);
-      if (options_.kind == OptimizerKind::Sgd) {
-        T* buf = state_.empty() ? nullptr : state_[g].data<T>();
-        sgdUpdate(param.data<T>(), grad.data<T>(), buf, param.numel(), options_, lr, scale, steps_ == 1);
-      } else {
-        adamUpdate(param.data<T>(), grad.data<T>(), state_[g].data<T>(), state_[groups + g].data<T>(), param.numel(),
-                   options_, lr, scale, steps_);
-      }
-    });
+  for (std::size_t s = 0; s < slices_.size(); ++s) {
+    update(s, lr, clip / lossScale);
   }
-  store_.bumpVersion();
+  for (const ParameterSlice& slice : slices_) {
+    slice.parameters.storage()->bumpVersion();
+  }
   return norm;
 }
 

@@ -21,24 +21,50 @@ LoadedStrategy::~LoadedStrategy() {
   library_.reset();
 }
 
+StrategyRequirements LoadedStrategy::requirements(const StrategyQuery& query) {
+  StrategyRequirements out;
+  check("requirements", handle_->requirements(query, out));
+  return out;
+}
+
 void LoadedStrategy::setup(StrategyContext& context) {
   check("setup", handle_->setup(context));
 }
 
-void LoadedStrategy::beforeForward(int micro, bool last) {
-  check("beforeForward", handle_->beforeForward(micro, last));
+void LoadedStrategy::beforeForward(const StepInfo& at) {
+  check("beforeForward", handle_->beforeForward(at));
 }
 
-void LoadedStrategy::afterBackward(int micro, bool last) {
-  check("afterBackward", handle_->afterBackward(micro, last));
+void LoadedStrategy::afterBackward(const StepInfo& at) {
+  check("afterBackward", handle_->afterBackward(at));
 }
 
-void LoadedStrategy::step(double lr) {
-  check("step", handle_->step(lr));
+void LoadedStrategy::step(const StepInfo& at, double lr) {
+  check("step", handle_->step(at, lr));
+}
+
+void LoadedStrategy::beforeEvaluate() {
+  check("beforeEvaluate", handle_->beforeEvaluate());
+}
+
+void LoadedStrategy::afterEvaluate() {
+  check("afterEvaluate", handle_->afterEvaluate());
+}
+
+void LoadedStrategy::saveState(StrategyContext& context, StateWriter& writer) {
+  check("saveState", handle_->saveState(context, writer));
+}
+
+void LoadedStrategy::loadState(StrategyContext& context, StateReader& reader) {
+  check("loadState", handle_->loadState(context, reader));
 }
 
 void LoadedStrategy::teardown() {
   check("teardown", handle_->teardown());
+}
+
+void LoadedStrategy::runRole(RoleContext& context) {
+  check("runRole", handle_->runRole(context));
 }
 
 void LoadedStrategy::check(const char* hook, const std::string& message) const {

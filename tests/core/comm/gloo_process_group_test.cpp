@@ -11,43 +11,20 @@
 #include "strata/comm/rendezvous.h"
 #include "strata/comm/tcp_store.h"
 #include "strata/error.h"
+#include "thread_ranks.h"
 
 namespace strata {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Runs `body(pg)` on `world` ranks as threads, each with its own Gloo context over one shared InMemoryStore.
+// Ranks as threads over one shared InMemoryStore (thread_ranks.h).
 template <typename Body>
 void runRanks(int world, Body body, ProcessGroupOptions options = {}) {
-  auto store = std::make_shared<InMemoryStore>();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        GlooProcessGroup pg(store, r, world, options);
-        body(pg);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << ": " << e.what();
-      }
-    });
-  }
-  for (std::thread& t : threads) {
-    t.join();
-  }
+  testing::runGlooRanks(world, [&](GlooProcessGroup& pg) { body(pg); }, options);
 }
 
-Tensor filled(DType dtype, std::int64_t n, const std::function<double(std::int64_t)>& value) {
-  Tensor t = Tensor::empty(dtype, {n});
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (dtype == DType::Float32) {
-      t.data<float>()[i] = static_cast<float>(value(i));
-    } else {
-      t.data<double>()[i] = value(i);
-    }
-  }
-  return t;
-}
+using testing::filledTensor;
 
 class GlooProcessGroupTest : public ::testing::TestWithParam<int> {};
 
@@ -55,12 +32,12 @@ TEST_P(GlooProcessGroupTest, AllReduceSumAndAverage) {
   const int world = GetParam();
   runRanks(world, [&](ProcessGroup& pg) {
     const int r = pg.rank();
-    Tensor sum = filled(DType::Float32, 1000, [&](std::int64_t i) { return r + 1 + static_cast<double>(i); });
+    Tensor sum = filledTensor(DType::Float32, 1000, [&](std::int64_t i) { return r + 1 + static_cast<double>(i); });
     Tensor average = sum.clone();
     pg.allReduce(sum, ReduceOp::Sum)->wait(30s);
     WorkHandle work = pg.allReduce(average, ReduceOp::Average);
     work->wait(30s);
-    EXPECT_TRUE(work->completed());
+    EXPECT_TRUE(work->isCompleted());
     EXPECT_GE(work->waitedSeconds(), 0.0);
     const double rankSum = world * (world + 1) / 2.0;
     for (std::int64_t i = 0; i < 1000; ++i) {
@@ -73,7 +50,7 @@ TEST_P(GlooProcessGroupTest, AllReduceSumAndAverage) {
 TEST_P(GlooProcessGroupTest, AllReduceFloat64) {
   const int world = GetParam();
   runRanks(world, [&](ProcessGroup& pg) {
-    Tensor t = filled(DType::Float64, 17, [&](std::int64_t i) { return pg.rank() + 0.25 + 1e6 * i; });
+    Tensor t = filledTensor(DType::Float64, 17, [&](std::int64_t i) { return pg.rank() + 0.25 + 1e6 * i; });
     pg.allReduce(t, ReduceOp::Sum)->wait(30s);
     for (std::int64_t i = 0; i < 17; ++i) {
       EXPECT_EQ(t.data<double>()[i], world * (world - 1) / 2.0 + 0.25 * world + 1e6 * world * i);
@@ -84,7 +61,7 @@ TEST_P(GlooProcessGroupTest, AllReduceFloat64) {
 TEST_P(GlooProcessGroupTest, AllReduceOnAViewLeavesTheRestOfTheBufferAlone) {
   const int world = GetParam();
   runRanks(world, [&](ProcessGroup& pg) {
-    Tensor flat = filled(DType::Float32, 10, [&](std::int64_t i) { return 100.0 * pg.rank() + i; });
+    Tensor flat = filledTensor(DType::Float32, 10, [&](std::int64_t i) { return 100.0 * pg.rank() + i; });
     Tensor view = flat.flatSlice(3, 4);
     pg.allReduce(view, ReduceOp::Sum)->wait(30s);
     for (std::int64_t i = 0; i < 10; ++i) {
@@ -98,7 +75,7 @@ TEST_P(GlooProcessGroupTest, ReduceScatter) {
   const int world = GetParam();
   runRanks(world, [&](ProcessGroup& pg) {
     constexpr std::int64_t kPart = 3;
-    Tensor input = filled(DType::Float32, kPart * world, [&](std::int64_t i) { return 100.0 * pg.rank() + i; });
+    Tensor input = filledTensor(DType::Float32, kPart * world, [&](std::int64_t i) { return 100.0 * pg.rank() + i; });
     Tensor sum = Tensor::zeros(DType::Float32, {kPart});
     Tensor average = Tensor::zeros(DType::Float32, {kPart});
     WorkHandle first = pg.reduceScatter(input, sum, ReduceOp::Sum);
@@ -119,7 +96,7 @@ TEST_P(GlooProcessGroupTest, AllGatherIntoASeparateAndIntoTheSameBuffer) {
   const int world = GetParam();
   runRanks(world, [&](ProcessGroup& pg) {
     const int r = pg.rank();
-    Tensor input = filled(DType::Float64, 2, [&](std::int64_t i) { return r + 0.5 * i; });
+    Tensor input = filledTensor(DType::Float64, 2, [&](std::int64_t i) { return r + 0.5 * i; });
     Tensor output = Tensor::zeros(DType::Float64, {2 * world});
     pg.allGather(input, output)->wait(30s);
     // In place: the shard is already the local part of the output (sharded strategies do this).
@@ -139,7 +116,7 @@ TEST_P(GlooProcessGroupTest, AllGatherIntoASeparateAndIntoTheSameBuffer) {
 TEST_P(GlooProcessGroupTest, BroadcastFromRootOneAndBarrier) {
   const int world = GetParam();
   runRanks(world, [&](ProcessGroup& pg) {
-    Tensor t = filled(DType::Float32, 5, [&](std::int64_t i) { return 10.0 * pg.rank() + i; });
+    Tensor t = filledTensor(DType::Float32, 5, [&](std::int64_t i) { return 10.0 * pg.rank() + i; });
     pg.broadcast(t, 1)->wait(30s);
     for (std::int64_t i = 0; i < 5; ++i) {
       EXPECT_EQ(t.data<float>()[i], static_cast<float>(10.0 + i));
@@ -174,7 +151,7 @@ TEST(GlooProcessGroupOverTcpStoreTest, AllReduceAndBarrier) {
           rendezvous(*server, {0, kWorld, 10s, server->address()});
         }
         GlooProcessGroup pg(store, r, kWorld);
-        Tensor t = filled(DType::Float32, 64, [&](std::int64_t i) { return r + static_cast<double>(i); });
+        Tensor t = filledTensor(DType::Float32, 64, [&](std::int64_t i) { return r + static_cast<double>(i); });
         pg.allReduce(t, ReduceOp::Sum)->wait(30s);
         pg.barrier()->wait(30s);
         EXPECT_EQ(t.data<float>()[5], static_cast<float>(3 + 3 * 5));
@@ -225,7 +202,7 @@ TEST(GlooProcessGroupWatchdogTest, ACollectiveOneRankSkipsFailsNamingTheRank) {
           EXPECT_NE(message.find("rank 1 of 2 did not join"), std::string::npos) << message;
         }
         EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
-        EXPECT_TRUE(work->completed());
+        EXPECT_TRUE(work->isCompleted());
         EXPECT_GT(work->waitedSeconds(), 0.5);
         // The group is unusable afterwards: later collectives fail at once with the first error.
         try {
@@ -243,7 +220,7 @@ TEST(GlooProcessGroupWatchdogTest, AWaitTimeoutNamesTheLateRankAndTheWorkStaysUs
   std::promise<void> rank0TimedOut;
   std::shared_future<void> rank0TimedOutFuture = rank0TimedOut.get_future().share();
   runRanks(2, [&](ProcessGroup& pg) {
-    Tensor t = filled(DType::Float32, 4, [&](std::int64_t) { return pg.rank() + 1.0; });
+    Tensor t = filledTensor(DType::Float32, 4, [&](std::int64_t) { return pg.rank() + 1.0; });
     if (pg.rank() == 1) {
       EXPECT_EQ(rank0TimedOutFuture.wait_for(30s), std::future_status::ready);
       pg.allReduce(t, ReduceOp::Sum)->wait(30s);

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "strata/error.h"
-#include "strata/optim/optimizer.h"
+#include "strata/optim/run_optimizers.h"
 
 namespace strata {
 namespace {
@@ -34,22 +34,42 @@ std::string errorOf(Fn&& fn) {
   return {};
 }
 
-// A context with one float parameter vector and a real SGD optimizer; no executor, no process group.
+// Hooks of a plan with no nodes: a strategy that installs node hooks here never sees them fire.
+class NoHooks final : public Hooks {
+ public:
+  HookHandle beforeNode(NodeCallback /*callback*/) override {
+    return HookHandle([] {});
+  }
+  HookHandle afterNode(NodeCallback /*callback*/) override {
+    return HookHandle([] {});
+  }
+  HookHandle gradientReady(GradientCallback /*callback*/) override {
+    return HookHandle([] {});
+  }
+  std::size_t nodeCount() const override { return 0; }
+  NodeInfo node(std::size_t index) const override { fail("NoHooks has no node {}", index); }
+};
+
+// A context with one float parameter vector and a real SGD optimizer; no plan, no process group.
 class FakeContext final : public StrategyContext {
  public:
   using Options = std::map<std::string, std::string>;
   explicit FakeContext(Options options)
-      : store_(makeStore()), optimizer_(store_, OptimizerOptions{}), options_(std::move(options)) {}
+      : store_(makeStore()), optimizers_(store_, OptimizerOptions{}), options_(std::move(options)) {}
 
   int rank() const override { return 0; }
   int worldSize() const override { return 1; }
+  int localRank() const override { return 0; }
+  int nodes() const override { return 1; }
   ParameterStore& parameters() override { return store_; }
   std::vector<Tensor> buffers() override { return {}; }
-  Executor& executor() override { fail("FakeContext has no executor"); }
-  Optimizer& optimizer() override { return optimizer_; }
+  Hooks& hooks() override { return hooks_; }
+  RunOptimizers& optimizers() override { return optimizers_; }
   ProcessGroup* processGroup() override { return nullptr; }
+  Store* store() override { return nullptr; }
   const std::map<std::string, std::string>& options() const override { return options_; }
   int gradAccumulation() const override { return 1; }
+  std::chrono::milliseconds timeout() const override { return std::chrono::seconds(10); }
   void addFigure(const std::string& /*key*/, double /*value*/) override {}
 
  private:
@@ -61,7 +81,8 @@ class FakeContext final : public StrategyContext {
   }
 
   ParameterStore store_;
-  Optimizer optimizer_;
+  NoHooks hooks_;
+  RunOptimizers optimizers_;
   std::map<std::string, std::string> options_;
 };
 
@@ -107,12 +128,13 @@ TEST(PluginHostTest, SinglePluginLoadsReportsItsInfoAndSteps) {
   EXPECT_EQ(strategy->info().name, "single");
   FakeContext context(FakeContext::Options{});
   strategy->setup(context);
-  strategy->beforeForward(0, true);
-  strategy->afterBackward(0, true);
-  strategy->step(0.5);  // plain SGD: w -= 0.5 * g
+  const StepInfo at{0, 0, 1};
+  strategy->beforeForward(at);
+  strategy->afterBackward(at);
+  strategy->step(at, 0.5);  // plain SGD: w -= 0.5 * g
   EXPECT_FLOAT_EQ(context.parameters().parameter(0).data<float>()[0], -0.5f);
   EXPECT_FLOAT_EQ(context.parameters().parameter(0).data<float>()[1], 1.0f);
-  EXPECT_EQ(context.optimizer().steps(), 1);
+  EXPECT_EQ(context.optimizers().full().steps(), 1);
   strategy->teardown();
   strategy.reset();  // strata_destroy_strategy, then the library unloads
 }
@@ -168,9 +190,13 @@ TEST(PluginHostTest, FactoryFailureCarriesThePluginsMessage) {
 }
 
 TEST(PluginHostTest, ListSkipsFilesThatAreNotLoadablePlugins) {
-  const auto plugins = PluginHost::withDirectories({kTestPlugins}).list();
-  ASSERT_EQ(plugins.size(), 1u);  // not_a_plugin and wrong_abi are skipped with a warning
-  EXPECT_EQ(plugins[0].name, "failing");
+  std::vector<std::string> names;
+  for (const PluginInfo& plugin : PluginHost::withDirectories({kTestPlugins}).list()) {
+    names.push_back(plugin.name);
+  }
+  std::sort(names.begin(), names.end());
+  // not_a_plugin and wrong_abi are skipped with a warning; outside_sdk is never built.
+  EXPECT_EQ(names, (std::vector<std::string>{"echo_role", "failing"}));
 }
 
 TEST(PluginHostTest, SearchOrderIsPluginDirThenEnvironmentThenInstallation) {
@@ -220,7 +246,7 @@ TEST(PluginHostTest, OutOfTreeLocalSgdPluginLoads) {
 
   FakeContext context(FakeContext::Options{{"k", "4"}});
   strategy->setup(context);
-  strategy->step(1.0);  // no process group: a plain local step
+  strategy->step(StepInfo{}, 1.0);  // no process group: a plain local step
   EXPECT_FLOAT_EQ(context.parameters().parameter(0).data<float>()[0], -1.0f);
 
   auto other = host.load("local_sgd");

@@ -1,7 +1,7 @@
 // A plugin whose strategy constructor throws: the factory must report the message through its error buffer.
 #include <stdexcept>
 
-#include "strata/strategy.h"
+#include "strata/sdk/strategy.h"
 
 namespace {
 
@@ -9,7 +9,7 @@ class FailingStrategy final : public strata::Strategy {
  public:
   FailingStrategy() { throw std::runtime_error("failing strategy: no accelerator named 'quantum0' is attached"); }
   void setup(strata::StrategyContext& /*context*/) override {}
-  void step(double /*lr*/) override {}
+  void step(const strata::StepInfo& /*at*/, double /*lr*/) override {}
 };
 
 }  // namespace

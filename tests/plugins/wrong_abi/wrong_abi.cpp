@@ -2,7 +2,7 @@
 // host that called anything after reading the info record would crash the test instead of reporting the mismatch.
 #include <cstdlib>
 
-#include "strata/strategy.h"
+#include "strata/sdk/strategy.h"
 
 extern "C" __attribute__((visibility("default"))) const ::strata::StrategyInfo* strata_strategy_info() noexcept {
   static const ::strata::StrategyInfo info{"wrong_abi", "9.9.9", "built for another strategy ABI",

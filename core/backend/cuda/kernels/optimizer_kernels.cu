@@ -120,21 +120,6 @@ __global__ void adamKernel(T* p, const T* g, T* m, T* v, std::int64_t n, AdamArg
   }
 }
 
-template <typename T>
-__global__ void accumulateKernel(T* sum, const T* grad, std::int64_t n, bool first) {
-  STRATA_GRID_STRIDE_LOOP(i, n) {
-    sum[i] = first ? grad[i] : static_cast<T>(static_cast<Acc<T>>(sum[i]) + static_cast<Acc<T>>(grad[i]));
-  }
-}
-
-template <typename T>
-__global__ void finishAccumulationKernel(T* grad, const T* sum, std::int64_t n, Acc<T> scale) {
-  STRATA_GRID_STRIDE_LOOP(i, n) {
-    const Acc<T> total = static_cast<Acc<T>>(grad[i]) + static_cast<Acc<T>>(sum[i]);
-    grad[i] = static_cast<T>(total * scale);
-  }
-}
-
 void checkOnCuda(const Tensor& t, const char* what) {
   STRATA_CHECK(t.defined() && t.device().type == DeviceType::CUDA,
                "CUDA optimizer kernels: the {} is not a tensor on a CUDA device ({})", what,
@@ -235,37 +220,6 @@ class CudaOptimizerKernels final : public DeviceOptimizerKernels {
                              s.decoupled};
       adamKernel<T><<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(param.data<T>(), grad.data<T>(), m.data<T>(),
                                                                    v.data<T>(), n, args);
-      STRATA_CUDA_CHECK_LAUNCH();
-    });
-  }
-
-  void accumulate(const Tensor& sum, const Tensor& grad, bool first) override {
-    checkOnCuda(sum, "accumulated gradient");
-    checkMatches(sum, grad, "gradient");
-    const std::int64_t n = sum.numel();
-    if (n == 0) {
-      return;
-    }
-    const cudaStream_t stream = computeStreamOf(sum);
-    visitDeviceFloat(sum.dtype(), "gradient accumulation", [&](auto tag) {
-      using T = decltype(tag);
-      accumulateKernel<T><<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(sum.data<T>(), grad.data<T>(), n, first);
-      STRATA_CUDA_CHECK_LAUNCH();
-    });
-  }
-
-  void finishAccumulation(const Tensor& grad, const Tensor& sum, double scale) override {
-    checkOnCuda(grad, "gradient");
-    checkMatches(grad, sum, "accumulated gradient");
-    const std::int64_t n = grad.numel();
-    if (n == 0) {
-      return;
-    }
-    const cudaStream_t stream = computeStreamOf(grad);
-    visitDeviceFloat(grad.dtype(), "gradient accumulation", [&](auto tag) {
-      using T = decltype(tag);
-      finishAccumulationKernel<T>
-          <<<blocksFor(n), kThreadsPerBlock, 0, stream>>>(grad.data<T>(), sum.data<T>(), n, static_cast<Acc<T>>(scale));
       STRATA_CUDA_CHECK_LAUNCH();
     });
   }

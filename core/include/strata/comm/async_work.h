@@ -20,7 +20,7 @@ class AsyncWork final : public Work {
   explicit AsyncWork(std::string description, DescribePending describePending = {});
 
   void wait(std::chrono::milliseconds timeout) override;
-  bool completed() const override;
+  bool isCompleted() const override;
   double waitedSeconds() const override;
   double runSeconds() const override;
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "strata/comm/async_work.h"
-#include "strata/comm/process_group.h"
+#include "strata/comm/checked_process_group.h"
 #include "strata/comm/store.h"
 
 namespace gloo {
@@ -31,9 +31,11 @@ struct GlooOptions {
   std::string groupName = "default";
 };
 
-// Collectives over Gloo's TCP transport for float32/float64 tensors (device tensors, e.g. ranks sharing a GPU, are
-// staged through host buffers). The constructor bootstraps a gloo::rendezvous::Context through `store`
-// (connectFullMesh, bounded by options.timeout); collectives run in FIFO order on one worker thread per group.
+// Collectives over Gloo's TCP transport for float32/float64 tensors in host memory (device tensors, e.g. ranks
+// sharing a GPU, go through a StagingProcessGroup around this group). The constructor bootstraps a
+// gloo::rendezvous::Context through `store` (connectFullMesh, bounded by options.timeout); collectives run in FIFO
+// order on one worker thread per group. reduceScatter is a ring (Note [ring reduce-scatter]), allGather Gloo's ring
+// all-gather: each moves (size - 1) parts per rank.
 //
 // Watchdog: before running collective #seq the worker records "gloo/<group>/collective/rank/<r>" = seq in the store.
 // A collective that does not finish within options.timeout fails (Gloo's own timeout), and its error names the
@@ -43,12 +45,10 @@ struct GlooOptions {
 //
 // Note [arrival records]: one overwritten key per rank keeps the store bounded over long runs (per-collective keys
 // would grow without limit); it costs one store round trip per collective on the worker thread.
-// Note [reduceScatter]: implemented as an allreduce into a full-size scratch tensor (MemoryCategory::Communication)
-// plus a copy of the local part: correct and simple, but it moves twice the bytes of a real reduce-scatter.
 // Note [shutdown]: the destructor fails queued collectives and joins the worker; a collective already running holds
 // the destructor for at most options.timeout. Work handles may outlive the group: every one of them is completed
 // by then, so their wait() never calls back into the destroyed group.
-class GlooProcessGroup final : public ProcessGroup {
+class GlooProcessGroup final : public CheckedProcessGroup {
  public:
   GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options = {},
                    GlooOptions glooOptions = {});
@@ -59,13 +59,15 @@ class GlooProcessGroup final : public ProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  WorkHandle allReduce(Tensor tensor, ReduceOp op) override;
-  WorkHandle reduceScatter(Tensor input, Tensor output, ReduceOp op) override;
-  WorkHandle allGather(Tensor input, Tensor output) override;
-  WorkHandle broadcast(Tensor tensor, int root) override;
-  WorkHandle barrier() override;
-
   void setStep(std::int64_t step) override { step_.store(step); }
+
+ protected:
+  std::string deviceProblem(Device device) const override;
+  WorkHandle doAllReduce(Tensor tensor, ReduceOp op) override;
+  WorkHandle doReduceScatter(Tensor input, Tensor output, ReduceOp op) override;
+  WorkHandle doAllGather(Tensor input, Tensor output) override;
+  WorkHandle doBroadcast(Tensor tensor, int root) override;
+  WorkHandle doBarrier() override;
 
  private:
   struct Job {

@@ -44,10 +44,6 @@ class DeviceOptimizerKernels {
   virtual void sgd(const Tensor& param, const Tensor& grad, const Tensor& momentum, const SgdStepScalars& step) = 0;
   virtual void adam(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                     const AdamStepScalars& step) = 0;
-  // Gradient accumulation over micro-batches (the trainer's loop, as on the CPU): sum = grad on the first
-  // micro-batch, sum += grad on later ones; after the last, grad = (grad + sum) * scale with scale = 1 / micro-batches.
-  virtual void accumulate(const Tensor& sum, const Tensor& grad, bool first) = 0;
-  virtual void finishAccumulation(const Tensor& grad, const Tensor& sum, double scale) = 0;
 };
 
 // nullptr when no backend registered kernels for that device type.

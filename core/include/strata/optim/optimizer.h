@@ -7,6 +7,7 @@
 
 #include "strata/optim/loss_scaler.h"
 #include "strata/optim/parameter_store.h"
+#include "strata/sdk/optimizer.h"
 
 namespace strata {
 
@@ -26,32 +27,42 @@ struct OptimizerOptions {
 
 OptimizerKind parseOptimizerKind(const std::string& name);
 
-// Updates a ParameterStore from its gradients with one fused loop per flat buffer (PyTorch's update rules).
-class Optimizer {
+// How many state tensors the update rule keeps per slice (SGD: momentum or none; Adam: two moments).
+std::size_t optimizerStatesPerSlice(const OptimizerOptions& options);
+
+// Updates parameters from their gradients with one fused loop per slice (PyTorch's update rules): over a
+// ParameterStore, the slices are its flat buffers; over any slices (a shard), its state covers those slices only.
+class Optimizer final : public SliceOptimizer {
  public:
   Optimizer(ParameterStore& store, const OptimizerOptions& options);
+  // Slices of equal-length parameter and gradient views, each pair of one dtype and device.
+  Optimizer(std::vector<ParameterSlice> slices, const OptimizerOptions& options);
 
-  // One update with learning rate lr. Returns the gradients' global L2 norm (before clipping, loss scale divided
-  // out). With a loss scaler, gradients that overflowed are not applied: the step is skipped (steps() does not
-  // advance), the scaler backs off, and the norm returned is not finite.
-  double step(double lr);
+  // One update with learning rate lr. Returns the L2 norm of the slices' gradients (before clipping, loss scale
+  // divided out; 0 when neither clipping nor a scaler needs it). With a loss scaler, gradients that overflowed are
+  // not applied: the step is skipped (steps() does not advance), the scaler backs off, and the norm returned is
+  // not finite. Bumps the parameters' storage versions, so kernel caches see the update.
+  double step(double lr) override;
   // The gradients are multiplied by scaler->scale() (TrainingPlan::setLossScale); nullptr: they are not.
   void setLossScaler(LossScaler* scaler) { scaler_ = scaler; }
   LossScaler* lossScaler() const { return scaler_; }
   bool lastStepSkipped() const { return lastStepSkipped_; }
-  std::int64_t steps() const { return steps_; }
+  std::int64_t steps() const override { return steps_; }
+  void setSteps(std::int64_t steps) override { steps_ = steps; }
   const OptimizerOptions& options() const { return options_; }
+  const std::vector<ParameterSlice>& slices() const { return slices_; }
 
-  // Optimizer state for checkpoints: momentum / moment buffers per group (category OptimizerState).
+  // Momentum / moment buffers, category OptimizerState: SGD [momentum per slice]; Adam [m per slice, v per slice].
+  std::vector<Tensor> state() const override { return state_; }
   const std::vector<Tensor>& stateBuffers() const { return state_; }
-  void setSteps(std::int64_t steps) { steps_ = steps; }
 
  private:
-  double globalGradNorm() const;
+  double gradNorm() const;
+  void update(std::size_t s, double lr, double gradScale);
 
-  ParameterStore& store_;
+  std::vector<ParameterSlice> slices_;
   OptimizerOptions options_;
-  std::vector<Tensor> state_;  // SGD: [momentum per group]; Adam: [m per group, v per group]
+  std::vector<Tensor> state_;
   std::int64_t steps_ = 0;
   LossScaler* scaler_ = nullptr;
   bool lastStepSkipped_ = false;

@@ -44,7 +44,7 @@ struct Graph {
 
   int addValue(Value value);
   // The id of the value with this name, or kNoValue.
-  int findValue(const std::string& name) const;
+  int findValue(const std::string& valueName) const;
   // The node index of every consumer of each value.
   std::vector<std::vector<int>> consumers() const;
 };

@@ -9,12 +9,12 @@ namespace strata {
 struct SpecializeOptions {
   // One meta per graph input; shapes must be static. Empty: use the graph's own input shapes, with a dynamic
   // leading (batch) dimension set to defaultBatch.
-  std::vector<TensorMeta> inputMetas;
+  std::vector<TensorMeta> inputMetas{};
   std::int64_t defaultBatch = 1;
   // Values known when the plan is built, per graph input (undefined: supplied at run time). A bound input acts as
   // a constant, so shape-like inputs (a Reshape's target shape fed as a graph input) fold into the static plan;
   // the executor still expects the same values at run time.
-  std::vector<Tensor> boundInputs;
+  std::vector<Tensor> boundInputs{};
   bool training = false;
 };
 

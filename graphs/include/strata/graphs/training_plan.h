@@ -10,6 +10,8 @@
 #include "strata/graphs/channels_last.h"
 #include "strata/graphs/graph.h"
 #include "strata/optim/parameter_store.h"
+#include "strata/sdk/strategy.h"
+#include "strata/train/trainable_program.h"
 
 namespace strata {
 
@@ -27,41 +29,46 @@ struct TrainingPlanOptions {
   std::optional<DType> mixedPrecision;
   // The loss gradient starts from setLossScale's value instead of 1 (loss scaling for float16).
   bool scaledLoss = false;
+  // The loss gradient starts from setGradientScale's value instead of 1 (1/K over K accumulated micro-batches).
+  // Implied by scaledLoss.
+  bool seededLoss = false;
+  // How the parameters are cut into units, each in flat buffers of its own (graphs/unit_partition.h).
+  UnitPartition units;
   // Whether the step is recorded once and replayed (CUDA graphs; Note [Recorded runs]). Evaluation never is.
   Recording recording = Recording::Off;
   // Whether convolutions, batch norm and pooling run on channels-last values (graphs/channels_last.h).
   bool channelsLast = false;
 };
 
-struct StepResult {
-  Tensor loss;                  // scalar
-  std::vector<Tensor> outputs;  // the model's outputs, in graph-output order
-};
-
 // A model made trainable: a loss appended when the graph has none, the backward graph built once, parameters and
 // gradients in a ParameterStore's flat buffers (the plan reads parameter views and writes gradient views
 // directly), batch-norm running statistics updated in place, and a static plan for the whole step.
-class TrainingPlan {
+class TrainingPlan final : public TrainableProgram {
  public:
   // Takes the model by value: its parameter and buffer tensors are replaced by views of the plan's own flat
   // buffers, so (once the caller drops its copy) every parameter byte is held, and counted, once.
   TrainingPlan(Graph model, const TrainingPlanOptions& options);
 
   // Forward and backward on one batch in training mode; gradients land in parameters().gradient(i).
-  StepResult step(const std::vector<Tensor>& inputs, const Tensor& labels);
+  StepResult step(const std::vector<Tensor>& inputs, const Tensor& labels) override;
   // Forward in evaluation mode (batch norm on running statistics, dropout off) with the current parameters.
   // The eval plan is built on first use for the inputs' shapes (the last batch of an epoch may be smaller).
-  std::vector<Tensor> evaluate(const std::vector<Tensor>& inputs);
+  std::vector<Tensor> evaluate(const std::vector<Tensor>& inputs) override;
 
   // Scales the loss gradient, so every gradient comes out multiplied by `scale` (needs options.scaledLoss).
-  void setLossScale(double scale);
+  void setLossScale(double scale) override;
+  // Scales the loss gradient by `scale` on top of the loss scale: with 1/K, K micro-batches accumulated into the
+  // gradient buffers sum to the mean gradient. Needs options.seededLoss or scaledLoss unless scale is 1.
+  void setGradientScale(double scale) override;
+  // Whether backward adds into the gradient buffers instead of overwriting them (Note [Accumulated gradients]).
+  void setAccumulateGradients(bool on) { executor_->setAccumulateGradients(on); }
 
-  ParameterStore& parameters() { return *store_; }
+  ParameterStore& parameters() override { return *store_; }
   const std::vector<std::string>& parameterNames() const { return names_; }
-  Executor& executor() { return *executor_; }
+  Executor& executor() override { return *executor_; }
   const TrainingGraph& trainingGraph() const { return training_; }
   // Buffers (batch-norm running statistics): name and the tensor updated in place.
-  const std::vector<std::pair<std::string, Tensor>>& buffers() const { return buffers_; }
+  const std::vector<std::pair<std::string, Tensor>>& buffers() const override { return buffers_; }
   const TensorMeta& labelMeta() const { return labelMeta_; }
   // What the channels-last rewrite changed (all zero without options.channelsLast).
   const ChannelsLastReport& channelsLastReport() const { return channelsLastReport_; }
@@ -69,6 +76,9 @@ class TrainingPlan {
   Graph modelWithCurrentWeights() const;
 
  private:
+  bool seededLoss() const { return options_.scaledLoss || options_.seededLoss; }
+  void writeLossGradSeed(double lossScale, double gradientScale);
+
   Graph model_;  // the imported model, unspecialised
   TrainingPlanOptions options_;
   TrainingGraph training_;
@@ -78,8 +88,10 @@ class TrainingPlan {
   std::vector<std::string> names_;
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::unique_ptr<Executor> executor_;
-  Tensor lossScale_;  // the loss gradient's seed, fed to the step when the loss is scaled
+  // The loss gradient's seed (lossScaleValue_ * gradientScaleValue_), fed to the step when it is an input.
+  Tensor lossGradSeed_;
   double lossScaleValue_ = 1.0;
+  double gradientScaleValue_ = 1.0;
   std::vector<std::pair<std::vector<TensorMeta>, std::unique_ptr<Executor>>> evalExecutors_;  // by input metas
 };
 

@@ -13,7 +13,7 @@ namespace strata::cuda {
 // same groupName in the same order. The device's backend must be initialised (initializeDevice) first.
 // Collectives are ordered after the work already queued on the device's compute stream; Work::wait() makes the
 // compute stream wait for the collective and blocks the host until it completes (or fails, or times out: see
-// core/backend/cuda/nccl_process_group.h).
+// core/src/comm/nccl/nccl_process_group.h).
 std::unique_ptr<ProcessGroup> createNcclProcessGroup(Store& store, int rank, int size, int device,
                                                      const ProcessGroupOptions& options,
                                                      const std::string& groupName = "default");

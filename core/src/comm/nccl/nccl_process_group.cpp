@@ -56,10 +56,9 @@ std::string lastNcclError(ncclComm_t comm) {
 namespace strata::cuda {
 namespace {
 
-ncclDataType_t ncclTypeOf(const Tensor& t, const char* op, const char* what) {
+// CheckedProcessGroup has checked the dtype against the rules given in the constructor.
+ncclDataType_t ncclTypeOf(const Tensor& t) {
   switch (t.dtype()) {
-    case DType::Float32:
-      return ncclFloat32;
     case DType::Float64:
       return ncclFloat64;
     case DType::Float16:
@@ -67,8 +66,7 @@ ncclDataType_t ncclTypeOf(const Tensor& t, const char* op, const char* what) {
     case DType::BFloat16:
       return ncclBfloat16;
     default:
-      fail("{}: {} has dtype {}; NCCL collectives take float32, float64, float16 or bfloat16", op, what,
-           dtypeName(t.dtype()));
+      return ncclFloat32;
   }
 }
 
@@ -200,7 +198,7 @@ class NcclWork final : public Work {
     }
   }
 
-  bool completed() const override {
+  bool isCompleted() const override {
     {
       std::lock_guard lock(mutex_);
       if (done_) {
@@ -285,7 +283,8 @@ class NcclWork final : public Work {
 
 NcclProcessGroup::NcclProcessGroup(Store& store, int rank, int size, int device, ProcessGroupOptions options,
                                    const std::string& groupName)
-    : store_(store),
+    : CheckedProcessGroup({"nccl", {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}}),
+      store_(store),
       rank_(rank),
       size_(size),
       device_(device),
@@ -422,13 +421,11 @@ void NcclProcessGroup::recorderLoop() {
   }
 }
 
-void NcclProcessGroup::checkTensor(const Tensor& t, const char* op, const char* what) const {
-  STRATA_CHECK(t.defined(), "{}: {} is undefined", op, what);
-  STRATA_CHECK(t.device() == Device::cuda(device_),
-               "{}: {} lives on {}, but this NCCL process group runs on cuda:{} (host tensors need the gloo "
-               "backend)",
-               op, what, t.device().toString(), device_);
-  (void)ncclTypeOf(t, op, what);
+std::string NcclProcessGroup::deviceProblem(Device device) const {
+  if (device == Device::cuda(device_)) {
+    return "";
+  }
+  return fmt::format("this NCCL process group runs on cuda:{} (host tensors need the gloo backend)", device_);
 }
 
 WorkHandle NcclProcessGroup::launch(const std::string& name, std::size_t bytes, std::vector<Tensor> tensors,
@@ -478,59 +475,43 @@ WorkHandle NcclProcessGroup::launch(const std::string& name, std::size_t bytes, 
   return work;
 }
 
-WorkHandle NcclProcessGroup::allReduce(Tensor tensor, ReduceOp op) {
-  checkTensor(tensor, "allReduce", "tensor");
+WorkHandle NcclProcessGroup::doAllReduce(Tensor tensor, ReduceOp op) {
   return launch("allReduce", tensor.bytes(), {tensor}, [tensor, op](ncclComm_t comm, cudaStream_t stream) {
     if (tensor.numel() == 0) {
       return;
     }
     STRATA_NCCL_CHECK(ncclAllReduce(tensor.rawData(), tensor.rawData(), static_cast<std::size_t>(tensor.numel()),
-                                    ncclTypeOf(tensor, "allReduce", "tensor"), ncclOpOf(op), comm, stream),
+                                    ncclTypeOf(tensor), ncclOpOf(op), comm, stream),
                       comm);
   });
 }
 
-WorkHandle NcclProcessGroup::reduceScatter(Tensor input, Tensor output, ReduceOp op) {
-  checkTensor(input, "reduceScatter", "input");
-  checkTensor(output, "reduceScatter", "output");
-  STRATA_CHECK(input.dtype() == output.dtype(), "reduceScatter: input is {} but output is {}", dtypeName(input.dtype()),
-               dtypeName(output.dtype()));
-  STRATA_CHECK(input.numel() == output.numel() * size_,
-               "reduceScatter: input has {} elements, expected {} parts of {} (the output)", input.numel(), size_,
-               output.numel());
+WorkHandle NcclProcessGroup::doReduceScatter(Tensor input, Tensor output, ReduceOp op) {
   return launch(
       "reduceScatter", input.bytes(), {input, output}, [input, output, op](ncclComm_t comm, cudaStream_t stream) {
         if (output.numel() == 0) {
           return;
         }
         STRATA_NCCL_CHECK(ncclReduceScatter(input.rawData(), output.rawData(), static_cast<std::size_t>(output.numel()),
-                                            ncclTypeOf(output, "reduceScatter", "output"), ncclOpOf(op), comm, stream),
+                                            ncclTypeOf(output), ncclOpOf(op), comm, stream),
                           comm);
       });
 }
 
-WorkHandle NcclProcessGroup::allGather(Tensor input, Tensor output) {
-  checkTensor(input, "allGather", "input");
-  checkTensor(output, "allGather", "output");
-  STRATA_CHECK(input.dtype() == output.dtype(), "allGather: input is {} but output is {}", dtypeName(input.dtype()),
-               dtypeName(output.dtype()));
-  STRATA_CHECK(output.numel() == input.numel() * size_,
-               "allGather: output has {} elements, expected {} parts of {} (the input)", output.numel(), size_,
-               input.numel());
-  // NCCL gathers in place when the input is the output's part rank() (Note [in-place allGather] in Gloo's group).
+WorkHandle NcclProcessGroup::doAllGather(Tensor input, Tensor output) {
+  // NCCL gathers in place when the input is the output's part rank() (Note [in-place allGather] in Gloo's group;
+  // CheckedProcessGroup rejects any other overlap).
   return launch("allGather", output.bytes(), {input, output}, [input, output](ncclComm_t comm, cudaStream_t stream) {
     if (input.numel() == 0) {
       return;
     }
     STRATA_NCCL_CHECK(ncclAllGather(input.rawData(), output.rawData(), static_cast<std::size_t>(input.numel()),
-                                    ncclTypeOf(input, "allGather", "input"), comm, stream),
+                                    ncclTypeOf(input), comm, stream),
                       comm);
   });
 }
 
-WorkHandle NcclProcessGroup::broadcast(Tensor tensor, int root) {
-  checkTensor(tensor, "broadcast", "tensor");
-  STRATA_CHECK(root >= 0 && root < size_, "broadcast: root {} is not in a group of {}", root, size_);
+WorkHandle NcclProcessGroup::doBroadcast(Tensor tensor, int root) {
   return launch(fmt::format("broadcast(root {})", root), tensor.bytes(), {tensor},
                 [tensor, root](ncclComm_t comm, cudaStream_t stream) {
                   if (tensor.numel() == 0) {
@@ -538,12 +519,12 @@ WorkHandle NcclProcessGroup::broadcast(Tensor tensor, int root) {
                   }
                   STRATA_NCCL_CHECK(
                       ncclBroadcast(tensor.rawData(), tensor.rawData(), static_cast<std::size_t>(tensor.numel()),
-                                    ncclTypeOf(tensor, "broadcast", "tensor"), root, comm, stream),
+                                    ncclTypeOf(tensor), root, comm, stream),
                       comm);
                 });
 }
 
-WorkHandle NcclProcessGroup::barrier() {
+WorkHandle NcclProcessGroup::doBarrier() {
   // NCCL has no barrier: a one-element all-reduce completes only when every rank has joined.
   const Tensor buffer = barrierBuffer_;
   return launch("barrier", 0, {buffer}, [buffer](ncclComm_t comm, cudaStream_t stream) {

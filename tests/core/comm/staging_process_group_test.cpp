@@ -1,11 +1,13 @@
-// Gloo collectives on device tensors (Note [host staging] in gloo_process_group.cpp), without a GPU: a fake CUDA
-// device whose memory is host memory holding every byte XOR-ed with a mask. Gloo working on that memory directly
-// would see scrambled values, so correct results show that every tensor was staged through the backend's copies.
+// Gloo collectives on device tensors through a StagingProcessGroup (Note [host staging] in staging_process_group.h),
+// without a GPU: a fake CUDA device whose memory is host memory holding every byte XOR-ed with a mask. Gloo working
+// on that memory directly would see scrambled values, so correct results show that every tensor was staged through
+// the backend's copies.
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "strata/allocator.h"
 #include "strata/comm/gloo_process_group.h"
 #include "strata/comm/in_memory_store.h"
+#include "strata/comm/staging_process_group.h"
 #include "strata/device_backend.h"
 #include "strata/error.h"
 #include "support/scrambled_device.h"
@@ -111,7 +114,7 @@ class GlooStagingTest : public ::testing::TestWithParam<int> {
         try {
           GlooOptions options;
           options.groupName = "staging";
-          GlooProcessGroup pg(store, r, world, {}, options);
+          StagingProcessGroup pg(std::make_unique<GlooProcessGroup>(store, r, world, ProcessGroupOptions{}, options));
           body(pg);
         } catch (const std::exception& e) {
           ADD_FAILURE() << "rank " << r << ": " << e.what();
@@ -239,13 +242,57 @@ TEST(GlooStagingWithoutBackendTest, RejectsTensorsOnADeviceWithoutABackend) {
     GTEST_SKIP() << "a CUDA backend is registered in this process";
   }
   auto store = std::make_shared<InMemoryStore>();
-  GlooProcessGroup pg(store, 0, 1);
+  StagingProcessGroup pg(std::make_unique<GlooProcessGroup>(store, 0, 1));
   Tensor t = Tensor::empty(DType::Float32, {4}, MemoryCategory::Other, kFakeDevice);
   try {
     pg.allReduce(t, ReduceOp::Sum);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cuda:61"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("staged gloo allReduce on rank 0 of 1: tensor float32[4] (cuda:61) lives on "
+                                         "cuda:61: its backend is not initialised"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Host tensors pass through the wrapper unstaged, in order, with the inner group's errors: a timed-out wait still
+// names the rank that has not joined, and the work completes once it has.
+TEST(StagingProcessGroupTest, AWaitTimeoutNamesTheLateRankThroughTheWrapper) {
+  auto store = std::make_shared<InMemoryStore>();
+  std::promise<void> rank0TimedOut;
+  std::shared_future<void> rank0TimedOutFuture = rank0TimedOut.get_future().share();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        StagingProcessGroup pg(std::make_unique<GlooProcessGroup>(store, r, 2));
+        Tensor t = Tensor::zeros(DType::Float32, {4});
+        t.data<float>()[0] = static_cast<float>(r + 1);
+        if (r == 1) {
+          EXPECT_EQ(rank0TimedOutFuture.wait_for(30s), std::future_status::ready);
+          pg.allReduce(t, ReduceOp::Sum)->wait(30s);
+          return;
+        }
+        WorkHandle work = pg.allReduce(t, ReduceOp::Sum);
+        try {
+          work->wait(200ms);
+          ADD_FAILURE() << "the wait should time out";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("allReduce #1"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("rank 1 of 2 did not join"), std::string::npos) << e.what();
+        }
+        EXPECT_FALSE(work->isCompleted());
+        rank0TimedOut.set_value();
+        work->wait(30s);
+        EXPECT_TRUE(work->isCompleted());
+        EXPECT_EQ(t.data<float>()[0], 3.0F);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
   }
 }
 

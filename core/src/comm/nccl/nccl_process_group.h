@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cuda_stream.h"
-#include "strata/comm/process_group.h"
+#include "strata/comm/checked_process_group.h"
 #include "strata/comm/store.h"
 #include "strata/tensor.h"
 
@@ -59,7 +59,7 @@ class NcclWork;
 // communicator, or aborts it when they do not finish; works outliving the group then report completion or the abort.
 // Limitation: ncclCommInitRank and a collective's first launch (NCCL connects lazily) block the host until the peers
 // arrive; the store barrier before initialisation bounds the common case (a rank that never starts).
-class NcclProcessGroup final : public ProcessGroup {
+class NcclProcessGroup final : public CheckedProcessGroup {
  public:
   NcclProcessGroup(Store& store, int rank, int size, int device, ProcessGroupOptions options,
                    const std::string& groupName);
@@ -71,20 +71,21 @@ class NcclProcessGroup final : public ProcessGroup {
   int size() const override { return size_; }
   int device() const { return device_; }
 
-  WorkHandle allReduce(Tensor tensor, ReduceOp op) override;
-  WorkHandle reduceScatter(Tensor input, Tensor output, ReduceOp op) override;
-  WorkHandle allGather(Tensor input, Tensor output) override;
-  WorkHandle broadcast(Tensor tensor, int root) override;
-  WorkHandle barrier() override;
-
   void setStep(std::int64_t step) override { step_.store(step); }
+
+ protected:
+  std::string deviceProblem(Device device) const override;
+  WorkHandle doAllReduce(Tensor tensor, ReduceOp op) override;
+  WorkHandle doReduceScatter(Tensor input, Tensor output, ReduceOp op) override;
+  WorkHandle doAllGather(Tensor input, Tensor output) override;
+  WorkHandle doBroadcast(Tensor tensor, int root) override;
+  WorkHandle doBarrier() override;
 
  private:
   using Call = std::function<void(ncclComm_t comm, cudaStream_t stream)>;
 
   // Orders `call` after the compute stream's queued work on the communication stream and returns its work.
   WorkHandle launch(const std::string& name, std::size_t bytes, std::vector<Tensor> tensors, const Call& call);
-  void checkTensor(const Tensor& t, const char* op, const char* what) const;
   void recorderLoop();
   void finish();
 

@@ -28,6 +28,14 @@ class Storage {
   std::uint64_t version() const { return version_.load(std::memory_order_acquire); }
   void bumpVersion() { version_.fetch_add(1, std::memory_order_acq_rel); }
 
+  // Note [Released storage]: release() returns the memory to its allocator (the accounting drops by bytes()) while
+  // the Storage object, and every view of it, stays alive; materialize() allocates it again, uninitialised, and
+  // bumps the version so that no cache keyed on this storage serves what it held before. Only allocator-owned
+  // storage can be released.
+  void release();
+  void materialize();
+  bool materialized() const { return data_ != nullptr || bytes_ == 0; }
+
  private:
   Allocator* allocator_ = nullptr;
   void* data_ = nullptr;

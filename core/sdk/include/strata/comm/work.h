@@ -12,7 +12,9 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait(std::chrono::milliseconds timeout) = 0;
-  virtual bool completed() const = 0;
+  // Whether the operation has finished (succeeded or failed), without blocking: polling it lets a strategy overlap
+  // communication with computation and call wait() only when it needs the result. wait() still reports a failure.
+  virtual bool isCompleted() const = 0;
   // Seconds the caller spent blocked in wait() so far (communication time that was not hidden).
   virtual double waitedSeconds() const = 0;
   // Seconds the operation itself took on the communication thread, once completed (0 before): with

@@ -1,0 +1,172 @@
+#include "run_files.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "strata/memory_category.h"
+#ifdef STRATA_HAS_CUDA
+#include "strata/cuda/gpu_monitor.h"
+#endif
+
+namespace strata::cli {
+namespace {
+
+nlohmann::json memoryBreakdown(const MemorySnapshot& memory) {
+  nlohmann::json breakdown;
+  for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+    breakdown[std::string(memoryCategoryName(static_cast<MemoryCategory>(c)))] = memory.peak[c];
+  }
+  return breakdown;
+}
+
+// A figure that is not measured (no classes to score) is null in the outputs, not a made-up number.
+nlohmann::json orNull(double value) {
+  return value >= 0 && std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+}  // namespace
+
+// GPU utilisation and memory from NVML, sampled while training (CUDA builds on a GPU only).
+struct RunFiles::GpuSampling {
+#ifdef STRATA_HAS_CUDA
+  std::optional<cuda::GpuMonitor> monitor;
+#endif
+  nlohmann::json stop() {
+    nlohmann::json figures = {{"gpu_utilization_mean", nullptr}};
+#ifdef STRATA_HAS_CUDA
+    if (monitor) {
+      const cuda::GpuUsageSummary usage = monitor->stop();
+      if (usage.available) {
+        figures = {{"gpu_utilization_mean", usage.utilizationMean},
+                   {"gpu_utilization_max", usage.utilizationMax},
+                   // NVML's figure is the whole device's (every process on it, ranks sharing it included).
+                   {"gpu_device_memory_used_max_bytes", usage.memoryUsedMaxBytes},
+                   {"gpu_memory_total_bytes", usage.memoryTotalBytes},
+                   {"gpu_samples", usage.samples}};
+      } else {
+        figures["gpu_monitor_unavailable"] = usage.unavailableReason;
+      }
+    }
+#endif
+    return figures;
+  }
+};
+
+RunFiles::RunFiles(Setup setup)
+    : setup_(std::move(setup)), tty_(isatty(STDOUT_FILENO) != 0), gpu_(std::make_unique<GpuSampling>()) {
+  if (lead()) {
+    metrics_.emplace(setup_.runDir);
+  }
+#ifdef STRATA_HAS_CUDA
+  if (setup_.device.type == DeviceType::CUDA) {
+    gpu_->monitor.emplace(setup_.device.index, std::chrono::milliseconds(100));
+  }
+#endif
+}
+
+RunFiles::~RunFiles() = default;
+
+// One line redrawn in place on a terminal; plain lines (every logEvery steps) otherwise.
+void RunFiles::progress(const StepRecord& r) {
+  // The loss is read at log points only (Note [Reading the loss]): "-" until the first.
+  const std::string loss = std::isnan(r.loss) ? std::string("-") : fmt::format("{:.4f}", r.loss);
+  const std::string line = fmt::format("epoch {} step {}/{}  loss {}  {:.0f} samples/s  ETA {:.0f}s", r.epoch,
+                                       r.stepInEpoch, r.stepsInEpoch, loss, r.samplesPerS, r.etaS);
+  if (tty_) {
+    const int width = 30;
+    const int filled = r.stepsInEpoch > 0 ? static_cast<int>(width * r.stepInEpoch / r.stepsInEpoch) : 0;
+    fmt::print("\r[{}{}] {}\x1b[K", std::string(static_cast<std::size_t>(filled), '#'),
+               std::string(static_cast<std::size_t>(width - filled), '.'), line);
+    std::fflush(stdout);
+    if (r.stepInEpoch == r.stepsInEpoch) {
+      fmt::print("\n");
+    }
+  } else if (r.stepInEpoch % setup_.logEvery == 0 || r.stepInEpoch == r.stepsInEpoch) {
+    fmt::print("{}\n", line);
+  }
+}
+
+void RunFiles::step(const StepRecord& r) {
+  metrics_->write({{"type", "step"},
+                   {"epoch", r.epoch},
+                   {"step", r.step},
+                   {"loss", r.loss},
+                   {"train_accuracy", orNull(r.accuracy)},
+                   {"lr", r.lr},
+                   {"samples_per_s", r.samplesPerS},
+                   {"step_time_ms", r.stepTimeMs}});
+}
+
+void RunFiles::epoch(const EpochRecord& r) {
+  fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.1f}s\n", r.epoch, r.trainLoss,
+             100.0 * r.testAccuracy, r.epochTimeS);
+  metrics_->write({{"type", "epoch"},
+                   {"epoch", r.epoch},
+                   {"step", r.step},
+                   {"train_loss", r.trainLoss},
+                   {"train_accuracy", orNull(r.trainAccuracy)},
+                   {"test_accuracy", orNull(r.testAccuracy)},
+                   {"epoch_time_s", r.epochTimeS}});
+}
+
+void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
+  const auto figure = [&](const char* key) {
+    const auto it = mine.strategyFigures.find(key);
+    return it == mine.strategyFigures.end() ? 0.0 : it->second;
+  };
+  nlohmann::json rankFigures = {{"rank", mine.rank},
+                                {"peak_memory_bytes", mine.memory.totalPeak},
+                                {"memory_breakdown", memoryBreakdown(mine.memory)},
+                                {"compute_s", mine.computeS},
+                                {"communication_s", figure("communication_s")},
+                                {"collective_s", figure("collective_s")},
+                                {"reserved_memory_bytes", mine.memory.reserved}};
+  for (const auto& [key, value] : mine.strategyFigures) {
+    rankFigures.emplace(key, value);  // the strategy's own figures, beside the standard ones
+  }
+  rankFigures.update(gpu_->stop());
+  if (setup_.store != nullptr && setup_.worldSize > 1) {
+    setup_.store->setString(fmt::format("summary/rank/{}", setup_.rank), rankFigures.dump());
+  }
+  if (!lead()) {
+    return;
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < setup_.worldSize; ++r) {
+    ranks.push_back(r == 0 || setup_.store == nullptr ? rankFigures
+                                                      : nlohmann::json::parse(setup_.store->getString(
+                                                            fmt::format("summary/rank/{}", r), setup_.timeout)));
+  }
+  nlohmann::json summary = setup_.runFields;
+  summary.update({{"world_size", setup_.worldSize},
+                  {"epochs", totals.epochs},
+                  {"steps", totals.steps},
+                  {"global_batch_size", totals.globalBatchSize},
+                  {"train_time_s", totals.trainTimeS},
+                  {"samples_per_s", totals.samplesPerS},
+                  {"final_train_loss", totals.finalTrainLoss},
+                  {"test_accuracy", orNull(totals.testAccuracy)},
+                  {"ranks", ranks}});
+  if (setup_.finalFields) {
+    setup_.finalFields(summary);
+  }
+  writeJsonAtomically(setup_.runDir / "summary.json", summary);
+  fmt::print("summary: {}\n", (setup_.runDir / "summary.json").string());
+}
+
+void RunFiles::release() {
+  if (setup_.store == nullptr || setup_.worldSize == 1) {
+    return;
+  }
+  if (lead()) {
+    setup_.store->setString("summary/done", "1");
+  } else {
+    setup_.store->getString("summary/done", setup_.timeout);  // rank 0 serves the store: stay until it is done
+  }
+}
+
+}  // namespace strata::cli

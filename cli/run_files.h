@@ -1,0 +1,58 @@
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "run_outputs.h"
+#include "strata/comm/store.h"
+#include "strata/device.h"
+#include "strata/train/run_recorder.h"
+
+namespace strata::cli {
+
+// `strata train`'s RunRecorder: a progress line on the terminal, RUN_DIR/metrics.jsonl, the epoch lines, and
+// RUN_DIR/summary.json with every rank's figures (collected on the lead rank through the store).
+class RunFiles final : public RunRecorder {
+ public:
+  struct Setup {
+    std::filesystem::path runDir;
+    int rank = 0;
+    int worldSize = 1;
+    Store* store = nullptr;
+    std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+    std::int64_t logEvery = 20;
+    Device device = Device::cpu();
+    // The summary's fields that describe the run (model, strategy, device, precision, ...), set by the command.
+    nlohmann::json runFields = nlohmann::json::object();
+    // Fields added to summary.json after training (the plan's layout and CUDA graph reports, the loss scaler).
+    std::function<void(nlohmann::json&)> finalFields;
+  };
+
+  explicit RunFiles(Setup setup);
+  ~RunFiles() override;
+
+  void progress(const StepRecord& record) override;
+  void step(const StepRecord& record) override;
+  void epoch(const EpochRecord& record) override;
+  void finish(const RunTotals& totals, const RankFigures& mine) override;
+
+  // After the last collective of the run: the lead tells the other ranks that it no longer needs the store it
+  // serves, and they wait for that before exiting.
+  void release();
+
+ private:
+  bool lead() const { return setup_.rank == 0; }
+
+  Setup setup_;
+  bool tty_;
+  std::optional<MetricsLog> metrics_;
+  struct GpuSampling;
+  std::unique_ptr<GpuSampling> gpu_;
+};
+
+}  // namespace strata::cli

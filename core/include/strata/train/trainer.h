@@ -1,0 +1,109 @@
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/comm/process_group.h"
+#include "strata/comm/store.h"
+#include "strata/optim/loss_scaler.h"
+#include "strata/optim/lr_schedule.h"
+#include "strata/optim/optimizer.h"
+#include "strata/plugin_host.h"
+#include "strata/train/batch_source.h"
+#include "strata/train/checkpoint_store.h"
+#include "strata/train/run_recorder.h"
+#include "strata/train/trainable_program.h"
+#include "strata/train/trainer_context.h"
+
+namespace strata {
+
+struct TrainerOptions {
+  std::int64_t epochs = 1;
+  std::int64_t stopAfterEpoch = 0;  // > 0: stop after this epoch, keeping the schedule of `epochs`
+  std::int64_t maxSteps = 0;        // > 0: overrides epochs
+  int microBatches = 1;             // gradient accumulation
+  std::int64_t logEvery = 20;
+  LrScheduleOptions schedule;  // totalSteps (cosine) and stepSize (step: 30 epochs) are filled in when 0
+  OptimizerOptions optimizer;
+  Accumulation accumulation = Accumulation::InPlace;  // the strategy's requirements().accumulation
+  std::map<std::string, std::string> strategyOptions;
+  bool saveEachEpoch = false;
+  bool resume = false;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+// What a Trainer runs with; references must outlive it. The strategy has been asked for its requirements and the
+// program built accordingly (units).
+struct TrainerParts {
+  TrainableProgram& program;
+  BatchSource& train;
+  BatchSource* test = nullptr;  // this rank's share of the test split; nullptr: no evaluation
+  LoadedStrategy& strategy;
+  RunRecorder& recorder;
+  CheckpointStore* checkpoints = nullptr;  // needed by saveEachEpoch and resume
+  ProcessGroup* group = nullptr;           // nullptr in a single-process run
+  Store* store = nullptr;                  // nullptr in a single-process run
+  LossScaler* lossScaler = nullptr;        // fp16 dynamic loss scaling
+  RankPlace place{};
+};
+
+// Runs training: epochs of optimizer steps over micro-batches, the strategy's hooks around forward, backward and
+// step, evaluation and checkpoints through the strategy, figures to a RunRecorder. Every rank of a job runs one.
+//
+// Note [Reading the loss]: the loss of every micro-batch stays on the device until the next logged step, when all
+// of them are read at once (one synchronisation per log interval, not per micro-batch); a loss that is not finite
+// is reported then, naming the step where it first appeared. Logged figures are averaged over the ranks through
+// the store (the lead rank collects them), so no collective of the trainer interleaves with the strategy's.
+class Trainer {
+ public:
+  // Sets the strategy up and, with options.resume, restores the last checkpoint.
+  Trainer(TrainerParts parts, TrainerOptions options);
+  // Tears the strategy down (also when an error unwinds the stack): after run() and withFullWeights().
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  RunTotals run();
+  // Runs fn on every rank while every rank holds the full weights (the strategy's beforeEvaluate/afterEvaluate):
+  // for export.
+  void withFullWeights(const std::function<void()>& fn);
+
+  std::int64_t stepsPerEpoch() const { return stepsPerEpoch_; }
+  std::int64_t totalSteps() const { return totalSteps_; }
+  std::int64_t startEpoch() const { return startEpoch_; }
+  std::int64_t stepsDone() const { return step_; }
+  TrainerContext& context() { return *context_; }
+
+ private:
+  struct LogWindow;
+  void trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t& epochLossCount, double& epochCorrect,
+                  double& epochCounted);
+  double evaluate(std::int64_t epoch);
+  void saveCheckpoint(std::int64_t epochsDone);
+  void restoreCheckpoint();
+  // Sums `values` over the ranks through the store under `key` (the lead rank gets the sums; the others get their
+  // own values back).
+  std::vector<double> sumOverRanks(const std::string& key, const std::vector<double>& values);
+  bool lead() const { return parts_.place.rank == 0; }
+
+  TrainerParts parts_;
+  TrainerOptions options_;
+  std::unique_ptr<TrainerContext> context_;
+  bool setUp_ = false;
+  std::int64_t stepsPerEpoch_ = 0;
+  std::int64_t epochs_ = 0;
+  std::int64_t totalSteps_ = 0;
+  std::int64_t startEpoch_ = 0;
+  std::int64_t step_ = 0;
+  double computeSeconds_ = 0;
+  double lastLoss_ = NAN;              // until the first log point reads the losses
+  std::vector<Tensor> pendingLosses_;  // this log window's micro-batch losses, still on the device
+};
+
+}  // namespace strata

@@ -1,0 +1,53 @@
+#pragma once
+
+// Extra process roles a strategy asks for (the parameter server's `ps-server`). The launcher starts `count`
+// processes of each role beside the workers; `strata role <name> --index I ...` runs one by hand. A role process
+// gets a RoleContext and runs Strategy::runRole; it tells the workers where it listens through the store.
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "strata/comm/store.h"
+
+namespace strata {
+
+struct RoleRequest {
+  std::string name;  // a command-line word: lower case, digits and '-'
+  int count = 1;
+};
+
+class RoleContext {
+ public:
+  virtual ~RoleContext() = default;
+  virtual const std::string& role() const = 0;
+  virtual int index() const = 0;  // 0 .. count-1 within the role
+  virtual int count() const = 0;
+  virtual int workers() const = 0;  // the job's worker ranks (world size)
+  virtual Store& store() = 0;
+  virtual const std::map<std::string, std::string>& options() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+  // The address other hosts reach this process at (MASTER_ADDR's side of the job: the node's host name or IP).
+  virtual std::string hostAddress() const = 0;
+  // Set by the launcher when the job ends: a role loop polls it and returns.
+  virtual bool stopRequested() const = 0;
+};
+
+// The store key under which process `index` of `role` publishes where it listens ("host:port" or any string).
+inline std::string roleEndpointKey(const std::string& role, int index) {
+  return fmt::format("roles/{}/{}/endpoint", role, index);
+}
+
+inline void publishRoleEndpoint(Store& store, const std::string& role, int index, const std::string& endpoint) {
+  store.setString(roleEndpointKey(role, index), endpoint);
+}
+
+// Blocks until process `index` of `role` has published its endpoint; throws Error naming the key after `timeout`.
+inline std::string lookupRoleEndpoint(Store& store, const std::string& role, int index,
+                                      std::chrono::milliseconds timeout) {
+  return store.getString(roleEndpointKey(role, index), timeout);
+}
+
+}  // namespace strata

@@ -1,0 +1,248 @@
+#include "strata/comm/gloo_process_group.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <spdlog/spdlog.h>
+
+#include "gloo_store_adapter.h"
+#include "ring_reduce_scatter.h"
+#include "strata/comm/collective_arrivals.h"
+#include "strata/error.h"
+
+namespace strata {
+
+namespace {
+
+double seconds(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+template <typename T>
+gloo::AllreduceOptions::Func sumFunction() {
+  return static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>);
+}
+
+template <typename T>
+void scale(T* data, std::int64_t n, T factor) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    data[i] *= factor;
+  }
+}
+
+// Runs f.template operator()<T>() with T the C++ type of dtype (float or double).
+template <typename F>
+void dispatchFloat(DType dtype, F&& f) {
+  if (dtype == DType::Float32) {
+    f.template operator()<float>();
+  } else {
+    f.template operator()<double>();
+  }
+}
+
+}  // namespace
+
+GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
+                                   GlooOptions glooOptions)
+    : CheckedProcessGroup({"gloo", {DType::Float32, DType::Float64}}),
+      store_(std::move(store)),
+      rank_(rank),
+      size_(size),
+      options_(options),
+      prefix_(fmt::format("gloo/{}/", glooOptions.groupName)) {
+  STRATA_CHECK(store_ != nullptr, "GlooProcessGroup needs a store");
+  STRATA_CHECK(size_ > 0 && rank_ >= 0 && rank_ < size_, "GlooProcessGroup: rank {} is not in a group of {}", rank_,
+               size_);
+  try {
+    gloo::transport::tcp::attr attr;
+    if (!glooOptions.iface.empty()) {
+      attr.iface = glooOptions.iface;
+    } else {
+      attr.hostname = glooOptions.hostname;
+    }
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    context->setTimeout(options_.timeout);
+    detail::GlooStoreAdapter adapter(store_, prefix_, options_.timeout);
+    context->connectFullMesh(adapter, device);
+    context_ = std::move(context);
+  } catch (const std::exception& e) {
+    fail("gloo process group '{}' (rank {} of {}) could not connect within {:g} s: {}", glooOptions.groupName, rank_,
+         size_, seconds(options_.timeout), e.what());
+  }
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
+GlooProcessGroup::~GlooProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  queued_.notify_all();
+  worker_.join();
+}
+
+WorkHandle GlooProcessGroup::enqueue(const std::string& name, std::size_t bytes,
+                                     std::function<void(std::uint32_t tag)> run) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  STRATA_CHECK(!stopping_, "{}: the process group is shutting down", name);
+  const std::int64_t seq = nextSeq_++;
+  const std::int64_t step = step_.load();
+  const std::string description = describeCollective(name, seq, bytes, step);
+  auto work = std::make_shared<AsyncWork>(description, [this, seq] { return describeMissing(seq); });
+  queue_.push_back(Job{work, seq, step, std::move(run)});
+  queued_.notify_one();
+  return work;
+}
+
+void GlooProcessGroup::workerLoop() {
+  while (true) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        return;  // stopping and drained
+      }
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      if (stopping_) {
+        job.work->markFailed(
+            fmt::format("{} was not run: the process group was destroyed first", job.work->description()));
+        continue;
+      }
+    }
+    execute(job);
+  }
+}
+
+void GlooProcessGroup::execute(Job& job) {
+  if (brokenBy_) {
+    job.work->markFailed(fmt::format("{} was not run: the process group is unusable after an earlier failure: {}",
+                                     job.work->description(), *brokenBy_));
+    return;
+  }
+  try {
+    store_->setString(collectiveArrivalKey(prefix_, rank_), std::to_string(job.seq));
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: could not record the arrival in the store: {}", job.work->description(), e.what());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    job.run(static_cast<std::uint32_t>(job.seq));
+    job.work->markCompleted(seconds(std::chrono::steady_clock::now() - start));
+  } catch (const std::exception& e) {
+    const std::string message =
+        fmt::format("{} failed after {:.3g} s: {}; gloo: {}", job.work->description(),
+                    seconds(std::chrono::steady_clock::now() - start), describeMissing(job.seq), e.what());
+    brokenBy_ = message;
+    spdlog::error("{}", message);
+    job.work->markFailed(message);
+  }
+}
+
+std::string GlooProcessGroup::describeMissing(std::int64_t seq) const {
+  return describeMissingRanks(*store_, prefix_, size_, seq, options_.timeout);
+}
+
+std::string GlooProcessGroup::deviceProblem(Device device) const {
+  if (device.type == DeviceType::CPU) {
+    return "";
+  }
+  return "Gloo reads and writes host memory only; wrap the group in a StagingProcessGroup to stage device tensors";
+}
+
+WorkHandle GlooProcessGroup::doAllReduce(Tensor tensor, ReduceOp op) {
+  return enqueue("allReduce", tensor.bytes(), [this, tensor, op](std::uint32_t tag) {
+    if (tensor.numel() == 0) {
+      return;
+    }
+    dispatchFloat(tensor.dtype(), [&]<typename T>() {
+      T* data = tensor.data<T>();
+      gloo::AllreduceOptions opts(context_);
+      opts.setOutput(data, static_cast<std::size_t>(tensor.numel()));  // no input: in place
+      opts.setReduceFunction(sumFunction<T>());
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::allreduce(opts);
+      if (op == ReduceOp::Average) {
+        scale(data, tensor.numel(), static_cast<T>(1) / static_cast<T>(size_));
+      }
+    });
+  });
+}
+
+WorkHandle GlooProcessGroup::doReduceScatter(Tensor input, Tensor output, ReduceOp op) {
+  return enqueue("reduceScatter", input.bytes(), [this, input, output, op](std::uint32_t tag) {
+    if (output.numel() == 0) {
+      return;
+    }
+    dispatchFloat(input.dtype(), [&]<typename T>() {
+      // Note [ring reduce-scatter] in ring_reduce_scatter.h.
+      detail::ringReduceScatter<T>(context_, input.data<T>(), output.data<T>(),
+                                   static_cast<std::size_t>(output.numel()), tag, options_.timeout);
+      if (op == ReduceOp::Average) {
+        scale(output.data<T>(), output.numel(), static_cast<T>(1) / static_cast<T>(size_));
+      }
+    });
+  });
+}
+
+WorkHandle GlooProcessGroup::doAllGather(Tensor input, Tensor output) {
+  return enqueue("allGather", output.bytes(), [this, input, output](std::uint32_t tag) {
+    if (input.numel() == 0) {
+      return;
+    }
+    dispatchFloat(input.dtype(), [&]<typename T>() {
+      const auto n = static_cast<std::size_t>(input.numel());
+      T* out = output.data<T>();
+      T* localPart = out + n * static_cast<std::size_t>(rank_);
+      // Note [in-place allGather]: sharded strategies gather into the buffer that holds their shard; copy the input
+      // into its part first (unless it already is that part) so both layouts take the same path, Gloo's ring
+      // all-gather over the output alone.
+      if (input.data<T>() != localPart) {
+        std::memcpy(localPart, input.data<T>(), n * sizeof(T));  // no overlap: CheckedProcessGroup checked it
+      }
+      gloo::AllgatherOptions opts(context_);
+      opts.setOutput(out, n * static_cast<std::size_t>(size_));
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::allgather(opts);
+    });
+  });
+}
+
+WorkHandle GlooProcessGroup::doBroadcast(Tensor tensor, int root) {
+  return enqueue(fmt::format("broadcast(root {})", root), tensor.bytes(), [this, tensor, root](std::uint32_t tag) {
+    if (tensor.numel() == 0) {
+      return;
+    }
+    dispatchFloat(tensor.dtype(), [&]<typename T>() {
+      gloo::BroadcastOptions opts(context_);
+      opts.setOutput(tensor.data<T>(), static_cast<std::size_t>(tensor.numel()));
+      opts.setRoot(root);
+      opts.setTag(tag);
+      opts.setTimeout(options_.timeout);
+      gloo::broadcast(opts);
+    });
+  });
+}
+
+WorkHandle GlooProcessGroup::doBarrier() {
+  return enqueue("barrier", 0, [this](std::uint32_t tag) {
+    gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(options_.timeout);
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace strata

@@ -1,0 +1,391 @@
+#include "strata/train/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "strata/error.h"
+
+namespace strata {
+namespace {
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+double hostScalar(const Tensor& deviceTensor) {
+  const Tensor t = deviceTensor.to(Device::cpu());
+  return t.dtype() == DType::Float64 ? *t.data<double>() : static_cast<double>(*t.data<float>());
+}
+
+// Rows of `logits` ([N, classes], float32 or float64) whose argmax is the class in `classes`, over the first `rows`.
+std::int64_t correctRows(const Tensor& deviceLogits, const Tensor& classes, std::int64_t rows) {
+  const Tensor logits = deviceLogits.to(Device::cpu());
+  if (logits.rank() != 2 || !classes.defined()) {
+    return 0;
+  }
+  const std::int64_t width = logits.dim(1);
+  std::int64_t correct = 0;
+  for (std::int64_t r = 0; r < std::min(rows, logits.dim(0)); ++r) {
+    std::int64_t best = 0;
+    for (std::int64_t c = 1; c < width; ++c) {
+      const double value =
+          logits.dtype() == DType::Float64 ? logits.data<double>()[r * width + c] : logits.data<float>()[r * width + c];
+      const double top = logits.dtype() == DType::Float64 ? logits.data<double>()[r * width + best]
+                                                          : logits.data<float>()[r * width + best];
+      best = value > top ? c : best;
+    }
+    correct += best == classes.data<std::int64_t>()[r] ? 1 : 0;
+  }
+  return correct;
+}
+
+std::string joinDoubles(const std::vector<double>& values) {
+  std::string text;
+  for (double v : values) {
+    text += fmt::format("{:.17g} ", v);
+  }
+  return text;
+}
+
+std::vector<double> splitDoubles(const std::string& text) {
+  std::vector<double> values;
+  std::istringstream in(text);
+  std::string token;
+  while (in >> token) {
+    values.push_back(std::stod(token));  // "nan" and "inf" parse too
+  }
+  return values;
+}
+
+}  // namespace
+
+// The outputs of the logged step's micro-batches, kept until the log point reads them for the accuracy.
+struct Trainer::LogWindow {
+  struct Kept {
+    Tensor logits;
+    Tensor classes;
+    std::int64_t rows = 0;
+  };
+  std::vector<Kept> kept;
+};
+
+Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(parts), options_(std::move(options)) {
+  const int micro = std::max(1, options_.microBatches);
+  options_.microBatches = micro;
+  stepsPerEpoch_ = parts_.train.batchesPerEpoch() / micro;
+  if (stepsPerEpoch_ == 0) {
+    fail("{} batches per rank and epoch are fewer than --grad-accum {}", parts_.train.batchesPerEpoch(), micro);
+  }
+  epochs_ = options_.maxSteps > 0 ? (options_.maxSteps + stepsPerEpoch_ - 1) / stepsPerEpoch_ : options_.epochs;
+  totalSteps_ = options_.maxSteps > 0 ? options_.maxSteps : epochs_ * stepsPerEpoch_;
+  if (options_.schedule.totalSteps == 0) {
+    options_.schedule.totalSteps = totalSteps_;
+  }
+  if (options_.schedule.stepSize == 0) {
+    options_.schedule.stepSize = stepsPerEpoch_ * 30;
+  }
+  // Every micro-batch's gradients come out scaled by 1/K, so K of them add up to the mean.
+  if (micro > 1) {
+    parts_.program.setGradientScale(1.0 / micro);
+  }
+  context_ =
+      std::make_unique<TrainerContext>(parts_.program, options_.optimizer, parts_.lossScaler, parts_.group,
+                                       parts_.store, parts_.place, options_.strategyOptions, micro, options_.timeout);
+  parts_.strategy.setup(*context_);
+  setUp_ = true;
+  // Note [Accumulation in place]: the plan adds every micro-batch's gradients into the buffers, which each step
+  // zeroes first. The mode stays on for the whole run (switching it per micro-batch would discard a recorded step).
+  if (options_.accumulation == Accumulation::InPlace && micro > 1) {
+    parts_.program.executor().setAccumulateGradients(true);
+  }
+  if (options_.resume) {
+    restoreCheckpoint();
+  }
+}
+
+Trainer::~Trainer() {
+  if (setUp_) {
+    try {
+      parts_.strategy.teardown();
+    } catch (const std::exception& e) {  // a destructor must not throw; the strategy's destructor follows
+      spdlog::warn("{}", e.what());
+    }
+  }
+  parts_.program.executor().setAccumulateGradients(false);
+}
+
+std::vector<double> Trainer::sumOverRanks(const std::string& key, const std::vector<double>& values) {
+  if (parts_.store == nullptr || parts_.place.worldSize == 1) {
+    return values;
+  }
+  parts_.store->setString(fmt::format("{}/{}", key, parts_.place.rank), joinDoubles(values));
+  if (!lead()) {
+    return values;
+  }
+  std::vector<double> sums(values.size(), 0.0);
+  for (int r = 0; r < parts_.place.worldSize; ++r) {
+    const std::vector<double> theirs =
+        splitDoubles(parts_.store->getString(fmt::format("{}/{}", key, r), options_.timeout));
+    STRATA_CHECK(theirs.size() == sums.size(), "trainer: rank {} reported {} figures under '{}', expected {}", r,
+                 theirs.size(), key, sums.size());
+    for (std::size_t i = 0; i < sums.size(); ++i) {
+      sums[i] += theirs[i];
+    }
+  }
+  return sums;
+}
+
+RunTotals Trainer::run() {
+  RunTotals totals;
+  totals.epochs = epochs_;
+  totals.globalBatchSize = parts_.train.batchSize() * options_.microBatches * parts_.place.worldSize;
+  std::int64_t samples = 0;
+  const std::int64_t lastEpoch = options_.stopAfterEpoch > 0 ? std::min(epochs_, options_.stopAfterEpoch) : epochs_;
+  for (std::int64_t epoch = startEpoch_; epoch < lastEpoch && step_ < totalSteps_; ++epoch) {
+    const auto epochStart = std::chrono::steady_clock::now();
+    const std::int64_t stepsBefore = step_;
+    double lossSum = 0;
+    std::int64_t lossCount = 0;
+    double correct = 0;
+    double counted = 0;
+    trainEpoch(epoch, lossSum, lossCount, correct, counted);
+    const double epochSeconds = seconds(std::chrono::steady_clock::now() - epochStart);
+    totals.trainTimeS += epochSeconds;
+    samples += (step_ - stepsBefore) * totals.globalBatchSize;
+    EpochRecord record;
+    record.epoch = epoch;
+    record.step = step_;
+    record.trainLoss = lossCount > 0 ? lossSum / static_cast<double>(lossCount) : NAN;
+    record.trainAccuracy = counted > 0 ? correct / counted : -1;
+    record.testAccuracy = evaluate(epoch);
+    record.epochTimeS = epochSeconds;
+    totals.testAccuracy = record.testAccuracy;
+    if (lead()) {
+      parts_.recorder.epoch(record);
+    }
+    if (options_.saveEachEpoch) {
+      saveCheckpoint(epoch + 1);
+    }
+  }
+  totals.steps = step_;
+  totals.samplesPerS = totals.trainTimeS > 0 ? static_cast<double>(samples) / totals.trainTimeS : 0.0;
+  totals.finalTrainLoss = lastLoss_;
+  RankFigures mine;
+  mine.rank = parts_.place.rank;
+  mine.computeS = computeSeconds_;
+  mine.strategyFigures = context_->figures();
+  mine.memory = allocatorFor(parts_.program.parameters().device()).stats().snapshot();
+  parts_.recorder.finish(totals, mine);
+  return totals;
+}
+
+void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t& epochLossCount, double& epochCorrect,
+                         double& epochCounted) {
+  TrainableProgram& program = parts_.program;
+  Executor& executor = program.executor();
+  const int micro = options_.microBatches;
+  const bool accumulateInPlace = options_.accumulation == Accumulation::InPlace && micro > 1;
+  const std::int64_t rowsPerStep = parts_.train.batchSize() * micro * parts_.place.worldSize;
+  parts_.train.startEpoch(epoch);
+  parts_.recorder.started(epoch);
+  const auto epochStart = std::chrono::steady_clock::now();
+  std::int64_t stepInEpoch = 0;
+  const std::int64_t stepsThisEpoch = std::min(stepsPerEpoch_, totalSteps_ - step_);
+  LogWindow window;
+  double lastStepSeconds = 0;
+  std::int64_t windowSteps = 0;
+  while (stepInEpoch < stepsThisEpoch) {
+    const auto stepStart = std::chrono::steady_clock::now();
+    const bool logged = (step_ + 1) % options_.logEvery == 0 || stepInEpoch + 1 == stepsThisEpoch;
+    if (parts_.lossScaler != nullptr) {
+      program.setLossScale(parts_.lossScaler->scale());  // the scale after the last step's overflow check
+    }
+    if (accumulateInPlace) {
+      program.parameters().zeroGradients();
+    }
+    for (int m = 0; m < micro; ++m) {
+      std::optional<TrainBatch> batch = parts_.train.next();
+      if (!batch) {
+        fail("the data loader ran out of batches in epoch {} at step {}", epoch, step_);
+      }
+      const StepInfo at{step_, m, micro};
+      parts_.strategy.beforeForward(at);
+      if (parts_.group != nullptr) {
+        parts_.group->setStep(step_);
+      }
+      StepResult result = program.step({batch->input}, batch->targets);
+      parts_.strategy.afterBackward(at);
+      pendingLosses_.push_back(result.loss);
+      if (logged && batch->classes.defined() && !result.outputs.empty()) {
+        window.kept.push_back({result.outputs[0], batch->classes, batch->countedRows});
+      }
+    }
+    const double lr = learningRateAt(options_.schedule, step_);
+    parts_.strategy.step(StepInfo{step_, micro - 1, micro}, lr);
+    if (program.parameters().device().type != DeviceType::CPU) {
+      executor.synchronize();  // the optimizer's kernels belong to this step's time
+    }
+    lastStepSeconds = seconds(std::chrono::steady_clock::now() - stepStart);
+    computeSeconds_ += lastStepSeconds;
+    ++step_;
+    ++stepInEpoch;
+    ++windowSteps;
+    const double elapsed = seconds(std::chrono::steady_clock::now() - epochStart);
+    StepRecord record;
+    record.epoch = epoch;
+    record.step = step_;
+    record.stepsInEpoch = stepsThisEpoch;
+    record.stepInEpoch = stepInEpoch;
+    record.lr = lr;
+    record.samplesPerS = static_cast<double>(stepInEpoch * rowsPerStep) / std::max(elapsed, 1e-9);
+    record.stepTimeMs = 1000.0 * lastStepSeconds;
+    record.etaS =
+        static_cast<double>((stepsThisEpoch - stepInEpoch) * rowsPerStep) / std::max(record.samplesPerS, 1e-9);
+    record.loss = lastLoss_;
+    if (logged) {
+      // Note [Reading the loss]: one read of the window's losses, then the ranks' sums through the store.
+      double lossSum = 0;
+      for (std::size_t i = 0; i < pendingLosses_.size(); ++i) {
+        const double loss = hostScalar(pendingLosses_[i]);
+        if (!std::isfinite(loss)) {
+          const std::int64_t badStep = step_ - windowSteps + static_cast<std::int64_t>(i) / micro;
+          fail("rank {}: the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
+               parts_.place.rank, loss, epoch, badStep, learningRateAt(options_.schedule, badStep));
+        }
+        lossSum += loss / micro;  // a step's loss is the mean of its micro-batches'
+      }
+      double correct = 0;
+      double counted = 0;
+      for (const LogWindow::Kept& kept : window.kept) {
+        correct += static_cast<double>(correctRows(kept.logits, kept.classes, kept.rows));
+        counted += static_cast<double>(kept.rows);
+      }
+      const std::vector<double> sums = sumOverRanks(fmt::format("trainer/log/{}", step_),
+                                                    {lossSum, static_cast<double>(windowSteps), correct, counted});
+      const double steps = std::max(sums[1], 1.0);
+      lastLoss_ = sums[0] / steps;
+      epochLossSum += sums[0];
+      epochLossCount += static_cast<std::int64_t>(sums[1]);
+      epochCorrect += sums[2];
+      epochCounted += sums[3];
+      record.loss = lastLoss_;
+      record.accuracy = sums[3] > 0 ? sums[2] / sums[3] : -1;
+      pendingLosses_.clear();
+      window.kept.clear();
+      windowSteps = 0;
+      if (lead() && step_ % options_.logEvery == 0) {
+        parts_.recorder.step(record);
+      }
+    }
+    if (lead()) {
+      parts_.recorder.progress(record);
+    }
+  }
+}
+
+double Trainer::evaluate(std::int64_t epoch) {
+  if (parts_.test == nullptr) {
+    return -1;
+  }
+  parts_.strategy.beforeEvaluate();
+  std::int64_t correct = 0;
+  std::int64_t counted = 0;
+  parts_.test->startEpoch(0);
+  while (std::optional<TrainBatch> batch = parts_.test->next()) {
+    const Tensor logits = parts_.program.evaluate({batch->input})[0];
+    correct += correctRows(logits, batch->classes, batch->countedRows);
+    counted += batch->countedRows;
+  }
+  parts_.strategy.afterEvaluate();
+  const std::vector<double> sums =
+      sumOverRanks(fmt::format("trainer/eval/{}", epoch), {static_cast<double>(correct), static_cast<double>(counted)});
+  return sums[1] > 0 ? sums[0] / sums[1] : -1;
+}
+
+void Trainer::withFullWeights(const std::function<void()>& fn) {
+  parts_.strategy.beforeEvaluate();
+  fn();
+  parts_.strategy.afterEvaluate();
+}
+
+// Note [Checkpoint commit]: every rank writes its entries (the lead also the trainer's own state), then reports to
+// the store; the lead waits for all of them before it publishes the checkpoint, so a checkpoint is either whole or
+// not there.
+void Trainer::saveCheckpoint(std::int64_t epochsDone) {
+  STRATA_CHECK(parts_.checkpoints != nullptr, "trainer: checkpoints requested but no checkpoint store was given");
+  {
+    std::unique_ptr<StateWriter> writer = parts_.checkpoints->beginWrite();
+    if (lead()) {
+      nlohmann::json trainer = {{"epochs_done", epochsDone},
+                                {"steps", step_},
+                                {"executor_runs", parts_.program.executor().runCount()},
+                                {"world_size", parts_.place.worldSize}};
+      if (parts_.lossScaler != nullptr) {
+        const LossScalerState scaling = parts_.lossScaler->state();
+        trainer["loss_scale"] = {
+            {"scale", scaling.scale}, {"good_steps", scaling.goodSteps}, {"skipped", scaling.skipped}};
+      }
+      writer->putText("trainer", trainer.dump());
+      for (const auto& [name, tensor] : parts_.program.buffers()) {
+        writer->putTensor("buffer/" + name, tensor);
+      }
+    }
+    parts_.strategy.saveState(*context_, *writer);
+  }
+  if (parts_.store != nullptr && parts_.place.worldSize > 1) {
+    const std::string key = fmt::format("trainer/checkpoint/{}", epochsDone);
+    parts_.store->add(key, 1);
+    if (lead()) {
+      const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+      while (parts_.store->add(key, 0) < parts_.place.worldSize) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          fail("checkpoint after epoch {}: only {} of {} ranks finished writing within the timeout", epochsDone,
+               parts_.store->add(key, 0), parts_.place.worldSize);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  }
+  if (lead()) {
+    parts_.checkpoints->commit();
+  }
+}
+
+void Trainer::restoreCheckpoint() {
+  STRATA_CHECK(parts_.checkpoints != nullptr, "trainer: resume requested but no checkpoint store was given");
+  std::unique_ptr<StateReader> reader = parts_.checkpoints->open();
+  nlohmann::json trainer;
+  try {
+    trainer = nlohmann::json::parse(reader->getText("trainer"));
+    startEpoch_ = trainer.at("epochs_done").get<std::int64_t>();
+    step_ = trainer.at("steps").get<std::int64_t>();
+    parts_.program.executor().setRunCount(trainer.at("executor_runs").get<std::uint64_t>());
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: corrupt trainer state: {}", parts_.checkpoints->describe(), e.what());
+  }
+  for (const auto& [name, tensor] : parts_.program.buffers()) {
+    reader->getTensor("buffer/" + name, tensor);
+  }
+  parts_.strategy.loadState(*context_, *reader);
+  // fp16 resumes with the scale it had; a checkpoint of another precision leaves the scaler at its start.
+  if (parts_.lossScaler != nullptr && trainer.contains("loss_scale")) {
+    try {
+      const nlohmann::json& scaling = trainer.at("loss_scale");
+      parts_.lossScaler->restore(LossScalerState{scaling.at("scale").get<double>(),
+                                                 scaling.at("good_steps").get<std::int64_t>(),
+                                                 scaling.at("skipped").get<std::int64_t>()});
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: corrupt loss_scale entry: {}", parts_.checkpoints->describe(), e.what());
+    } catch (const Error& e) {
+      fail("{}: {}", parts_.checkpoints->describe(), e.what());
+    }
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,176 @@
+#pragma once
+// In-process stand-ins for what `strata train` wires into a Trainer: a two-layer MLP, batches cut from fixed
+// tensors, a recorder that keeps what it is told, and checkpoints in memory.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "strata/error.h"
+#include "strata/graphs/training_plan.h"
+#include "strata/loaders/onnx_importer.h"
+#include "strata/train/batch_source.h"
+#include "strata/train/checkpoint_store.h"
+#include "strata/train/run_recorder.h"
+#include "test_models.h"
+
+namespace strata::testing {
+
+inline constexpr std::int64_t kFeatures = 8;
+inline constexpr std::int64_t kClasses = 4;
+
+// x[N,8] -> Gemm(16) -> Relu -> Gemm(4) -> y[N,4]: no batch norm, so a batch split over ranks or micro-batches has
+// exactly the gradient of the whole batch.
+inline TrainingPlan mlpPlan(const TempDir& dir, std::int64_t batch, UnitPartition units = {}) {
+  onnx::ModelProto model = emptyModel();
+  setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {-1, kFeatures});
+  addInitializer(model, "fc1.weight", {16, kFeatures}, randomValues(16 * kFeatures, 11, 0.5f));
+  addInitializer(model, "fc1.bias", {16}, randomValues(16, 12, 0.1f));
+  addInitializer(model, "fc2.weight", {kClasses, 16}, randomValues(kClasses * 16, 13, 0.5f));
+  addInitializer(model, "fc2.bias", {kClasses}, randomValues(kClasses, 14, 0.1f));
+  setInt(addNode(model, "Gemm", {"x", "fc1.weight", "fc1.bias"}, {"h"}, "fc1"), "transB", 1);
+  addNode(model, "Relu", {"h"}, {"r"}, "relu");
+  setInt(addNode(model, "Gemm", {"r", "fc2.weight", "fc2.bias"}, {"y"}, "fc2"), "transB", 1);
+  setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, kClasses});
+  TrainingPlanOptions options;
+  options.inputMetas = {TensorMeta{DType::Float32, {batch, kFeatures}}};
+  options.seededLoss = true;
+  options.units = units;
+  static int counter = 0;
+  return TrainingPlan(importOnnx(save(model, dir.path() / ("mlp" + std::to_string(counter++) + ".onnx"))), options);
+}
+
+// Rows of fixed tensors, in order: batch b of rank r of `world` holds rows [(b * world + r) * B, + B), so the ranks'
+// batch b together are the rows one process with batch world x B takes as its batch b.
+class RowBatches final : public BatchSource {
+ public:
+  RowBatches(Tensor x, Tensor labels, std::int64_t batchSize, int rank = 0, int world = 1)
+      : x_(std::move(x)), labels_(std::move(labels)), batchSize_(batchSize), rank_(rank), world_(world) {}
+
+  void startEpoch(std::int64_t /*epoch*/) override { next_ = 0; }
+  std::optional<TrainBatch> next() override {
+    if (next_ >= batchesPerEpoch()) {
+      return std::nullopt;
+    }
+    const std::int64_t first = (next_++ * world_ + rank_) * batchSize_;
+    TrainBatch batch;
+    batch.input = x_.flatSlice(first * kFeatures, batchSize_ * kFeatures).reshape({batchSize_, kFeatures}).clone();
+    batch.targets = labels_.flatSlice(first, batchSize_).clone();
+    batch.classes = batch.targets;
+    batch.countedRows = batchSize_;
+    return batch;
+  }
+  std::int64_t batchesPerEpoch() const override { return x_.dim(0) / (batchSize_ * world_); }
+  std::int64_t batchSize() const override { return batchSize_; }
+
+ private:
+  Tensor x_, labels_;
+  std::int64_t batchSize_;
+  int rank_, world_;
+  std::int64_t next_ = 0;
+};
+
+// `rows` samples whose class is the argmax of a fixed linear map of x, so the MLP can learn them.
+inline std::pair<Tensor, Tensor> separableRows(std::int64_t rows, unsigned seed) {
+  Tensor x = randomTensor({rows, kFeatures}, seed);
+  Tensor labels = Tensor::empty(DType::Int64, {rows});
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t best = 0;
+    double top = -1e30;
+    for (std::int64_t c = 0; c < kClasses; ++c) {
+      double score = 0;
+      for (std::int64_t f = 0; f < kFeatures; ++f) {
+        score += x.data<float>()[r * kFeatures + f] * static_cast<double>(((c + 1) * (f + 3)) % 7 - 3);
+      }
+      if (score > top) {
+        top = score;
+        best = c;
+      }
+    }
+    labels.data<std::int64_t>()[r] = best;
+  }
+  return {x, labels};
+}
+
+class KeptRecords final : public RunRecorder {
+ public:
+  void step(const StepRecord& record) override { steps.push_back(record); }
+  void epoch(const EpochRecord& record) override { epochs.push_back(record); }
+  void finish(const RunTotals& t, const RankFigures& mine) override {
+    totals = t;
+    figures = mine;
+    finished = true;
+  }
+  std::vector<StepRecord> steps;
+  std::vector<EpochRecord> epochs;
+  RunTotals totals;
+  RankFigures figures;
+  bool finished = false;
+};
+
+// Checkpoints in memory, shared by thread ranks: entries written since beginWrite become visible at commit.
+class MemoryCheckpoints final : public CheckpointStore {
+ public:
+  bool exists() const override { return !published_.tensors.empty() || !published_.text.empty(); }
+  std::unique_ptr<StateWriter> beginWrite() override { return std::make_unique<Writer>(*this); }
+  void commit() override {
+    std::lock_guard lock(mutex_);
+    published_ = std::exchange(pending_, {});
+  }
+  std::unique_ptr<StateReader> open() override {
+    STRATA_CHECK(exists(), "memory checkpoints: nothing committed");
+    return std::make_unique<Reader>(published_);
+  }
+  std::string describe() const override { return "memory checkpoints"; }
+
+ private:
+  struct Entries {
+    std::map<std::string, Tensor> tensors;
+    std::map<std::string, std::string> text;
+  };
+  class Writer final : public StateWriter {
+   public:
+    explicit Writer(MemoryCheckpoints& owner) : owner_(owner) {}
+    void putTensor(const std::string& key, const Tensor& tensor) override {
+      std::lock_guard lock(owner_.mutex_);
+      owner_.pending_.tensors[key] = tensor.to(Device::cpu()).clone();
+    }
+    void putText(const std::string& key, std::string_view text) override {
+      std::lock_guard lock(owner_.mutex_);
+      owner_.pending_.text[key] = std::string(text);
+    }
+
+   private:
+    MemoryCheckpoints& owner_;
+  };
+  class Reader final : public StateReader {
+   public:
+    explicit Reader(const Entries& entries) : entries_(entries) {}
+    bool has(const std::string& key) const override {
+      return entries_.tensors.contains(key) || entries_.text.contains(key);
+    }
+    void getTensor(const std::string& key, Tensor destination) override {
+      const auto it = entries_.tensors.find(key);
+      STRATA_CHECK(it != entries_.tensors.end(), "memory checkpoints: no tensor '{}'", key);
+      STRATA_CHECK(it->second.meta() == destination.meta(), "memory checkpoints: '{}' is {}, not {}", key,
+                   it->second.meta().toString(), destination.meta().toString());
+      destination.copyFrom(it->second);
+    }
+    std::string getText(const std::string& key) override {
+      const auto it = entries_.text.find(key);
+      STRATA_CHECK(it != entries_.text.end(), "memory checkpoints: no entry '{}'", key);
+      return it->second;
+    }
+
+   private:
+    Entries entries_;
+  };
+
+  std::mutex mutex_;
+  Entries pending_;
+  Entries published_;
+};
+
+}  // namespace strata::testing

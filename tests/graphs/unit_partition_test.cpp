@@ -1,0 +1,57 @@
+// The unit partition pass (graphs/unit_partition.h) on parameter lists, and TrainingPlan's use of it: units as
+// flat buffers of their own, parameters kept in first-use order.
+#include "strata/graphs/unit_partition.h"
+
+#include <gtest/gtest.h>
+
+#include "strata/error.h"
+
+namespace strata {
+namespace {
+
+std::vector<UnitCandidate> candidates(std::vector<std::pair<std::string, std::int64_t>> list) {
+  std::vector<UnitCandidate> out;
+  for (auto& [name, elements] : list) {
+    out.push_back(UnitCandidate{name, elements});
+  }
+  return out;
+}
+
+TEST(UnitPartitionTest, ModulePathIsTheNameUpToItsLastSeparator) {
+  EXPECT_EQ(modulePath("layer1.0.conv1.weight"), "layer1.0.conv1");
+  EXPECT_EQ(modulePath("/layer1/conv/weight"), "/layer1/conv");
+  EXPECT_EQ(modulePath("encoder/layer.0.bias"), "encoder/layer.0");
+  EXPECT_EQ(modulePath("onnx::Conv_193"), "");
+}
+
+TEST(UnitPartitionTest, NoneIsOneUnit) {
+  const auto params = candidates({{"a.weight", 10}, {"b.weight", 20}});
+  EXPECT_EQ(partitionUnits(params, UnitPartition{}), (std::vector<int>{0, 0}));
+  EXPECT_TRUE(partitionUnits({}, UnitPartition{.kind = UnitPartition::Kind::ByModule}).empty());
+}
+
+TEST(UnitPartitionTest, ByModuleStartsAUnitWhereTheModuleChanges) {
+  const auto params = candidates({{"layer1.0.conv1.weight", 9},
+                                  {"layer1.0.bn1.weight", 3},
+                                  {"layer1.0.bn1.bias", 3},
+                                  {"/fc/weight", 30},
+                                  {"/fc/bias", 3},
+                                  {"layer1.0.conv1.bias", 3},  // the module again, later: a unit of its own
+                                  {"onnx::Conv_7", 4},         // no module path: each its own unit
+                                  {"onnx::Conv_8", 4}});
+  EXPECT_EQ(partitionUnits(params, UnitPartition{.kind = UnitPartition::Kind::ByModule}),
+            (std::vector<int>{0, 1, 1, 2, 2, 3, 4, 5}));
+}
+
+TEST(UnitPartitionTest, ByParameterCountClosesAUnitOnceItHoldsEnough) {
+  const auto params = candidates({{"a", 40}, {"b", 50}, {"c", 30}, {"d", 100}, {"e", 1}, {"f", 99}, {"g", 5}});
+  // 40+50 < 100, +30 = 120: closed; 100: closed; 1+99: closed; 5: the last unit may hold less.
+  EXPECT_EQ(partitionUnits(params, UnitPartition{.kind = UnitPartition::Kind::ByParameterCount, .parameters = 100}),
+            (std::vector<int>{0, 0, 0, 1, 2, 2, 3}));
+  EXPECT_EQ(partitionUnits(params, UnitPartition{.kind = UnitPartition::Kind::ByParameterCount, .parameters = 1}),
+            (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_THROW(partitionUnits(params, UnitPartition{.kind = UnitPartition::Kind::ByParameterCount}), Error);
+}
+
+}  // namespace
+}  // namespace strata
