@@ -1,10 +1,22 @@
 #include "checkpoint.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "run_outputs.h"
 #include "strata/error.h"
@@ -15,7 +27,8 @@ namespace fs = std::filesystem;
 namespace strata::cli {
 namespace {
 
-constexpr int kFormat = 2;
+// Format 3 adds a CRC32 and a size per tensor file to the manifests (format 2 had neither).
+constexpr int kFormat = 3;
 
 nlohmann::json readJson(const fs::path& file, const char* what) {
   std::ifstream in(file);
@@ -33,17 +46,55 @@ fs::path rankDir(const fs::path& dir, int rank) {
   return dir / fmt::format("rank{}", rank);
 }
 
+std::string readBytes(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    fail("{}: cannot open checkpoint file ({})", file.string(),
+         fs::exists(file) ? "permission denied or not a file" : "no such file");
+  }
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::uint32_t crc32Of(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (std::size_t at = 0; at < bytes.size();) {
+    const auto chunk = static_cast<uInt>(std::min<std::size_t>(bytes.size() - at, 1U << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), chunk);
+    at += chunk;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+// Note [Checkpoint test hook]: STRATA_TEST_CHECKPOINT_KILL=R:N makes rank R kill itself with SIGKILL after writing
+// the first tensor file of its N-th checkpoint (counted from 1 in this process), so tests/multirank can kill a rank
+// mid-write deterministically. Unset, it costs one getenv per checkpoint.
+bool killRequested(int rank, int checkpoint) {
+  const char* value = std::getenv("STRATA_TEST_CHECKPOINT_KILL");
+  int killRank = -1;
+  int killCheckpoint = -1;
+  return value != nullptr && std::sscanf(value, "%d:%d", &killRank, &killCheckpoint) == 2 && killRank == rank &&
+         killCheckpoint == checkpoint;
+}
+
 class Writer final : public StateWriter {
  public:
-  explicit Writer(fs::path dir) : dir_(std::move(dir)) {
+  Writer(fs::path dir, bool killAfterFirstTensor) : dir_(std::move(dir)), kill_(killAfterFirstTensor) {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  // The manifest goes last: a rank directory with a manifest is complete.
+  // The manifest goes last: a rank directory with a manifest is complete. A writer left by an exception (a full
+  // disk) writes none and removes its partial files, so the commit finds no manifest and keeps the previous
+  // checkpoint, and the space is given back.
   ~Writer() override {
+    if (std::uncaught_exceptions() > uncaught_) {
+      std::error_code ignored;
+      fs::remove_all(dir_, ignored);
+      return;
+    }
     try {
       writeJsonAtomically(dir_ / "manifest.json", {{"tensors", tensors_}, {"text", text_}});
-    } catch (...) {  // the commit finds no manifest and says so
+    } catch (const std::exception& e) {  // the commit finds no manifest and says so
+      spdlog::error("{}", e.what());
     }
   }
   Writer(const Writer&) = delete;
@@ -53,14 +104,29 @@ class Writer final : public StateWriter {
     STRATA_CHECK(!tensors_.contains(key), "checkpoint: tensor '{}' written twice", key);
     const std::string file = fmt::format("t{}.pb", tensors_.size());
     writeTensorProto(dir_ / file, tensor, key);
-    tensors_[key] = file;
+    // The checksum is of the bytes as they are in the file (read back from the page cache).
+    const std::string bytes = readBytes(dir_ / file);
+    tensors_[key] = {{"file", file}, {"bytes", bytes.size()}, {"crc32", crc32Of(bytes)}};
+    if (kill_) {
+      std::fflush(nullptr);
+      ::raise(SIGKILL);
+    }
   }
   void putText(const std::string& key, std::string_view text) override { text_[key] = std::string(text); }
 
  private:
   fs::path dir_;
+  bool kill_;
+  int uncaught_ = std::uncaught_exceptions();
   nlohmann::json tensors_ = nlohmann::json::object();
   nlohmann::json text_ = nlohmann::json::object();
+};
+
+// A tensor file as the manifest lists it.
+struct TensorFile {
+  fs::path path;
+  std::uint64_t bytes = 0;
+  std::uint32_t crc32 = 0;
 };
 
 class Reader final : public StateReader {
@@ -70,8 +136,15 @@ class Reader final : public StateReader {
       const fs::path manifestFile = rankDir(dir_, r) / "manifest.json";
       const nlohmann::json manifest = readJson(manifestFile, "manifest");
       try {
-        for (const auto& [key, file] : manifest.at("tensors").items()) {
-          tensors_[key] = rankDir(dir_, r) / file.get<std::string>();
+        for (const auto& [key, entry] : manifest.at("tensors").items()) {
+          if (!entry.is_object() || !entry.contains("crc32") || !entry.contains("bytes")) {
+            fail(
+                "{}: tensor '{}' has no checksum; this Strata resumes only from checkpoints whose tensor files carry "
+                "a CRC32 (format {}), so that a damaged file is found, not loaded",
+                manifestFile.string(), key, kFormat);
+          }
+          tensors_[key] = TensorFile{rankDir(dir_, r) / entry.at("file").get<std::string>(),
+                                     entry.at("bytes").get<std::uint64_t>(), entry.at("crc32").get<std::uint32_t>()};
         }
         for (const auto& [key, value] : manifest.at("text").items()) {
           text_[key] = value.get<std::string>();
@@ -84,14 +157,31 @@ class Reader final : public StateReader {
 
   bool has(const std::string& key) const override { return tensors_.contains(key) || text_.contains(key); }
 
+  // Note [Checkpoint checksums]: the size and CRC32 of each tensor file are checked before it is parsed, so a
+  // truncated, overwritten or bit-flipped file is named with its tensor instead of failing in protobuf or, worse,
+  // loading as other weights of the same shape.
   void getTensor(const std::string& key, Tensor destination) override {
     const auto it = tensors_.find(key);
     if (it == tensors_.end()) {
       fail("{}: the checkpoint has no tensor '{}' (written for another model or strategy?)", dir_.string(), key);
     }
-    const NamedTensor loaded = readTensorProto(it->second);
+    const TensorFile& file = it->second;
+    const std::string bytes = readBytes(file.path);
+    if (bytes.size() != file.bytes) {
+      fail("{}: tensor '{}' is damaged: the file has {} bytes, the manifest says {} (truncated or overwritten)",
+           file.path.string(), key, bytes.size(), file.bytes);
+    }
+    const std::uint32_t crc = crc32Of(bytes);
+    if (crc != file.crc32) {
+      fail("{}: tensor '{}' is damaged: CRC32 {:08x}, the manifest says {:08x}", file.path.string(), key, crc,
+           file.crc32);
+    }
+    const NamedTensor loaded = readTensorProto(file.path);
+    if (loaded.name != key) {
+      fail("{}: holds tensor '{}', but the manifest lists it as '{}'", file.path.string(), loaded.name, key);
+    }
     if (loaded.tensor.meta() != destination.meta()) {
-      fail("{}: {} is {} in the checkpoint but {} in this run", it->second.string(), key,
+      fail("{}: {} is {} in the checkpoint but {} in this run", file.path.string(), key,
            loaded.tensor.meta().toString(), destination.meta().toString());
     }
     destination.copyFrom(loaded.tensor);
@@ -107,9 +197,43 @@ class Reader final : public StateReader {
 
  private:
   fs::path dir_;
-  std::map<std::string, fs::path> tensors_;
+  std::map<std::string, TensorFile> tensors_;
   std::map<std::string, std::string> text_;
 };
+
+// Note [Checkpoint publish]: the new checkpoint replaces the old one with one atomic renameat2(RENAME_EXCHANGE),
+// so at every instant RUN_DIR/checkpoint is one whole checkpoint; the old one, now in checkpoint.tmp, is removed
+// afterwards (a crash in between leaves it there, and the next save clears it). Filesystems without the exchange
+// get two renames through checkpoint.old, which exists() and open() fall back to while checkpoint is missing.
+void publish(const fs::path& temporary, const fs::path& dir) {
+  if (!fs::exists(dir)) {
+    fs::rename(temporary, dir);
+    return;
+  }
+  if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    fs::remove_all(temporary);
+    return;
+  }
+  if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+    fail("checkpoint {}: cannot move the new checkpoint into place: {}; the previous checkpoint is kept",
+         dir.string(), std::strerror(errno));
+  }
+  const fs::path old = dir.string() + ".old";
+  fs::remove_all(old);
+  fs::rename(dir, old);
+  fs::rename(temporary, dir);
+  fs::remove_all(old);
+}
+
+// The published checkpoint directory: RUN_DIR/checkpoint, or checkpoint.old when a publish without the atomic
+// exchange was interrupted between its two renames.
+fs::path published(const fs::path& dir) {
+  const fs::path old = dir.string() + ".old";
+  if (!fs::exists(dir / "state.json") && fs::exists(old / "state.json")) {
+    return old;
+  }
+  return dir;
+}
 
 }  // namespace
 
@@ -117,11 +241,12 @@ TensorProtoCheckpoints::TensorProtoCheckpoints(fs::path dir, int rank, int world
     : dir_(std::move(dir)), rank_(rank), worldSize_(worldSize) {}
 
 bool TensorProtoCheckpoints::exists() const {
-  return fs::exists(dir_ / "state.json");
+  return fs::exists(published(dir_) / "state.json");
 }
 
 std::unique_ptr<StateWriter> TensorProtoCheckpoints::beginWrite() {
-  return std::make_unique<Writer>(rankDir(fs::path(dir_.string() + ".tmp"), rank_));
+  ++writes_;
+  return std::make_unique<Writer>(rankDir(fs::path(dir_.string() + ".tmp"), rank_), killRequested(rank_, writes_));
 }
 
 void TensorProtoCheckpoints::commit() {
@@ -145,12 +270,12 @@ void TensorProtoCheckpoints::commit() {
     }
   }
   writeJsonAtomically(temporary / "state.json", state);
-  fs::remove_all(dir_);
-  fs::rename(temporary, dir_);
+  publish(temporary, dir_);
 }
 
 std::unique_ptr<StateReader> TensorProtoCheckpoints::open() {
-  const fs::path stateFile = dir_ / "state.json";
+  const fs::path dir = published(dir_);
+  const fs::path stateFile = dir / "state.json";
   if (!fs::exists(stateFile)) {
     fail("{}: no checkpoint to resume from (run with --save to write one)", stateFile.string());
   }
@@ -159,7 +284,7 @@ std::unique_ptr<StateReader> TensorProtoCheckpoints::open() {
     fail("{}: checkpoint format {} was written by an older Strata; this one reads format {}", stateFile.string(),
          state.value("format", 1), kFormat);
   }
-  return std::make_unique<Reader>(dir_, state.at("world_size").get<int>());
+  return std::make_unique<Reader>(dir, state.at("world_size").get<int>());
 }
 
 }  // namespace strata::cli

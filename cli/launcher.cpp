@@ -475,13 +475,25 @@ class RankLauncher {
   }
 
   void reap() {
+    Child* firstFailure = nullptr;
     for (Child& child : children_) {
       if (!child.running) {
         continue;
       }
       int status = 0;
-      const pid_t done = ::waitpid(child.pid, &status, WNOHANG);
+      const pid_t done = ::waitpid(child.pid, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (done != child.pid) {
+        continue;
+      }
+      // A stopped rank (SIGSTOP, SIGTSTP, a debugger) holds up every collective until the timeout; say so at once.
+      if (WIFSTOPPED(status)) {
+        const char* name = sigabbrev_np(WSTOPSIG(status));
+        spdlog::warn("{} was stopped by signal {}{}; the other ranks wait for it until their --timeout",
+                     describe(child), WSTOPSIG(status), name != nullptr ? fmt::format(" (SIG{})", name) : "");
+        continue;
+      }
+      if (WIFCONTINUED(status)) {
+        spdlog::info("{} continues", describe(child));
         continue;
       }
       child.running = false;
@@ -499,11 +511,18 @@ class RankLauncher {
       }
       // A role that exits cleanly before the ranks are done is its own business (a one-shot helper); one that
       // fails would leave the ranks waiting for it until their timeout, so it ends the job now.
-      if (!ok && failed_ == nullptr && interruptedBy_ == 0) {
-        failed_ = &child;
-        signalRunning(SIGTERM);
-        stopDeadline_ = Clock::now() + kGracePeriod;
+      // Note [first failure]: a rank killed by a signal makes its peers fail within milliseconds (connection
+      // closed), often before the next reap; among the failures seen in one round the one killed by a signal is
+      // named, since the others' errors are its consequences.
+      if (!ok && failed_ == nullptr && interruptedBy_ == 0 &&
+          (firstFailure == nullptr || (WIFSIGNALED(status) && !WIFSIGNALED(firstFailure->status)))) {
+        firstFailure = &child;
       }
+    }
+    if (firstFailure != nullptr) {
+      failed_ = firstFailure;
+      signalRunning(SIGTERM);
+      stopDeadline_ = Clock::now() + kGracePeriod;
     }
     stopRolesWhenRanksAreDone();
   }
@@ -528,10 +547,15 @@ class RankLauncher {
     }
   }
 
+  // A stopped child keeps SIGTERM pending until it continues: SIGCONT after it, so a stopped rank ends now
+  // rather than at the SIGKILL after the grace period.
   void signalRunning(int signal) {
     for (const Child& child : children_) {
       if (child.running) {
         ::kill(child.pid, signal);
+        if (signal == SIGTERM || signal == SIGINT) {
+          ::kill(child.pid, SIGCONT);
+        }
       }
     }
   }

@@ -121,6 +121,9 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
   nlohmann::json rankFigures = {{"rank", mine.rank},
                                 {"peak_memory_bytes", mine.memory.totalPeak},
                                 {"memory_breakdown", memoryBreakdown(mine.memory)},
+                                // Without evaluation, which holds the full weights even under a sharded strategy.
+                                {"training_peak_memory_bytes", mine.trainingMemory.totalPeak},
+                                {"training_memory_breakdown", memoryBreakdown(mine.trainingMemory)},
                                 {"compute_s", mine.computeS},
                                 {"communication_s", figure("communication_s")},
                                 {"collective_s", figure("collective_s")},

@@ -1,5 +1,8 @@
 #include "run_outputs.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include "strata/error.h"
 
 namespace strata::cli {
@@ -20,10 +23,16 @@ void MetricsLog::write(const nlohmann::json& record) {
 void writeJsonAtomically(const std::filesystem::path& file, const nlohmann::json& document) {
   const auto temporary = file.string() + ".tmp";
   {
+    errno = 0;
     std::ofstream out(temporary, std::ios::trunc);
     out << document.dump(2) << '\n';
-    if (!out) {
-      fail("{}: cannot write", temporary);
+    // A small document sits in the stream's buffer until close: a full disk shows only there.
+    out.close();
+    if (out.fail()) {
+      const int error = errno;
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      fail("{}: cannot write{}", temporary, error != 0 ? fmt::format(": {}", std::strerror(error)) : std::string());
     }
   }
   std::filesystem::rename(temporary, file);

@@ -1,5 +1,7 @@
 #include "strata/loaders/tensor_proto_io.h"
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -27,8 +29,14 @@ NamedTensor readTensorProto(const std::filesystem::path& file) {
 void writeTensorProto(const std::filesystem::path& file, const Tensor& tensor, const std::string& name) {
   const onnx::TensorProto proto = detail::tensorToProto(tensor, name);
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
-  if (!out || !proto.SerializeToOstream(&out)) {
-    fail("{}: cannot write tensor '{}'", file.string(), name);
+  errno = 0;
+  bool ok = out && proto.SerializeToOstream(&out);
+  // The last buffered bytes reach the file at close: a full disk shows here, and must not pass silently.
+  out.close();
+  ok = ok && !out.fail();
+  if (!ok) {
+    fail("{}: cannot write tensor '{}'{}", file.string(), name,
+         errno != 0 ? fmt::format(": {}", std::strerror(errno)) : std::string());
   }
 }
 

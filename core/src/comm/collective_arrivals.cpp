@@ -1,5 +1,6 @@
 #include "strata/comm/collective_arrivals.h"
 
+#include <algorithm>
 #include <exception>
 #include <vector>
 
@@ -36,7 +37,7 @@ std::string collectiveArrivalKey(const std::string& prefix, int rank) {
 }
 
 std::string describeMissingRanks(Store& store, const std::string& prefix, int size, std::int64_t seq,
-                                 std::chrono::milliseconds timeout) {
+                                 std::chrono::milliseconds timeout, std::chrono::milliseconds heartbeatPeriod) {
   try {
     std::vector<int> missing;
     std::vector<std::string> last;
@@ -53,12 +54,85 @@ std::string describeMissingRanks(Store& store, const std::string& prefix, int si
       }
     }
     if (missing.empty()) {
-      return fmt::format("all {} ranks joined", size);
+      return heartbeatPeriod.count() > 0
+                 ? fmt::format("all {} ranks joined; {}", size,
+                               describeSilentRanks(store, prefix, size, heartbeatPeriod))
+                 : fmt::format("all {} ranks joined", size);
     }
     return fmt::format("{} {} of {} did not join ({})", missing.size() == 1 ? "rank" : "ranks",
                        fmt::join(missing, ", "), size, fmt::join(last, ", "));
   } catch (const std::exception& e) {
     return fmt::format("the ranks that did not join are unknown (store query failed: {})", e.what());
+  }
+}
+
+namespace {
+
+std::string heartbeatKey(const std::string& prefix, int rank) {
+  return prefix + fmt::format("heartbeat/rank/{}", rank);
+}
+
+}  // namespace
+
+Heartbeat::Heartbeat(std::shared_ptr<Store> store, std::string prefix, int rank, std::chrono::milliseconds period)
+    : store_(std::move(store)), key_(heartbeatKey(prefix, rank)), period_(period) {
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+      lock.unlock();
+      try {
+        store_->add(key_, 1);
+      } catch (const std::exception&) {
+        // The store is gone (rank 0 exited): the job is ending, and the collectives will say why.
+      }
+      lock.lock();
+      stop_.wait_for(lock, period_, [this] { return stopping_; });
+    }
+  });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  stop_.notify_all();
+  thread_.join();
+}
+
+std::chrono::milliseconds heartbeatPeriodFor(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 20, std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
+}
+
+std::string describeSilentRanks(Store& store, const std::string& prefix, int size,
+                                std::chrono::milliseconds heartbeatPeriod) {
+  try {
+    const auto counts = [&] {
+      std::vector<std::int64_t> beats;
+      for (int r = 0; r < size; ++r) {
+        const std::string key = heartbeatKey(prefix, r);
+        beats.push_back(store.check({key}) ? store.add(key, 0) : 0);
+      }
+      return beats;
+    };
+    const std::vector<std::int64_t> before = counts();
+    const auto window = heartbeatPeriod * 3;
+    std::this_thread::sleep_for(window);
+    const std::vector<std::int64_t> after = counts();
+    std::vector<int> silent;
+    for (int r = 0; r < size; ++r) {
+      if (after[static_cast<std::size_t>(r)] == before[static_cast<std::size_t>(r)]) {
+        silent.push_back(r);
+      }
+    }
+    if (silent.empty()) {
+      return "every rank's heartbeat is alive (the transport, not a rank, is stuck)";
+    }
+    return fmt::format("{} {} of {} {} silent (no heartbeat for {:g} s: stopped, hung or cut off)",
+                       silent.size() == 1 ? "rank" : "ranks", fmt::join(silent, ", "), size,
+                       silent.size() == 1 ? "is" : "are", static_cast<double>(window.count()) / 1000.0);
+  } catch (const std::exception& e) {
+    return fmt::format("the silent ranks are unknown (store query failed: {})", e.what());
   }
 }
 

@@ -5,7 +5,7 @@ namespace {
 
 NodeInfo infoOf(const Program& program, std::size_t index) {
   const ProgramStep& step = program.steps[index];
-  return NodeInfo{index, step.nodeName, step.opType, step.phase, step.parametersRead};
+  return NodeInfo{index, step.nodeName, step.opType, step.phase, step.parametersRead, step.gradientsReady};
 }
 
 }  // namespace

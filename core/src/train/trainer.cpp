@@ -6,8 +6,8 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "strata/error.h"
 
@@ -21,6 +21,17 @@ double seconds(std::chrono::steady_clock::duration d) {
 double hostScalar(const Tensor& deviceTensor) {
   const Tensor t = deviceTensor.to(Device::cpu());
   return t.dtype() == DType::Float64 ? *t.data<double>() : static_cast<double>(*t.data<float>());
+}
+
+// Raises every peak of `into` to at least the one in `from`.
+void mergePeaks(MemorySnapshot& into, const MemorySnapshot& from) {
+  for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+    into.peak[c] = std::max(into.peak[c], from.peak[c]);
+  }
+  into.totalPeak = std::max(into.totalPeak, from.totalPeak);
+  into.current = from.current;
+  into.totalCurrent = from.totalCurrent;
+  into.reserved = std::max(into.reserved, from.reserved);
 }
 
 // Rows of `logits` ([N, classes], float32 or float64) whose argmax is the class in `classes`, over the first `rows`.
@@ -163,7 +174,12 @@ RunTotals Trainer::run() {
     record.step = step_;
     record.trainLoss = lossCount > 0 ? lossSum / static_cast<double>(lossCount) : NAN;
     record.trainAccuracy = counted > 0 ? correct / counted : -1;
+    // Evaluation holds the full weights (a sharded strategy gathers them): its peaks are the run's, not training's.
+    MemoryStats& memory = allocatorFor(parts_.program.parameters().device()).stats();
+    mergePeaks(trainingPeaks_, memory.snapshot());
     record.testAccuracy = evaluate(epoch);
+    mergePeaks(runPeaks_, memory.snapshot());
+    memory.resetPeaks();
     record.epochTimeS = epochSeconds;
     totals.testAccuracy = record.testAccuracy;
     if (lead()) {
@@ -180,7 +196,11 @@ RunTotals Trainer::run() {
   mine.rank = parts_.place.rank;
   mine.computeS = computeSeconds_;
   mine.strategyFigures = context_->figures();
-  mine.memory = allocatorFor(parts_.program.parameters().device()).stats().snapshot();
+  const MemorySnapshot last = allocatorFor(parts_.program.parameters().device()).stats().snapshot();
+  mergePeaks(trainingPeaks_, last);
+  mergePeaks(runPeaks_, last);
+  mine.memory = runPeaks_;
+  mine.trainingMemory = trainingPeaks_;
   parts_.recorder.finish(totals, mine);
   return totals;
 }

@@ -8,12 +8,20 @@
 #include <string>
 #include <vector>
 
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "strata/comm/gloo_process_group.h"
+#include "strata/comm/in_memory_store.h"
 #include "strata/error.h"
 #include "strata/graphs/training_plan.h"
 #include "strata/loaders/onnx_importer.h"
+#include "strata/plugin_host.h"
 #include "strata/train/batch_source.h"
 #include "strata/train/checkpoint_store.h"
 #include "strata/train/run_recorder.h"
+#include "strata/train/trainer.h"
 #include "test_models.h"
 
 namespace strata::testing {
@@ -172,5 +180,71 @@ class MemoryCheckpoints final : public CheckpointStore {
   Entries pending_;
   Entries published_;
 };
+
+inline std::unique_ptr<LoadedStrategy> loadStrategy(const std::string& name) {
+  return PluginHost::withDirectories({STRATA_BUILD_PLUGIN_DIR}).load(name);
+}
+
+// Every parameter of `plan`, in group order (the flat buffers must be materialised).
+inline std::vector<float> parametersOf(TrainingPlan& plan) {
+  std::vector<float> values;
+  for (std::size_t g = 0; g < plan.parameters().groupCount(); ++g) {
+    const Tensor& flat = plan.parameters().flatParameters(g);
+    values.insert(values.end(), flat.data<float>(), flat.data<float>() + flat.numel());
+  }
+  return values;
+}
+
+// What one thread rank ended with: its full parameters (gathered through the strategy) and its records.
+struct RankOutcome {
+  std::vector<float> parameters;
+  KeptRecords records;
+};
+
+// Trains `world` ranks as threads (Gloo's base_test.h style): each rank its own MLP plan with the units the
+// strategy asks for, its RowBatches of `batch` rows, and a Gloo group over one shared InMemoryStore.
+inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, const std::string& strategyName,
+                                                 const std::map<std::string, std::string>& strategyOptions,
+                                                 TrainerOptions options, const std::pair<Tensor, Tensor>& rows,
+                                                 std::int64_t batch, CheckpointStore* checkpoints = nullptr) {
+  auto store = std::make_shared<InMemoryStore>();
+  std::vector<std::unique_ptr<LoadedStrategy>> strategies;
+  std::vector<std::unique_ptr<TrainingPlan>> plans;
+  for (int r = 0; r < world; ++r) {
+    strategies.push_back(loadStrategy(strategyName));
+    const StrategyRequirements requirements = strategies.back()->requirements(StrategyQuery{strategyOptions, world, 1});
+    plans.push_back(std::make_unique<TrainingPlan>(mlpPlan(dir, batch, requirements.units)));
+    options.accumulation = requirements.accumulation;
+  }
+  options.strategyOptions = strategyOptions;
+  std::vector<RankOutcome> outcomes(static_cast<std::size_t>(world));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        GlooProcessGroup group(store, r, world, ProcessGroupOptions{.timeout = std::chrono::seconds(60)});
+        RowBatches batches(rows.first, rows.second, batch, r, world);
+        RankOutcome& outcome = outcomes[static_cast<std::size_t>(r)];
+        Trainer trainer(TrainerParts{.program = *plans[r],
+                                     .train = batches,
+                                     .strategy = *strategies[r],
+                                     .recorder = outcome.records,
+                                     .checkpoints = checkpoints,
+                                     .group = &group,
+                                     .store = store.get(),
+                                     .place = RankPlace{r, world, r, 1}},
+                        options);
+        trainer.run();
+        trainer.withFullWeights([&] { outcome.parameters = parametersOf(*plans[r]); });
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  }
+  for (std::thread& t : ranks) {
+    t.join();
+  }
+  return outcomes;
+}
 
 }  // namespace strata::testing

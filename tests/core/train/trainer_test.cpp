@@ -1,14 +1,10 @@
 #include "strata/train/trainer.h"
 
 #include <cmath>
-#include <thread>
 
 #include <gtest/gtest.h>
 
 #include "strata/allocator.h"
-#include "strata/comm/gloo_process_group.h"
-#include "strata/comm/in_memory_store.h"
-#include "strata/plugin_host.h"
 #include "trainer_fixtures.h"
 
 namespace strata {
@@ -18,20 +14,8 @@ using testing::KeptRecords;
 using testing::MemoryCheckpoints;
 using testing::RowBatches;
 
-const std::filesystem::path kBuildPlugins = STRATA_BUILD_PLUGIN_DIR;
-
-std::unique_ptr<LoadedStrategy> loadStrategy(const std::string& name) {
-  return PluginHost::withDirectories({kBuildPlugins}).load(name);
-}
-
-std::vector<float> parametersOf(TrainingPlan& plan) {
-  std::vector<float> values;
-  for (std::size_t g = 0; g < plan.parameters().groupCount(); ++g) {
-    const Tensor& flat = plan.parameters().flatParameters(g);
-    values.insert(values.end(), flat.data<float>(), flat.data<float>() + flat.numel());
-  }
-  return values;
-}
+using testing::loadStrategy;
+using testing::parametersOf;
 
 void expectNear(const std::vector<float>& actual, const std::vector<float>& expected, double tolerance,
                 const std::string& what) {
@@ -189,41 +173,12 @@ TEST_F(TrainerTest, DdpThreadRanksEqualOneProcessOnTheConcatenatedBatch) {
       .run();
 
   constexpr int kWorld = 2;
-  auto store = std::make_shared<InMemoryStore>();
-  std::vector<std::unique_ptr<LoadedStrategy>> strategies;
-  std::vector<std::unique_ptr<TrainingPlan>> plans;
-  std::vector<KeptRecords> records(kWorld);
+  const std::vector<testing::RankOutcome> ranks = testing::trainThreadRanks(
+      dir_, kWorld, "ddp", {{"bucket_mb", "0.0002"}}, sgdOptions(2), train_, 4);  // several buckets
+  std::vector<KeptRecords> records;
   for (int r = 0; r < kWorld; ++r) {
-    strategies.push_back(loadStrategy("ddp"));
-    plans.push_back(std::make_unique<TrainingPlan>(testing::mlpPlan(dir_, 4)));
-  }
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < kWorld; ++r) {
-    ranks.emplace_back([&, r] {
-      try {
-        GlooProcessGroup group(store, r, kWorld, ProcessGroupOptions{.timeout = std::chrono::seconds(60)});
-        RowBatches batches(train_.first, train_.second, 4, r, kWorld);
-        TrainerOptions options = sgdOptions(2);
-        options.strategyOptions = {{"bucket_mb", "0.0002"}};  // several buckets, overlapped with backward
-        Trainer(TrainerParts{.program = *plans[r],
-                             .train = batches,
-                             .strategy = *strategies[r],
-                             .recorder = records[r],
-                             .group = &group,
-                             .store = store.get(),
-                             .place = RankPlace{r, kWorld, r, 1}},
-                options)
-            .run();
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << ": " << e.what();
-      }
-    });
-  }
-  for (std::thread& t : ranks) {
-    t.join();
-  }
-  for (int r = 0; r < kWorld; ++r) {
-    expectNear(parametersOf(*plans[r]), parametersOf(whole), 1e-5, "rank " + std::to_string(r));
+    expectNear(ranks[r].parameters, parametersOf(whole), 1e-5, "rank " + std::to_string(r));
+    records.push_back(ranks[r].records);
     EXPECT_TRUE(records[r].finished);
     EXPECT_GT(records[r].figures.strategyFigures["communication_s"], 0.0);
   }

@@ -13,6 +13,7 @@
 
 #include "strata/comm/async_work.h"
 #include "strata/comm/checked_process_group.h"
+#include "strata/comm/collective_arrivals.h"
 #include "strata/comm/store.h"
 
 namespace gloo {
@@ -98,6 +99,8 @@ class GlooProcessGroup final : public CheckedProcessGroup {
   bool stopping_ = false;
   std::optional<std::string> brokenBy_;  // worker-only: the first failure
   std::thread worker_;
+  std::chrono::milliseconds heartbeatPeriod_;
+  std::unique_ptr<Heartbeat> heartbeat_;  // Note [Heartbeats] in collective_arrivals.h
 };
 
 }  // namespace strata

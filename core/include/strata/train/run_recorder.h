@@ -36,7 +36,8 @@ struct RankFigures {
   int rank = 0;
   double computeS = 0;
   std::map<std::string, double> strategyFigures;  // StrategyContext::addFigure
-  MemorySnapshot memory;
+  MemorySnapshot memory;                          // peaks over the whole run, evaluation included
+  MemorySnapshot trainingMemory;  // peaks over the training steps only (evaluation gathers full weights)
 };
 
 struct RunTotals {

@@ -104,6 +104,8 @@ class Trainer {
   double computeSeconds_ = 0;
   double lastLoss_ = NAN;              // until the first log point reads the losses
   std::vector<Tensor> pendingLosses_;  // this log window's micro-batch losses, still on the device
+  MemorySnapshot trainingPeaks_;       // the most each category held during training steps
+  MemorySnapshot runPeaks_;            // ... during the whole run
 };
 
 }  // namespace strata

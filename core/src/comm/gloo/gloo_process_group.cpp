@@ -78,6 +78,8 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
     fail("gloo process group '{}' (rank {} of {}) could not connect within {:g} s: {}", glooOptions.groupName, rank_,
          size_, seconds(options_.timeout), e.what());
   }
+  heartbeatPeriod_ = heartbeatPeriodFor(options_.timeout);
+  heartbeat_ = std::make_unique<Heartbeat>(store_, prefix_, rank_, heartbeatPeriod_);
   worker_ = std::thread([this] { workerLoop(); });
 }
 
@@ -150,7 +152,7 @@ void GlooProcessGroup::execute(Job& job) {
 }
 
 std::string GlooProcessGroup::describeMissing(std::int64_t seq) const {
-  return describeMissingRanks(*store_, prefix_, size_, seq, options_.timeout);
+  return describeMissingRanks(*store_, prefix_, size_, seq, options_.timeout, heartbeatPeriod_);
 }
 
 std::string GlooProcessGroup::deviceProblem(Device device) const {

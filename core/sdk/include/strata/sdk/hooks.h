@@ -34,6 +34,9 @@ struct NodeInfo {
   // The parameters (indices into ParameterGroups) whose values this node reads: a forward node's weights, or the
   // weights a backward node needs (a convolution's input gradient reads its filter).
   std::span<const int> parameters;
+  // The parameters whose gradient this node completes (it writes their gradient views; backward nodes only). A
+  // strategy that releases gradient buffers materialises them before such a node.
+  std::span<const int> gradientsFinal;
 };
 
 using NodeCallback = std::function<void(const NodeInfo&)>;

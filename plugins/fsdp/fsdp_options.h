@@ -1,0 +1,40 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "strata/sdk/strategy.h"
+
+namespace strata::plugins::fsdp {
+
+// How much is sharded (ZeRO's stages by PyTorch FSDP's names).
+enum class ShardLevel {
+  Full,    // ZeRO-3: parameters, gradients and optimizer state; a unit is gathered for its forward and again for
+           // its backward
+  GradOp,  // ZeRO-2: gradients and optimizer state; a unit stays gathered from its forward to its backward
+  None,    // DDP semantics through the same code: everything replicated, gradients all-reduced per unit
+};
+
+// Where micro-batch gradients add up under --grad-accum K > 1.
+enum class AccumulateIn {
+  Local,    // in the unit's full gradient buffer (the plan adds in place); one reduce-scatter on the last
+            // micro-batch. Costs every unit's full gradients during the step.
+  Sharded,  // a reduce-scatter per micro-batch, added into the shard; a unit's gradient buffer lives only until
+            // its reduce-scatter. Costs K times the communication. CPU only.
+};
+
+struct FsdpOptions {
+  ShardLevel level = ShardLevel::Full;
+  AccumulateIn accumulate = AccumulateIn::Local;
+  std::int64_t unitParams = 0;           // > 0: units of at least this many elements; 0: one unit per module
+  int maxInflight = 2;                   // all-gathers in flight at once (prefetch depth)
+  std::chrono::milliseconds timeout{0};  // 0: the run's --timeout
+};
+
+// Parses --strategy-opt pairs; throws Error naming the bad key or value and listing the known ones.
+FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options);
+const char* levelName(ShardLevel level);
+
+}  // namespace strata::plugins::fsdp

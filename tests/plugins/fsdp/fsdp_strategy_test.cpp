@@ -1,0 +1,162 @@
+// FSDP (plugins/fsdp) with ranks as threads: every sharding level trains like one process on the concatenated
+// batch, whatever the padding, accumulation or optimizer; checkpoints reshard to another world size.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "core/train/trainer_fixtures.h"
+
+namespace strata {
+namespace {
+
+using testing::KeptRecords;
+using testing::RowBatches;
+
+constexpr std::int64_t kRowsPerStep = 12;
+
+void expectNear(const std::vector<float>& actual, const std::vector<float>& expected, double tolerance,
+                const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_NEAR(actual[i], expected[i], tolerance * (1.0 + std::abs(expected[i]))) << what << " at " << i;
+  }
+}
+
+TrainerOptions optionsFor(OptimizerKind kind, std::int64_t steps, int micro) {
+  TrainerOptions options;
+  options.maxSteps = steps;
+  options.microBatches = micro;
+  options.logEvery = 1;
+  options.schedule.kind = LrScheduleKind::Constant;
+  options.schedule.baseLr = kind == OptimizerKind::Sgd ? 0.1 : 0.01;
+  options.optimizer.kind = kind;
+  options.optimizer.momentum = 0.9;
+  options.optimizer.weightDecay = 1e-3;
+  return options;
+}
+
+// One process, one batch of kRowsPerStep rows per step: what every data-parallel run must reproduce.
+std::vector<float> referenceRun(const testing::TempDir& dir, const std::pair<Tensor, Tensor>& rows,
+                                TrainerOptions options, std::vector<double>* losses = nullptr) {
+  TrainingPlan plan = testing::mlpPlan(dir, kRowsPerStep);
+  RowBatches batches(rows.first, rows.second, kRowsPerStep);
+  auto single = testing::loadStrategy("single");
+  KeptRecords records;
+  options.microBatches = 1;
+  Trainer(TrainerParts{.program = plan, .train = batches, .strategy = *single, .recorder = records}, options).run();
+  if (losses != nullptr) {
+    for (const StepRecord& step : records.steps) {
+      losses->push_back(step.loss);
+    }
+  }
+  return testing::parametersOf(plan);
+}
+
+struct Case {
+  std::string shard;
+  int world;
+  int micro;
+  std::string accumulate;
+  OptimizerKind optimizer;
+};
+
+std::string describe(const Case& c) {
+  return fmt::format("{}_ranks{}_micro{}_{}_{}", c.shard, c.world, c.micro, c.accumulate,
+                     c.optimizer == OptimizerKind::Sgd ? "sgd" : "adam");
+}
+
+std::string nameOf(const ::testing::TestParamInfo<Case>& info) {
+  return describe(info.param);
+}
+
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << describe(c);
+}
+
+class FsdpLevelTest : public ::testing::TestWithParam<Case> {
+ protected:
+  testing::TempDir dir_;
+  std::pair<Tensor, Tensor> rows_ = testing::separableRows(64, 5);
+};
+
+// 3 ranks pad both units of the MLP (144 and 68 elements); 2 ranks do not.
+TEST_P(FsdpLevelTest, TrainsLikeOneProcessOnTheConcatenatedBatch) {
+  const Case& c = GetParam();
+  std::vector<double> losses;
+  const std::vector<float> expected = referenceRun(dir_, rows_, optionsFor(c.optimizer, 5, 1), &losses);
+  const std::vector<testing::RankOutcome> ranks =
+      testing::trainThreadRanks(dir_, c.world, "fsdp", {{"shard", c.shard}, {"accumulate", c.accumulate}},
+                                optionsFor(c.optimizer, 5, c.micro), rows_, kRowsPerStep / (c.world * c.micro));
+  for (int r = 0; r < c.world; ++r) {
+    expectNear(ranks[r].parameters, expected, 1e-5, "rank " + std::to_string(r));
+    EXPECT_TRUE(ranks[r].records.finished);
+  }
+  ASSERT_EQ(ranks[0].records.steps.size(), losses.size());
+  for (std::size_t s = 0; s < losses.size(); ++s) {
+    EXPECT_NEAR(ranks[0].records.steps[s].loss, losses[s], 1e-5) << "step " << s;
+  }
+  const auto& figures = ranks[0].records.figures.strategyFigures;
+  if (c.shard == "none") {
+    EXPECT_GT(figures.at("all_reduce_s"), 0.0);
+  } else {
+    EXPECT_GT(figures.at("all_gather_s"), 0.0);
+    EXPECT_GT(figures.at("reduce_scatter_s"), 0.0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, FsdpLevelTest,
+                         ::testing::Values(Case{"full", 2, 1, "local", OptimizerKind::Sgd},
+                                           Case{"full", 3, 1, "local", OptimizerKind::Sgd},
+                                           Case{"full", 3, 1, "local", OptimizerKind::Adam},
+                                           Case{"full", 2, 2, "local", OptimizerKind::Sgd},
+                                           Case{"full", 3, 2, "sharded", OptimizerKind::Adam},
+                                           Case{"grad_op", 3, 1, "local", OptimizerKind::Sgd},
+                                           Case{"grad_op", 2, 2, "sharded", OptimizerKind::Sgd},
+                                           Case{"grad_op", 3, 1, "local", OptimizerKind::Adam},
+                                           Case{"none", 3, 1, "local", OptimizerKind::Sgd},
+                                           Case{"none", 2, 2, "local", OptimizerKind::Adam}),
+                         nameOf);
+
+// A run sharded over 3 ranks for one epoch, resumed on 2, ends where one process ends after both epochs: the
+// parameter shards and Adam's moments are reassembled and cut again.
+TEST(FsdpStateTest, ACheckpointOfThreeRanksResumesOnTwo) {
+  testing::TempDir dir;
+  const auto rows = testing::separableRows(48, 9);  // 4 steps of 12 rows per epoch
+  TrainerOptions options = optionsFor(OptimizerKind::Adam, 0, 1);
+  options.epochs = 2;
+  const std::vector<float> expected = referenceRun(dir, rows, options);
+
+  testing::MemoryCheckpoints checkpoints;
+  TrainerOptions first = options;
+  first.stopAfterEpoch = 1;
+  first.saveEachEpoch = true;
+  testing::trainThreadRanks(dir, 3, "fsdp", {{"shard", "full"}}, first, rows, 4, &checkpoints);
+  TrainerOptions second = options;
+  second.resume = true;
+  const std::vector<testing::RankOutcome> ranks =
+      testing::trainThreadRanks(dir, 2, "fsdp", {{"shard", "full"}}, second, rows, 6, &checkpoints);
+  for (int r = 0; r < 2; ++r) {
+    expectNear(ranks[r].parameters, expected, 1e-5, "rank " + std::to_string(r));
+  }
+}
+
+TEST(FsdpOptionsTest, BadOptionsSayWhatIsKnown) {
+  auto strategy = testing::loadStrategy("fsdp");
+  const auto message = [&](std::map<std::string, std::string> options) {
+    try {
+      strategy->requirements(StrategyQuery{std::move(options), 2, 1});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({{"shard", "ful"}}).find("unknown --strategy-opt shard=ful (known: full, grad_op, none)"),
+            std::string::npos);
+  EXPECT_NE(message({{"unit_params", "0"}}).find("unit_params=0 must be a positive integer"), std::string::npos);
+  EXPECT_NE(message({{"shard", "hybrid"}}).find("not implemented yet"), std::string::npos);
+  EXPECT_NE(message({{"offload", "params"}}).find("not implemented yet"), std::string::npos);
+  EXPECT_NE(message({{"bucket_mb", "4"}}).find("unknown --strategy-opt 'bucket_mb'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata
