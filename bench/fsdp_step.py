@@ -22,7 +22,9 @@ CASES = {
     "convnext_tiny": (lambda: torchvision.models.convnext_tiny(num_classes=10), (8, 3, 32, 32)),
 }
 STRATEGIES = [("ddp", []), ("fsdp grad_op", ["--strategy-opt", "shard=grad_op"]),
-              ("fsdp full", ["--strategy-opt", "shard=full"])]
+              ("fsdp full", ["--strategy-opt", "shard=full"]),
+              ("fsdp full 1M", ["--strategy-opt", "shard=full", "--strategy-opt", "unit_params=1000000"]),
+              ("fsdp grad_op 1M", ["--strategy-opt", "shard=grad_op", "--strategy-opt", "unit_params=1000000"])]
 
 
 def strata_run(strata, model, shape, steps, work, port, strategy, options):
@@ -53,7 +55,7 @@ def main():
     has_fsdp2 = hasattr(torch.distributed, "fsdp") and hasattr(torch.distributed.fsdp, "fully_shard")
     print(f"torch {torch.__version__} (FSDP2 peer: {'available' if has_fsdp2 else 'not installed: run peer-torch.sh'})"
           f", 2 ranks x 1 thread, gloo, Adam, {args.rounds} rounds x {args.steps} steps")
-    print(f"{'model':<14}{'strategy':<14}{'step ms':>9}{'vs ddp':>8}{'model state MiB':>17}{'train peak MiB':>16}")
+    print(f"{'model':<14}{'strategy':<17}{'step ms':>9}{'vs ddp':>8}{'model state MiB':>17}{'train peak MiB':>16}")
     port = 29711
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
@@ -72,7 +74,7 @@ def main():
                 ms = statistics.median(r[0] for r in results[label])
                 state = results[label][-1][1] / 2**20
                 peak = results[label][-1][2] / 2**20
-                print(f"{name:<14}{label:<14}{ms:>9.1f}{ms / ddp_ms:>8.2f}{state:>17.1f}{peak:>16.1f}")
+                print(f"{name:<14}{label:<17}{ms:>9.1f}{ms / ddp_ms:>8.2f}{state:>17.1f}{peak:>16.1f}")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,15 @@ FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) 
       }
     } else if (key == "unit_params") {
       parsed.unitParams = positiveInteger(key, value);
+      parsed.unitsByModule = false;
+    } else if (key == "units") {
+      if (value != "module" && value != "size") {
+        fail("fsdp: unknown --strategy-opt units={} (known: size, module)", value);
+      }
+      parsed.unitsByModule = value == "module";
+      if (!parsed.unitsByModule && parsed.unitParams == 0) {
+        parsed.unitParams = 1000000;  // units=size without unit_params
+      }
     } else if (key == "max_inflight") {
       parsed.maxInflight = static_cast<int>(positiveInteger(key, value));
     } else if (key == "accumulate") {
@@ -64,7 +73,8 @@ FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) 
     } else if (key == "offload") {
       fail("fsdp: offload={} is not implemented yet (shards and optimizer state stay on the training device)", value);
     } else {
-      fail("fsdp: unknown --strategy-opt '{}' (known: shard, unit_params, max_inflight, accumulate, timeout_s)", key);
+      fail("fsdp: unknown --strategy-opt '{}' (known: shard, units, unit_params, max_inflight, accumulate, timeout_s)",
+           key);
     }
   }
   return parsed;

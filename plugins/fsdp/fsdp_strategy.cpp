@@ -30,8 +30,8 @@ double FsdpStrategy::seconds(std::chrono::steady_clock::duration d) const {
 StrategyRequirements FsdpStrategy::requirements(const StrategyQuery& query) {
   const FsdpOptions options = parseFsdpOptions(query.options);
   StrategyRequirements requirements;
-  requirements.units = options.unitParams > 0 ? UnitPartition{UnitPartition::Kind::ByParameterCount, options.unitParams}
-                                              : UnitPartition{UnitPartition::Kind::ByModule, 0};
+  requirements.units = options.unitsByModule ? UnitPartition{UnitPartition::Kind::ByModule, 0}
+                                             : UnitPartition{UnitPartition::Kind::ByParameterCount, options.unitParams};
   requirements.accumulation =
       options.accumulate == AccumulateIn::Sharded ? Accumulation::ByStrategy : Accumulation::InPlace;
   return requirements;
@@ -231,13 +231,15 @@ void FsdpStrategy::ensureGathered(Unit& unit) {
 void FsdpStrategy::prefetchAfter(const Unit& unit, bool backward) {
   const std::vector<std::size_t>& order = backward ? backwardOrder_ : forwardOrder_;
   const auto at = std::find(order.begin(), order.end(), unit.group);
-  int inflight = static_cast<int>(
-      std::count_if(units_.begin(), units_.end(), [](const Unit& u) { return static_cast<bool>(u.gather); }));
-  for (auto next = at == order.end() ? at : at + 1; next != order.end() && inflight < options_.maxInflight; ++next) {
+  // Units whose full parameters exist or are arriving: the current one plus at most max_inflight prefetched, so that
+  // memory holds at most max_inflight + 1 gathered units (unless the plan itself needs more at once).
+  int alive = static_cast<int>(std::count_if(units_.begin(), units_.end(),
+                                             [](const Unit& u) { return u.gathered || static_cast<bool>(u.gather); }));
+  for (auto next = at == order.end() ? at : at + 1; next != order.end() && alive <= options_.maxInflight; ++next) {
     Unit& candidate = units_[*next];
     if (!candidate.gathered && !candidate.gather) {
       launchGather(candidate);
-      ++inflight;
+      ++alive;
     }
   }
 }
@@ -273,7 +275,7 @@ void FsdpStrategy::onGradientReady(int parameter) {
 void FsdpStrategy::retireReductions(bool all) {
   while (!reducing_.empty()) {
     Unit& oldest = units_[reducing_.front()];
-    const bool overLimit = static_cast<int>(reducing_.size()) > options_.maxInflight;
+    const bool overLimit = static_cast<int>(reducing_.size()) >= options_.maxInflight;  // room for the next one
     if (!all && !overLimit && !oldest.reduce->isCompleted()) {
       return;  // collectives complete in launch order: the later ones are not done either
     }
