@@ -58,7 +58,8 @@ def main() -> int:
         options = ["--strategy", "ddp", "--strategy-opt", "first_bucket_mb=0.01", "--strategy-opt", "bucket_mb=0.5"]
     else:
         name, level = args.strategy.split(":")
-        options = ["--strategy", name, "--strategy-opt", f"shard={level}"]
+        # Units of >= 20000 elements: the bundled CNN (421642 parameters) in several units, some padded.
+        options = ["--strategy", name, "--strategy-opt", f"shard={level}", "--strategy-opt", "unit_params=20000"]
     single = train(args.strata, os.path.join(args.work_dir, f"single-{tag}"),
                    args.batch * args.nproc * args.grad_accum, ["--threads", "1"] + device, lr)
     ranks = train(args.strata, os.path.join(args.work_dir, f"ranks-{tag}"), args.batch,

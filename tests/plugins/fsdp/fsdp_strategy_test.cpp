@@ -79,14 +79,14 @@ class FsdpLevelTest : public ::testing::TestWithParam<Case> {
   std::pair<Tensor, Tensor> rows_ = testing::separableRows(64, 5);
 };
 
-// 3 ranks pad both units of the MLP (144 and 68 elements); 2 ranks do not.
+// Units by module: fc1 (144 elements) and fc2 (68); 3 ranks pad both, 2 ranks neither.
 TEST_P(FsdpLevelTest, TrainsLikeOneProcessOnTheConcatenatedBatch) {
   const Case& c = GetParam();
   std::vector<double> losses;
   const std::vector<float> expected = referenceRun(dir_, rows_, optionsFor(c.optimizer, 5, 1), &losses);
-  const std::vector<testing::RankOutcome> ranks =
-      testing::trainThreadRanks(dir_, c.world, "fsdp", {{"shard", c.shard}, {"accumulate", c.accumulate}},
-                                optionsFor(c.optimizer, 5, c.micro), rows_, kRowsPerStep / (c.world * c.micro));
+  const std::vector<testing::RankOutcome> ranks = testing::trainThreadRanks(
+      dir_, c.world, "fsdp", {{"shard", c.shard}, {"accumulate", c.accumulate}, {"units", "module"}},
+      optionsFor(c.optimizer, 5, c.micro), rows_, kRowsPerStep / (c.world * c.micro));
   for (int r = 0; r < c.world; ++r) {
     expectNear(ranks[r].parameters, expected, 1e-5, "rank " + std::to_string(r));
     EXPECT_TRUE(ranks[r].records.finished);
@@ -130,11 +130,11 @@ TEST(FsdpStateTest, ACheckpointOfThreeRanksResumesOnTwo) {
   TrainerOptions first = options;
   first.stopAfterEpoch = 1;
   first.saveEachEpoch = true;
-  testing::trainThreadRanks(dir, 3, "fsdp", {{"shard", "full"}}, first, rows, 4, &checkpoints);
+  testing::trainThreadRanks(dir, 3, "fsdp", {{"shard", "full"}, {"unit_params", "100"}}, first, rows, 4, &checkpoints);
   TrainerOptions second = options;
   second.resume = true;
-  const std::vector<testing::RankOutcome> ranks =
-      testing::trainThreadRanks(dir, 2, "fsdp", {{"shard", "full"}}, second, rows, 6, &checkpoints);
+  const std::vector<testing::RankOutcome> ranks = testing::trainThreadRanks(
+      dir, 2, "fsdp", {{"shard", "full"}, {"unit_params", "100"}}, second, rows, 6, &checkpoints);
   for (int r = 0; r < 2; ++r) {
     expectNear(ranks[r].parameters, expected, 1e-5, "rank " + std::to_string(r));
   }
@@ -156,6 +156,7 @@ TEST(FsdpOptionsTest, BadOptionsSayWhatIsKnown) {
   EXPECT_NE(message({{"shard", "hybrid"}}).find("not implemented yet"), std::string::npos);
   EXPECT_NE(message({{"offload", "params"}}).find("not implemented yet"), std::string::npos);
   EXPECT_NE(message({{"bucket_mb", "4"}}).find("unknown --strategy-opt 'bucket_mb'"), std::string::npos);
+  EXPECT_NE(message({{"units", "layer"}}).find("units=layer (known: size, module)"), std::string::npos);
 }
 
 }  // namespace
