@@ -115,7 +115,10 @@ std::string Executor::record() {
   recordedStep_ = readsStep ? Tensor::zeros(DType::Int64, {1}, MemoryCategory::Other, device_) : Tensor();
   const auto* step = readsStep ? static_cast<const std::uint64_t*>(recordedStep_.rawData()) : nullptr;
   std::string whyNot;
-  recorded_ = stream_->record([&] { recordedOutputs_ = runNodes(recordedInputs_, runCount_, step); }, &whyNot);
+  // `step` by value: the closure must not outlive this frame by reference (a stream that keeps it, such as the tests'
+  // stand-in that replays by calling it again, would read a dead stack slot: ASan's stack-use-after-return).
+  recorded_ = stream_->record([this, step] { recordedOutputs_ = runNodes(recordedInputs_, runCount_, step); },
+                              &whyNot);
   if (!recorded_) {
     recordedInputs_.clear();
     recordedOutputs_.clear();

@@ -108,16 +108,28 @@ Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(parts), op
   context_ =
       std::make_unique<TrainerContext>(parts_.program, options_.optimizer, parts_.lossScaler, parts_.group,
                                        parts_.store, parts_.place, options_.strategyOptions, micro, options_.timeout);
-  parts_.strategy.setup(*context_);
+  // A constructor that throws runs no destructor: tear the strategy down here (also when its own setup fails half
+  // way), or its hooks outlive the plan they were installed on (ASan found that on resuming from a damaged
+  // checkpoint).
+  try {
+    parts_.strategy.setup(*context_);
+    // Note [Accumulation in place]: the plan adds every micro-batch's gradients into the buffers, which each step
+    // zeroes first. The mode stays on for the whole run (switching it per micro-batch would discard a recorded step).
+    if (options_.accumulation == Accumulation::InPlace && micro > 1) {
+      parts_.program.executor().setAccumulateGradients(true);
+    }
+    if (options_.resume) {
+      restoreCheckpoint();
+    }
+  } catch (...) {
+    try {
+      parts_.strategy.teardown();
+    } catch (const std::exception& e) {
+      spdlog::warn("{}", e.what());
+    }
+    throw;
+  }
   setUp_ = true;
-  // Note [Accumulation in place]: the plan adds every micro-batch's gradients into the buffers, which each step
-  // zeroes first. The mode stays on for the whole run (switching it per micro-batch would discard a recorded step).
-  if (options_.accumulation == Accumulation::InPlace && micro > 1) {
-    parts_.program.executor().setAccumulateGradients(true);
-  }
-  if (options_.resume) {
-    restoreCheckpoint();
-  }
 }
 
 Trainer::~Trainer() {
