@@ -15,8 +15,8 @@
 #include <map>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "run_outputs.h"
 #include "strata/error.h"
@@ -215,8 +215,8 @@ void publish(const fs::path& temporary, const fs::path& dir) {
     return;
   }
   if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
-    fail("checkpoint {}: cannot move the new checkpoint into place: {}; the previous checkpoint is kept",
-         dir.string(), std::strerror(errno));
+    fail("checkpoint {}: cannot move the new checkpoint into place: {}; the previous checkpoint is kept", dir.string(),
+         std::strerror(errno));
   }
   const fs::path old = dir.string() + ".old";
   fs::remove_all(old);

@@ -117,8 +117,7 @@ std::string Executor::record() {
   std::string whyNot;
   // `step` by value: the closure must not outlive this frame by reference (a stream that keeps it, such as the tests'
   // stand-in that replays by calling it again, would read a dead stack slot: ASan's stack-use-after-return).
-  recorded_ = stream_->record([this, step] { recordedOutputs_ = runNodes(recordedInputs_, runCount_, step); },
-                              &whyNot);
+  recorded_ = stream_->record([this, step] { recordedOutputs_ = runNodes(recordedInputs_, runCount_, step); }, &whyNot);
   if (!recorded_) {
     recordedInputs_.clear();
     recordedOutputs_.clear();

@@ -54,10 +54,9 @@ std::string describeMissingRanks(Store& store, const std::string& prefix, int si
       }
     }
     if (missing.empty()) {
-      return heartbeatPeriod.count() > 0
-                 ? fmt::format("all {} ranks joined; {}", size,
-                               describeSilentRanks(store, prefix, size, heartbeatPeriod))
-                 : fmt::format("all {} ranks joined", size);
+      return heartbeatPeriod.count() > 0 ? fmt::format("all {} ranks joined; {}", size,
+                                                       describeSilentRanks(store, prefix, size, heartbeatPeriod))
+                                         : fmt::format("all {} ranks joined", size);
     }
     return fmt::format("{} {} of {} did not join ({})", missing.size() == 1 ? "rank" : "ranks",
                        fmt::join(missing, ", "), size, fmt::join(last, ", "));

@@ -21,7 +21,8 @@ using namespace std::chrono_literals;
 // Ranks as threads over one shared InMemoryStore (thread_ranks.h).
 template <typename Body>
 void runRanks(int world, Body body, ProcessGroupOptions options = {}) {
-  testing::runGlooRanks(world, [&](GlooProcessGroup& pg) { body(pg); }, options);
+  testing::runGlooRanks(
+      world, [&](GlooProcessGroup& pg) { body(pg); }, options);
 }
 
 using testing::filledTensor;
