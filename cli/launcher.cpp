@@ -25,6 +25,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "job_secret.h"
 #include "role_command.h"
 #include "strata/error.h"
 
@@ -326,6 +327,7 @@ class RankLauncher {
 
   std::vector<std::string> rankEnvironment(int local) const {
     std::vector<std::string> env = inheritedEnvironment();
+    addJobSecret(env);
     // An explicit STRATA_THREADS wins, as torchrun leaves a given OMP_NUM_THREADS alone.
     const int threads = std::max(1, availableCores() / options_.nproc);
     const std::string threadsText = environmentValue("STRATA_THREADS").value_or(std::to_string(threads));
@@ -337,6 +339,13 @@ class RankLauncher {
     env.push_back(fmt::format("MASTER_PORT={}", options_.masterPort));
     env.push_back(fmt::format("STRATA_THREADS={}", threadsText));
     return env;
+  }
+
+  void addJobSecret(std::vector<std::string>& env) const {
+    const std::string entry = secret_.environmentEntry();
+    if (!entry.empty()) {
+      env.push_back(entry);
+    }
   }
 
   void startRank(int local) {
@@ -360,6 +369,7 @@ class RankLauncher {
       argv.push_back(std::move(arg));
     }
     std::vector<std::string> env = inheritedEnvironment();
+    addJobSecret(env);
     env.push_back(fmt::format("MASTER_ADDR={}", options_.masterAddr));
     env.push_back(fmt::format("MASTER_PORT={}", options_.masterPort));
     start(fmt::format("{} {}", role.name, index), true, argv, env);
@@ -633,6 +643,7 @@ class RankLauncher {
 
   LaunchOptions options_;
   RoleLaunch roles_;
+  JobSecret secret_;  // Note [job secret]: removed when the launcher ends
   std::vector<std::string> args_;
   std::vector<Child> children_;
   int signalFd_ = -1;

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.h"
+#include "job_secret.h"
 #include "role_process_context.h"
 #include "strata/comm/tcp_store.h"
 #include "strata/error.h"
@@ -128,17 +129,10 @@ std::vector<std::string> roleArguments(const RoleOptions& options) {
   return args;
 }
 
-void addRoleCommand(CLI::App& app) {
-  auto o = std::make_shared<RoleOptions>();
-  CLI::App* c = app.add_subcommand("role", "run one process of a role a strategy declares (e.g. a parameter server)");
-  c->footer(
-      "`strata train` starts the roles its strategy declares by itself, on node rank 0. When another launcher starts\n"
-      "the ranks (srun, torchrun), start each role process by hand beside them, e.g.:\n"
-      "  MASTER_ADDR=node01 MASTER_PORT=29500 strata role ps-server --index 0 --count 2 --workers 8 --strategy ps \\\n"
-      "      --strategy-opt servers=2\n"
-      "It connects to rank 0's store at MASTER_ADDR:MASTER_PORT (waiting up to --timeout for it), tells the ranks\n"
-      "where it listens, and runs until SIGTERM or Ctrl-C.");
-  c->add_option("name", o->name, "the role, as the strategy declares it")->required();
+namespace {
+
+// The flags `role` and `ps-server` share.
+void addRoleFlags(CLI::App* c, const std::shared_ptr<RoleOptions>& o) {
   c->add_option("--index", o->index, "this process's index within the role, 0 to count-1")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--count", o->count, "processes of this role (default: as the strategy declares)")
@@ -147,7 +141,6 @@ void addRoleCommand(CLI::App& app) {
       ->required()
       ->check(CLI::PositiveNumber);
   c->add_option("--nnodes", o->nodes, "nodes in the job")->check(CLI::PositiveNumber);
-  c->add_option("--strategy", o->strategy, "the strategy plugin that declares the role")->required();
   c->add_option("--strategy-opt", o->strategyOptions, "strategy option key=value (repeatable), as given to train");
   c->add_option("--plugin-dir", o->pluginDirs, "directory searched first for strategy plugins (repeatable)");
   c->add_option("--timeout", o->timeoutS, "seconds to wait for the store and for each request to it")
@@ -165,6 +158,40 @@ void addRoleCommand(CLI::App& app) {
       fail("role {} {}: {}", o->name, o->index, e.what());
     }
   });
+}
+
+}  // namespace
+
+void addRoleCommand(CLI::App& app) {
+  auto o = std::make_shared<RoleOptions>();
+  CLI::App* c = app.add_subcommand("role", "run one process of a role a strategy declares (e.g. a parameter server)");
+  c->footer(
+      "`strata train` starts the roles its strategy declares by itself, on node rank 0. When another launcher starts\n"
+      "the ranks (srun, torchrun), start each role process by hand beside them, e.g.:\n"
+      "  MASTER_ADDR=node01 MASTER_PORT=29500 strata role ps-server --index 0 --count 2 --workers 8 --strategy ps \\\n"
+      "      --strategy-opt servers=2\n"
+      "It connects to rank 0's store at MASTER_ADDR:MASTER_PORT (waiting up to --timeout for it), tells the ranks\n"
+      "where it listens, and runs until SIGTERM or Ctrl-C.");
+  c->add_option("name", o->name, "the role, as the strategy declares it")->required();
+  c->add_option("--strategy", o->strategy, "the strategy plugin that declares the role")->required();
+  addRoleFlags(c, o);
+
+  // `strata ps-server` is `strata role ps-server --strategy ps`.
+  auto ps = std::make_shared<RoleOptions>();
+  ps->name = "ps-server";
+  ps->strategy = "ps";
+  CLI::App* server = app.add_subcommand("ps-server", "run one parameter server of a `--strategy ps` job by hand");
+  server->footer(
+      "The same as `strata role ps-server --strategy ps`. `strata train --strategy ps` starts its servers itself;\n"
+      "start them by hand when another launcher (srun, torchrun) starts the workers, with the same --strategy-opt\n"
+      "flags, MASTER_ADDR/MASTER_PORT of rank 0's store, and STRATA_JOB_SECRET_FILE or key_file= for the CURVE key.");
+  addRoleFlags(server, ps);
+
+  CLI::App* keygen = app.add_subcommand("ps-keygen", "write a new CURVE secret for --strategy-opt key_file=PATH");
+  auto keyPath = std::make_shared<std::string>();
+  keygen->add_option("path", *keyPath, "the file to create (mode 0600; an existing file is not overwritten)")
+      ->required();
+  keygen->callback([keyPath] { writeJobSecret(*keyPath); });
 }
 
 }  // namespace strata::cli

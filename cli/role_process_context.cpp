@@ -9,6 +9,10 @@
 #include <atomic>
 #include <utility>
 
+#include "strata/error.h"
+#include "strata/optim/optimizer.h"
+#include "strata/optim/optimizer_options_text.h"
+
 namespace strata::cli {
 namespace {
 
@@ -26,6 +30,17 @@ RoleProcessContext::RoleProcessContext(Fields fields, Store& store) : fields_(st
 
 bool RoleProcessContext::stopRequested() const {
   return stopFlag.load();
+}
+
+std::unique_ptr<SliceOptimizer> RoleProcessContext::createOptimizer(std::vector<ParameterSlice> slices) {
+  const OptimizerOptions options = optimizerOptionsFromText(store_.getString(kRunOptimizerKey, fields_.timeout));
+  if (options.maxGradNorm > 0) {
+    fail(
+        "role {} {}: --clip-grad-norm needs the global gradient norm, which a role holding a part of the "
+        "parameters cannot compute; train without it",
+        fields_.role, fields_.index);
+  }
+  return std::make_unique<Optimizer>(std::move(slices), options);
 }
 
 // Note [role stop signals]: no SA_RESTART, so a role blocked in accept() or poll() returns with EINTR and can see

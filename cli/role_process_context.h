@@ -33,6 +33,7 @@ class RoleProcessContext final : public RoleContext {
   std::chrono::milliseconds timeout() const override { return fields_.timeout; }
   std::string hostAddress() const override { return fields_.hostAddress; }
   bool stopRequested() const override;
+  std::unique_ptr<SliceOptimizer> createOptimizer(std::vector<ParameterSlice> slices) override;
 
   // Makes SIGTERM and SIGINT raise the stop flag instead of ending the process. The first one only: the handlers
   // reset, so a second Ctrl-C ends a role that does not poll the flag.

@@ -3,6 +3,9 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -63,8 +66,30 @@ struct TrainOptions {
   int gradAccum = 1;
   std::string cudaGraph = "off";
   double timeoutS = 300;
+  std::string slowRank;  // R:F
   LaunchOptions launch;
 };
+
+// --slow-rank R:F -> {R, F}; throws Error saying what is wrong.
+std::pair<int, double> parseSlowRank(const std::string& text, int worldSize) {
+  const std::size_t colon = text.find(':');
+  try {
+    if (colon != std::string::npos) {
+      std::size_t usedRank = 0;
+      std::size_t usedFactor = 0;
+      const int rank = std::stoi(text.substr(0, colon), &usedRank);
+      const double factor = std::stod(text.substr(colon + 1), &usedFactor);
+      if (usedRank == colon && usedFactor == text.size() - colon - 1 && rank >= 0 && factor >= 1) {
+        if (rank >= worldSize) {
+          fail("--slow-rank {}: rank {} is not one of the job's {} ranks", text, rank, worldSize);
+        }
+        return {rank, factor};
+      }
+    }
+  } catch (const std::logic_error&) {
+  }
+  fail("--slow-rank {}: expected RANK:FACTOR with FACTOR >= 1, e.g. 2:2 (rank 2 computes twice as long)", text);
+}
 
 // --cuda-graph: recording applies to CUDA plans; `on` elsewhere is an error rather than a silent no-op.
 Recording recordingOf(const std::string& flag, Device device) {
@@ -114,6 +139,9 @@ std::vector<fs::path> toPaths(const std::vector<std::string>& dirs) {
 // Flag spellings, checked before the launcher starts any rank (each would fail the same way after the rendezvous).
 void checkTrainFlags(const TrainOptions& options) {
   checkDeviceFlags(options.device);
+  if (!options.slowRank.empty()) {
+    parseSlowRank(options.slowRank, options.launch.nproc * options.launch.nnodes);
+  }
   recordingOf(options.cudaGraph, Device::cuda(0));
   parseStrategyOptions(options.strategyOptions);
   parseLossKind(options.loss);
@@ -176,6 +204,9 @@ TrainerOptions trainerOptions(const TrainOptions& options, const StrategyRequire
   t.saveEachEpoch = options.save;
   t.resume = !options.resume.empty();
   t.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(options.timeoutS * 1000));
+  if (!options.slowRank.empty()) {
+    std::tie(t.slowRank, t.slowFactor) = parseSlowRank(options.slowRank, options.launch.nproc * options.launch.nnodes);
+  }
   return t;
 }
 
@@ -383,6 +414,8 @@ void addTrainCommand(CLI::App& app) {
   addLaunchOptions(*c, o->launch);
   c->add_option("--strategy", o->strategy, "distribution strategy plugin (single, ddp, or a third-party one)");
   c->add_option("--strategy-opt", o->strategyOptions, "strategy option key=value (repeatable)");
+  c->add_option("--slow-rank", o->slowRank,
+                "R:F, a straggler: rank R's forward and backward take F times as long (e.g. 1:2)");
   c->add_option("--plugin-dir", o->pluginDirs, "directory searched first for strategy plugins (repeatable)");
   c->add_option("--grad-accum", o->gradAccum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   c->add_option("--cuda-graph", o->cudaGraph,

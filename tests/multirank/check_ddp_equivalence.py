@@ -39,7 +39,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=8, help="per rank and micro-batch")
     parser.add_argument("--tolerance", type=float, default=1e-5)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--strategy", default="ddp", help="ddp, or fsdp:LEVEL (shard=LEVEL)")
+    parser.add_argument("--strategy", default="ddp",
+                        help="ddp, fsdp:LEVEL (shard=LEVEL) or ps:SERVERS (the parameter server, mode=sync)")
     parser.add_argument("--optimizer", default="sgd")
     args = parser.parse_args()
     device = ["--device", args.device, "--precision", "fp32"]
@@ -56,6 +57,9 @@ def main() -> int:
     lr = "0.05" if args.optimizer == "sgd" else "0.002"
     if args.strategy == "ddp":
         options = ["--strategy", "ddp", "--strategy-opt", "first_bucket_mb=0.01", "--strategy-opt", "bucket_mb=0.5"]
+    elif args.strategy.startswith("ps:"):
+        options = ["--strategy", "ps", "--strategy-opt", "mode=sync", "--strategy-opt",
+                   f"servers={args.strategy.split(':')[1]}"]
     else:
         name, level = args.strategy.split(":")
         # Units of >= 20000 elements: the bundled CNN (421642 parameters) in several units, some padded.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strata/error.h"
+#include "strata/optim/optimizer_options_text.h"
 
 namespace strata {
 namespace {
@@ -112,6 +113,10 @@ Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(parts), op
   // way), or its hooks outlive the plan they were installed on (ASan found that on resuming from a damaged
   // checkpoint).
   try {
+    if (parts_.store != nullptr && lead()) {
+      // Role processes (parameter servers) apply the workers' update rule: they read it here.
+      parts_.store->setString(kRunOptimizerKey, optimizerOptionsToText(options_.optimizer));
+    }
     parts_.strategy.setup(*context_);
     // Note [Accumulation in place]: the plan adds every micro-batch's gradients into the buffers, which each step
     // zeroes first. The mode stays on for the whole run (switching it per micro-batch would discard a recorded step).
@@ -257,6 +262,9 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
       if (logged && batch->classes.defined() && !result.outputs.empty()) {
         window.kept.push_back({result.outputs[0], batch->classes, batch->countedRows});
       }
+    }
+    if (parts_.place.rank == options_.slowRank && options_.slowFactor > 1) {
+      std::this_thread::sleep_for((std::chrono::steady_clock::now() - stepStart) * (options_.slowFactor - 1));
     }
     const double lr = learningRateAt(options_.schedule, step_);
     parts_.strategy.step(StepInfo{step_, micro - 1, micro}, lr);

@@ -36,6 +36,10 @@ struct TrainerOptions {
   bool saveEachEpoch = false;
   bool resume = false;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // --slow-rank R:F, a straggler simulation: rank R's forward and backward take F times as long (it sleeps for
+  // F - 1 times what they took), so strategies can be compared with one slow worker on one machine.
+  int slowRank = -1;
+  double slowFactor = 1.0;
 };
 
 // What a Trainer runs with; references must outlive it. The strategy has been asked for its requirements and the

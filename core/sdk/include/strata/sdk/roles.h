@@ -6,11 +6,14 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "strata/comm/store.h"
+#include "strata/sdk/optimizer.h"
 
 namespace strata {
 
@@ -33,6 +36,10 @@ class RoleContext {
   virtual std::string hostAddress() const = 0;
   // Set by the launcher when the job ends: a role loop polls it and returns.
   virtual bool stopRequested() const = 0;
+  // The run's update rule (--optimizer and its flags, exactly as the workers were given them) over slices the role
+  // owns (a parameter server's key ranges), with state for those slices only. Rank 0 publishes the rule when
+  // training starts, so this waits for it up to timeout(). Refuses --clip-grad-norm (it needs the global norm).
+  virtual std::unique_ptr<SliceOptimizer> createOptimizer(std::vector<ParameterSlice> slices) = 0;
 };
 
 // The store key under which process `index` of `role` publishes where it listens ("host:port" or any string).

@@ -1,0 +1,116 @@
+#include "ps_options.h"
+
+#include <exception>
+
+#include "strata/error.h"
+
+namespace strata::ps {
+namespace {
+
+constexpr const char* kKnown =
+    "servers, mode, staleness, lr_staleness, dc_asgd, auth, key_file, checkpoint_every, checkpoint_dir, trace, "
+    "timeout_s";
+
+std::int64_t integer(const std::string& key, const std::string& value, std::int64_t least) {
+  try {
+    std::size_t used = 0;
+    const long long result = std::stoll(value, &used);
+    if (used == value.size() && result >= least) {
+      return result;
+    }
+  } catch (const std::exception&) {
+  }
+  fail("ps: --strategy-opt {}={} is not an integer >= {}", key, value, least);
+}
+
+double real(const std::string& key, const std::string& value) {
+  try {
+    std::size_t used = 0;
+    const double result = std::stod(value, &used);
+    if (used == value.size() && result >= 0) {
+      return result;
+    }
+  } catch (const std::exception&) {
+  }
+  fail("ps: --strategy-opt {}={} is not a non-negative number", key, value);
+}
+
+bool onOff(const std::string& key, const std::string& value) {
+  if (value == "on" || value == "1" || value == "true") {
+    return true;
+  }
+  if (value == "off" || value == "0" || value == "false") {
+    return false;
+  }
+  fail("ps: --strategy-opt {}={}: expected on or off", key, value);
+}
+
+}  // namespace
+
+const char* modeName(Mode mode) {
+  switch (mode) {
+    case Mode::Sync:
+      return "sync";
+    case Mode::Async:
+      return "async";
+    case Mode::Ssp:
+      return "ssp";
+  }
+  return "sync";
+}
+
+PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
+  PsOptions o;
+  for (const auto& [key, value] : options) {
+    if (key == "servers") {
+      o.servers = static_cast<int>(integer(key, value, 1));
+    } else if (key == "mode") {
+      if (value == "sync") {
+        o.mode = Mode::Sync;
+      } else if (value == "async") {
+        o.mode = Mode::Async;
+      } else if (value == "ssp") {
+        o.mode = Mode::Ssp;
+      } else {
+        fail("ps: --strategy-opt mode={}: expected sync, async or ssp", value);
+      }
+    } else if (key == "staleness") {
+      o.staleness = static_cast<int>(integer(key, value, 0));
+    } else if (key == "lr_staleness") {
+      o.lrStaleness = onOff(key, value);
+    } else if (key == "dc_asgd") {
+      o.dcAsgd = real(key, value);
+    } else if (key == "auth") {
+      o.auth = onOff(key, value);
+    } else if (key == "key_file") {
+      o.keyFile = value;
+    } else if (key == "checkpoint_every") {
+      o.checkpointEvery = integer(key, value, 0);
+    } else if (key == "checkpoint_dir") {
+      o.checkpointDir = value;
+    } else if (key == "trace") {
+      o.trace = value;
+    } else if (key == "timeout_s") {
+      o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(real(key, value) * 1000));
+    } else {
+      fail("ps: unknown --strategy-opt '{}' (known: {})", key, kKnown);
+    }
+  }
+  if (o.servers > 1024) {
+    fail("ps: --strategy-opt servers={} is more than 1024", o.servers);
+  }
+  if (options.count("staleness") != 0 && o.mode != Mode::Ssp) {
+    fail("ps: --strategy-opt staleness applies to mode=ssp only (mode={})", modeName(o.mode));
+  }
+  if ((o.lrStaleness || o.dcAsgd > 0) && o.mode == Mode::Sync) {
+    fail(
+        "ps: lr_staleness and dc_asgd correct stale gradients, which mode=sync does not have; use mode=async or "
+        "mode=ssp");
+  }
+  if (o.mode == Mode::Ssp && o.staleness == 0) {
+    o.mode = Mode::Sync;  // SSP with a bound of 0 is bulk-synchronous
+  }
+  return o;
+}
+
+}  // namespace strata::ps

@@ -1,0 +1,90 @@
+#pragma once
+
+// One parameter server (`strata ps-server`, the `ps` strategy's role): it holds the parameters of its key ranges
+// (Note [PS keys]) and the optimizer state for them, and applies the workers' gradients in the mode the job runs.
+//
+// Note [PS modes]: sync gathers one push from every worker, averages, applies one update and then answers all of
+// them (DDP's result, one update per step). async applies every push at once and answers with the newest values;
+// the staleness of a push (this server's version minus the version its gradients were computed on) is measured
+// and, with lr_staleness, divides its learning rate. ssp is async, but the answer to a worker more than K pushes
+// ahead of the slowest live worker is held until the slowest catches up (Petuum Bosen's bounded staleness).
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "ps_options.h"
+#include "ps_protocol.h"
+#include "strata/sdk/roles.h"
+
+namespace strata::ps {
+
+class PsServer {
+ public:
+  PsServer(const PsOptions& options, RoleContext& context);
+  ~PsServer();
+  // Serves until the launcher stops the role (RoleContext::stopRequested).
+  void run();
+
+  // For in-process tests: binds and publishes the endpoint (run() calls it), then serves one poll round.
+  void start();
+  void serveOnce(int timeoutMs);
+  std::int64_t version() const { return version_; }
+
+ private:
+  struct WorkerState {
+    std::uint64_t lastSequence = 0;
+    std::int64_t clock = 0;  // pushes applied
+    bool waiting = false;    // its answer is held (sync round or ssp bound)
+    zmq::message_t identity;
+    Header request;
+    double stalenessSum = 0;
+    std::int64_t stalenessMax = 0;
+    std::int64_t pushes = 0;
+    std::vector<char> pulledValues;     // DC-ASGD: the values this worker computed its next gradient on
+    std::vector<Tensor> latestBuffers;  // async/ssp, server 0: this worker's last pushed buffers
+  };
+
+  void handleRequest();
+  void handleZap();
+  void reply(zmq::message_t& identity, const Header& request, Kind kind, int staleness);
+  void replyError(zmq::message_t& identity, const Header* request, const std::string& message);
+  void initialize(const Verdict& verdict, const std::vector<zmq::message_t>& frames, std::size_t firstData);
+  void overwrite(const std::vector<zmq::message_t>& frames, std::size_t firstData);
+  void applySync(WorkerState& worker, const std::vector<zmq::message_t>& frames);
+  int applyAsync(WorkerState& worker, const std::vector<zmq::message_t>& frames);
+  void releaseHeld();
+  void averageLatestBuffers();
+  std::int64_t slowestClock() const;
+  void traceLine(const std::string& json);
+  std::string statsJson() const;
+
+  PsOptions options_;
+  RoleContext& context_;
+  zmq::context_t zmq_;
+  zmq::socket_t router_;
+  zmq::socket_t zap_;
+  std::string publicKey_;
+  ServerView view_;
+  std::vector<Tensor> values_;     // per segment, category Parameters
+  std::vector<Tensor> gradients_;  // per segment, category Gradients (the round's sum in sync)
+  std::vector<Tensor> buffers_;    // server 0: the buffers' values
+  std::vector<Tensor> bufferSums_;
+  std::unique_ptr<SliceOptimizer> optimizer_;
+  std::vector<WorkerState> workers_;
+  std::vector<std::pair<zmq::message_t, Header>> heldPulls_;  // pulls that arrived before the init
+  std::int64_t version_ = 0;
+  int arrived_ = 0;  // sync: pushes in the current round
+  double roundLr_ = 0;
+  std::int64_t refused_ = 0;
+  std::int64_t rejected_ = 0;
+  std::unique_ptr<std::ofstream> trace_;
+  bool started_ = false;
+};
+
+}  // namespace strata::ps
