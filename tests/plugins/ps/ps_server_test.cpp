@@ -1,0 +1,269 @@
+// The parameter server's keys, message validation and server loop, in process (plugins/ps).
+#include <unistd.h>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "ps_keys.h"
+#include "ps_test_support.h"
+
+namespace strata::ps {
+namespace {
+
+using testing::bytesOf;
+using testing::Frames;
+using testing::header;
+using testing::headerOf;
+using testing::RawClient;
+using testing::ServerThread;
+
+TEST(PsKeysTest, BalancedByBytesAndEveryElementOnce) {
+  FlatLayout layout;
+  layout.groups = {{DType::Float32, 1000}, {DType::Float64, 10}, {DType::Float32, 7}};
+  const std::int64_t total = layout.parameterBytes();
+  const auto keys = partitionKeys(layout, 3);
+  ASSERT_EQ(keys.size(), 3U);
+  std::vector<std::vector<int>> seen(3);
+  for (std::size_t g = 0; g < 3; ++g) {
+    seen[g].assign(static_cast<std::size_t>(layout.groups[g].numel), 0);
+  }
+  std::set<std::uint32_t> groupsOfServer0;
+  for (std::size_t s = 0; s < keys.size(); ++s) {
+    std::int64_t bytes = 0;
+    for (const Segment& segment : keys[s]) {
+      bytes += segment.count * static_cast<std::int64_t>(dtypeSize(layout.groups[segment.group].dtype));
+      for (std::int64_t i = segment.offset; i < segment.offset + segment.count; ++i) {
+        ++seen[segment.group][static_cast<std::size_t>(i)];
+      }
+    }
+    EXPECT_LE(std::abs(bytes - total / 3), 8) << "server " << s;  // within one element of a third
+  }
+  for (const auto& group : seen) {
+    for (int count : group) {
+      ASSERT_EQ(count, 1);
+    }
+  }
+  // The 4000-byte tensor is larger than a server's third (1357 bytes): it is split, not given whole to one.
+  EXPECT_EQ(keys[0].size(), 1U);
+  EXPECT_EQ(keys[1].front().group, 0U);
+}
+
+TEST(PsKeysTest, RefusesWhatServersCannotUpdate) {
+  FlatLayout layout;
+  layout.groups = {{DType::Int64, 4}};
+  EXPECT_THROW(partitionKeys(layout, 1), Error);
+  EXPECT_THROW(partitionKeys(FlatLayout{}, 1), Error);
+}
+
+// A view of frames for validateRequest.
+Verdict validate(const Frames& frames, const ServerView& view) {
+  std::vector<Frame> spans;
+  for (const auto& f : frames) {
+    spans.emplace_back(f.data(), f.size());
+  }
+  return validateRequest(spans, view);
+}
+
+FlatLayout smallLayout() {
+  FlatLayout layout;
+  layout.groups = {{DType::Float32, 4}};
+  layout.buffers = {{DType::Float32, 2}};
+  return layout;
+}
+
+ServerView initializedView() {
+  ServerView view;
+  view.workers = 2;
+  view.holdsBuffers = true;
+  view.initialized = true;
+  view.layout = smallLayout();
+  view.segments = partitionKeys(view.layout, 1)[0];
+  return view;
+}
+
+TEST(PsProtocolTest, RejectsMalformedRequestsWithTheReason) {
+  const ServerView view = initializedView();
+  const auto grads = bytesOf(std::vector<float>{1, 2, 3, 4});
+  const auto buffers = bytesOf(std::vector<float>{0, 0});
+  auto wrongVersion = header(Kind::Push, 0, 2);
+  wrongVersion[4] = std::byte{9};
+  auto wrongMagic = header(Kind::Push, 0, 2);
+  wrongMagic[0] = std::byte{0};
+  auto unknownKind = header(Kind::Push, 0, 2);
+  unknownKind[6] = std::byte{77};
+  auto truncated = header(Kind::Push, 0, 2);
+  truncated.resize(56);
+  const std::vector<std::pair<Frames, std::string>> cases = {
+      {{}, "empty message"},
+      {{truncated, grads, buffers}, "header frame of 56 bytes"},
+      {{wrongMagic, grads, buffers}, "bad magic"},
+      {{wrongVersion, grads, buffers}, "protocol version 9"},
+      {{unknownKind, grads, buffers}, "unknown message kind 77"},
+      {{header(Kind::Params, 0, 2), grads, buffers}, "is a reply"},
+      {{header(Kind::Push, 5, 2), grads, buffers}, "worker id 5"},
+      {{header(Kind::Push, -1, 2), grads, buffers}, "worker id -1"},
+      {{header(Kind::Push, 0, 3), grads, buffers}, "announces 3 frames"},
+      {{header(Kind::Push, 0, 1), grads}, "1 data frames, this server expects 2"},
+      {{header(Kind::Push, 0, 2), bytesOf(std::vector<float>{1, 2, 3}), buffers}, "data frame 0 has 12 bytes"},
+      {{header(Kind::Push, 0, 2, 1, -1.0), grads, buffers}, "learning rate -1"},
+      {{header(Kind::Pull, 0, 1), grads}, "carries no data"},
+      {{header(Kind::Init, 1, 3), encodeLayout(smallLayout()), grads, buffers}, "only worker 0"},
+      {{header(Kind::Init, 0, 1), std::vector<std::byte>(5)}, "shorter than its 8-byte count"},
+  };
+  for (const auto& [frames, reason] : cases) {
+    const Verdict verdict = validate(frames, view);
+    EXPECT_FALSE(verdict.ok) << reason;
+    EXPECT_NE(verdict.error.find(reason), std::string::npos) << "expected '" << reason << "', got: " << verdict.error;
+  }
+  EXPECT_TRUE(validate({header(Kind::Push, 1, 2), grads, buffers}, view).ok);
+  EXPECT_TRUE(validate({header(Kind::Pull, 1, 0)}, view).ok);
+}
+
+TEST(PsProtocolTest, ChecksAnInitsLayout) {
+  ServerView view;
+  view.workers = 1;
+  view.holdsBuffers = true;
+  const auto values = bytesOf(std::vector<float>{1, 2, 3, 4});
+  const auto buffers = bytesOf(std::vector<float>{0, 0});
+  FlatLayout intLayout;
+  intLayout.groups = {{DType::Int64, 4}};
+  std::vector<std::byte> badCount = encodeLayout(smallLayout());
+  badCount.pop_back();
+  EXPECT_NE(validate({header(Kind::Init, 0, 3), encodeLayout(intLayout), values, buffers}, view).error.find("dtype"),
+            std::string::npos);
+  EXPECT_NE(validate({header(Kind::Init, 0, 3), badCount, values, buffers}, view).error.find("layout frame of"),
+            std::string::npos);
+  EXPECT_NE(validate({header(Kind::Push, 0, 2), values, buffers}, view).error.find("before the server was"),
+            std::string::npos);
+  const Verdict ok = validate({header(Kind::Init, 0, 3), encodeLayout(smallLayout()), values, buffers}, view);
+  ASSERT_TRUE(ok.ok) << ok.error;
+  EXPECT_EQ(ok.segments.size(), 1U);
+}
+
+std::vector<float> floatsOf(const zmq::message_t& frame) {
+  std::vector<float> values(frame.size() / sizeof(float));
+  std::memcpy(values.data(), frame.data(), frame.size());
+  return values;
+}
+
+Frames initFrames() {
+  return {header(Kind::Init, 0, 3), encodeLayout(smallLayout()), bytesOf(std::vector<float>{1, 2, 3, 4}),
+          bytesOf(std::vector<float>{10, 20})};
+}
+
+TEST(PsServerTest, AnswersMalformedMessagesWithErrorsAndKeepsServing) {
+  ServerThread server(2, {{"auth", "off"}});
+  RawClient client(server.endpoint());
+  const Frames bad[] = {
+      {std::vector<std::byte>(7)},
+      {header(Kind::Push, 0, 2), bytesOf(std::vector<float>{1, 2, 3, 4}), bytesOf(std::vector<float>{0, 0})},
+      {header(Kind::Push, 9, 0)},
+  };
+  for (const Frames& frames : bad) {
+    client.send(frames);
+    const auto reply = client.receive();
+    ASSERT_EQ(reply.size(), 2U);
+    EXPECT_EQ(headerOf(reply).kind, static_cast<std::uint16_t>(Kind::Error));
+    EXPECT_NE(reply[1].to_string().find("ps-server 0:"), std::string::npos) << reply[1].to_string();
+  }
+  client.send(initFrames());
+  const auto reply = client.receive();
+  ASSERT_EQ(reply.size(), 3U);
+  EXPECT_EQ(headerOf(reply).kind, static_cast<std::uint16_t>(Kind::Params));
+  EXPECT_EQ(floatsOf(reply[1]), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(PsServerTest, SyncAveragesEveryWorkersPushAndAResendIsNotAppliedTwice) {
+  ServerThread server(2, {{"auth", "off"}});
+  RawClient worker0(server.endpoint());
+  RawClient worker1(server.endpoint());
+  worker0.send(initFrames());
+  ASSERT_EQ(worker0.receive().size(), 3U);
+  const Frames push0 = {header(Kind::Push, 0, 2), bytesOf(std::vector<float>{1, 1, 1, 1}),
+                        bytesOf(std::vector<float>{2, 4})};
+  worker0.send(push0);
+  EXPECT_TRUE(worker0.receive(std::chrono::milliseconds(200)).empty()) << "sync answers only a full round";
+  worker1.send({header(Kind::Push, 1, 2), bytesOf(std::vector<float>{3, 3, 3, 3}), bytesOf(std::vector<float>{4, 8})});
+  for (RawClient* client : {&worker0, &worker1}) {
+    const auto reply = client->receive();
+    ASSERT_EQ(reply.size(), 3U);
+    EXPECT_EQ(headerOf(reply).modelVersion, 1);
+    // SGD with lr 0.5 on the mean gradient 2: 1 - 1, 2 - 1, ...; buffers averaged.
+    EXPECT_EQ(floatsOf(reply[1]), (std::vector<float>{0, 1, 2, 3}));
+    EXPECT_EQ(floatsOf(reply[2]), (std::vector<float>{3, 6}));
+  }
+  worker0.send(push0);  // the same sequence number again: answered, not applied
+  const auto again = worker0.receive();
+  ASSERT_EQ(again.size(), 3U);
+  EXPECT_EQ(headerOf(again).modelVersion, 1);
+  EXPECT_EQ(floatsOf(again[1]), (std::vector<float>{0, 1, 2, 3}));
+}
+
+TEST(PsServerTest, SspHoldsAWorkerMoreThanKPushesAhead) {
+  ServerThread server(2, {{"auth", "off"}, {"mode", "ssp"}, {"staleness", "1"}});
+  RawClient worker0(server.endpoint());
+  RawClient worker1(server.endpoint());
+  worker0.send(initFrames());
+  ASSERT_EQ(worker0.receive().size(), 3U);
+  const auto push = [](int worker, std::uint64_t sequence) {
+    return Frames{header(Kind::Push, worker, 2, sequence), bytesOf(std::vector<float>{1, 1, 1, 1}),
+                  bytesOf(std::vector<float>{0, 0})};
+  };
+  worker0.send(push(0, 1));
+  EXPECT_EQ(worker0.receive().size(), 3U) << "one ahead of the slowest: within K = 1";
+  worker0.send(push(0, 2));
+  EXPECT_TRUE(worker0.receive(std::chrono::milliseconds(300)).empty()) << "two ahead: held";
+  worker1.send(push(1, 1));
+  EXPECT_EQ(worker1.receive().size(), 3U);
+  const auto released = worker0.receive();
+  ASSERT_EQ(released.size(), 3U);
+  EXPECT_EQ(headerOf(released).modelVersion, 3);  // async updates: one per push
+}
+
+std::string writeSecret(const std::filesystem::path& dir) {
+  char publicKey[41];
+  char secretKey[41];
+  zmq_curve_keypair(publicKey, secretKey);
+  const std::filesystem::path path = dir / "secret";
+  std::ofstream(path) << secretKey << "\n";
+  return path.string();
+}
+
+TEST(PsServerTest, CurveAdmitsOnlyClientsWithTheJobsKey) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("ps_curve_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string keyFile = writeSecret(dir);
+  ServerThread server(1, {{"key_file", keyFile}});
+  const CurveKeys job = loadJobKeys(parsePsOptions({{"key_file", keyFile}}));
+
+  RawClient plain(server.endpoint());  // no CURVE at all
+  plain.send(initFrames());
+  EXPECT_TRUE(plain.receive(std::chrono::milliseconds(500)).empty());
+
+  char otherPublic[41];
+  char otherSecret[41];
+  zmq_curve_keypair(otherPublic, otherSecret);
+  RawClient stranger(server.endpoint(), [&](zmq::socket_t& s) {  // knows the server's key, not the job's secret
+    s.set(zmq::sockopt::curve_serverkey, job.publicKey);
+    s.set(zmq::sockopt::curve_publickey, std::string(otherPublic));
+    s.set(zmq::sockopt::curve_secretkey, std::string(otherSecret));
+  });
+  stranger.send(initFrames());
+  EXPECT_TRUE(stranger.receive(std::chrono::milliseconds(500)).empty());
+
+  RawClient member(server.endpoint(), [&](zmq::socket_t& s) { makeCurveClient(s, job); });
+  member.send({header(Kind::StatsRequest, 0, 0)});
+  const auto stats = member.receive();
+  ASSERT_EQ(stats.size(), 2U);
+  // Nothing the others sent was applied, and the stranger's handshake was refused and counted.
+  EXPECT_NE(stats[1].to_string().find(R"("version":0)"), std::string::npos) << stats[1].to_string();
+  EXPECT_EQ(stats[1].to_string().find(R"("refused":0)"), std::string::npos) << stats[1].to_string();
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace strata::ps
