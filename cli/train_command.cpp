@@ -200,6 +200,7 @@ TrainerOptions trainerOptions(const TrainOptions& options, const StrategyRequire
   t.optimizer.weightDecay = options.weightDecay;
   t.optimizer.maxGradNorm = options.clipGradNorm;
   t.accumulation = requirements.accumulation;
+  t.sharedSteps = requirements.sharedSteps;
   t.strategyOptions = strategyOptions;
   t.saveEachEpoch = options.save;
   t.resume = !options.resume.empty();

@@ -44,6 +44,8 @@ class PsStrategy final : public Strategy {
     }
     StrategyRequirements requirements;
     requirements.roles.push_back(RoleRequest{kRole, options.servers});
+    // async and ssp workers do not wait for each other: a fast one takes more of an epoch's steps.
+    requirements.sharedSteps = options.mode != Mode::Sync;
     return requirements;
   }
 

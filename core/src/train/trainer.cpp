@@ -237,9 +237,64 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
   LogWindow window;
   double lastStepSeconds = 0;
   std::int64_t windowSteps = 0;
-  while (stepInEpoch < stepsThisEpoch) {
+  // Note [Shared steps]: with a strategy whose workers do not wait for each other (asynchronous parameter
+  // servers), the epoch's steps are a budget of stepsThisEpoch x W worker-steps that the ranks claim one at a time
+  // through the store, so a fast rank takes more of them than a slow one instead of idling at the epoch's end. A
+  // rank whose shard runs out goes over it again (reshuffled). step_ follows the epoch's global position (the claim
+  // over W), so the learning-rate schedule and the step counts are the job's; logged losses are each rank's own.
+  const bool shared = options_.sharedSteps && parts_.store != nullptr && parts_.place.worldSize > 1;
+  const std::int64_t epochFirstStep = step_;
+  const std::int64_t budget = stepsThisEpoch * parts_.place.worldSize;
+  std::int64_t claimed = 0;
+  int pass = 0;
+  const auto nextStep = [&] {
+    if (!shared) {
+      return stepInEpoch < stepsThisEpoch;
+    }
+    claimed = parts_.store->add(fmt::format("trainer/claims/{}", epoch), 1);
+    step_ = epochFirstStep + (claimed - 1) / parts_.place.worldSize;
+    return claimed <= budget;
+  };
+  const auto closeWindow = [&](StepRecord& record, bool recordIt) {
+    // Note [Reading the loss]: one read of the window's losses, then the ranks' sums through the store.
+    double lossSum = 0;
+    for (std::size_t i = 0; i < pendingLosses_.size(); ++i) {
+      const double loss = hostScalar(pendingLosses_[i]);
+      if (!std::isfinite(loss)) {
+        const std::int64_t badStep = step_ - windowSteps + static_cast<std::int64_t>(i) / micro;
+        fail("rank {}: the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
+             parts_.place.rank, loss, epoch, badStep, learningRateAt(options_.schedule, badStep));
+      }
+      lossSum += loss / micro;  // a step's loss is the mean of its micro-batches'
+    }
+    double correct = 0;
+    double counted = 0;
+    for (const LogWindow::Kept& kept : window.kept) {
+      correct += static_cast<double>(correctRows(kept.logits, kept.classes, kept.rows));
+      counted += static_cast<double>(kept.rows);
+    }
+    const std::vector<double> mine{lossSum, static_cast<double>(windowSteps), correct, counted};
+    // Note [Shared steps]: ranks that do not wait for each other do not meet at log points either.
+    const std::vector<double> sums = shared ? mine : sumOverRanks(fmt::format("trainer/log/{}", step_), mine);
+    const double steps = std::max(sums[1], 1.0);
+    lastLoss_ = sums[0] / steps;
+    epochLossSum += sums[0];
+    epochLossCount += static_cast<std::int64_t>(sums[1]);
+    epochCorrect += sums[2];
+    epochCounted += sums[3];
+    record.loss = lastLoss_;
+    record.accuracy = sums[3] > 0 ? sums[2] / sums[3] : -1;
+    pendingLosses_.clear();
+    window.kept.clear();
+    windowSteps = 0;
+    if (lead() && recordIt && (shared || step_ % options_.logEvery == 0)) {
+      parts_.recorder.step(record);
+    }
+  };
+  while (nextStep()) {
     const auto stepStart = std::chrono::steady_clock::now();
-    const bool logged = (step_ + 1) % options_.logEvery == 0 || stepInEpoch + 1 == stepsThisEpoch;
+    const bool logged = shared ? (stepInEpoch + 1) % options_.logEvery == 0
+                               : (step_ + 1) % options_.logEvery == 0 || stepInEpoch + 1 == stepsThisEpoch;
     if (parts_.lossScaler != nullptr) {
       program.setLossScale(parts_.lossScaler->scale());  // the scale after the last step's overflow check
     }
@@ -248,6 +303,10 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
     }
     for (int m = 0; m < micro; ++m) {
       std::optional<TrainBatch> batch = parts_.train.next();
+      if (!batch && shared) {
+        parts_.train.startEpoch(epoch + 100003 * ++pass);  // Note [Shared steps]: this rank's shard again
+        batch = parts_.train.next();
+      }
       if (!batch) {
         fail("the data loader ran out of batches in epoch {} at step {}", epoch, step_);
       }
@@ -281,50 +340,27 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
     record.epoch = epoch;
     record.step = step_;
     record.stepsInEpoch = stepsThisEpoch;
-    record.stepInEpoch = stepInEpoch;
+    record.stepInEpoch = shared ? std::min(claimed / parts_.place.worldSize, stepsThisEpoch) : stepInEpoch;
     record.lr = lr;
-    record.samplesPerS = static_cast<double>(stepInEpoch * rowsPerStep) / std::max(elapsed, 1e-9);
+    record.samplesPerS = static_cast<double>(record.stepInEpoch * rowsPerStep) / std::max(elapsed, 1e-9);
     record.stepTimeMs = 1000.0 * lastStepSeconds;
     record.etaS =
-        static_cast<double>((stepsThisEpoch - stepInEpoch) * rowsPerStep) / std::max(record.samplesPerS, 1e-9);
+        static_cast<double>((stepsThisEpoch - record.stepInEpoch) * rowsPerStep) / std::max(record.samplesPerS, 1e-9);
     record.loss = lastLoss_;
     if (logged) {
-      // Note [Reading the loss]: one read of the window's losses, then the ranks' sums through the store.
-      double lossSum = 0;
-      for (std::size_t i = 0; i < pendingLosses_.size(); ++i) {
-        const double loss = hostScalar(pendingLosses_[i]);
-        if (!std::isfinite(loss)) {
-          const std::int64_t badStep = step_ - windowSteps + static_cast<std::int64_t>(i) / micro;
-          fail("rank {}: the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
-               parts_.place.rank, loss, epoch, badStep, learningRateAt(options_.schedule, badStep));
-        }
-        lossSum += loss / micro;  // a step's loss is the mean of its micro-batches'
-      }
-      double correct = 0;
-      double counted = 0;
-      for (const LogWindow::Kept& kept : window.kept) {
-        correct += static_cast<double>(correctRows(kept.logits, kept.classes, kept.rows));
-        counted += static_cast<double>(kept.rows);
-      }
-      const std::vector<double> sums = sumOverRanks(fmt::format("trainer/log/{}", step_),
-                                                    {lossSum, static_cast<double>(windowSteps), correct, counted});
-      const double steps = std::max(sums[1], 1.0);
-      lastLoss_ = sums[0] / steps;
-      epochLossSum += sums[0];
-      epochLossCount += static_cast<std::int64_t>(sums[1]);
-      epochCorrect += sums[2];
-      epochCounted += sums[3];
-      record.loss = lastLoss_;
-      record.accuracy = sums[3] > 0 ? sums[2] / sums[3] : -1;
-      pendingLosses_.clear();
-      window.kept.clear();
-      windowSteps = 0;
-      if (lead() && step_ % options_.logEvery == 0) {
-        parts_.recorder.step(record);
-      }
+      closeWindow(record, true);
     }
     if (lead()) {
       parts_.recorder.progress(record);
+    }
+  }
+  if (shared) {
+    step_ = epochFirstStep + stepsThisEpoch;
+    if (windowSteps > 0) {
+      StepRecord record;
+      record.epoch = epoch;
+      record.step = step_;
+      closeWindow(record, false);
     }
   }
 }

@@ -32,6 +32,7 @@ struct TrainerOptions {
   LrScheduleOptions schedule;  // totalSteps (cosine) and stepSize (step: 30 epochs) are filled in when 0
   OptimizerOptions optimizer;
   Accumulation accumulation = Accumulation::InPlace;  // the strategy's requirements().accumulation
+  bool sharedSteps = false;                           // the strategy's requirements().sharedSteps
   std::map<std::string, std::string> strategyOptions;
   bool saveEachEpoch = false;
   bool resume = false;

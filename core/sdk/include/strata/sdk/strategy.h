@@ -22,7 +22,7 @@
 namespace strata {
 
 // Bumped whenever a type of the SDK changes layout or meaning. StrategyInfo's layout never changes.
-inline constexpr int kStrategyAbiVersion = 2;
+inline constexpr int kStrategyAbiVersion = 3;
 
 struct StrategyInfo {
   const char* name;
@@ -57,6 +57,10 @@ struct StrategyRequirements {
   UnitPartition units;
   Accumulation accumulation = Accumulation::InPlace;
   std::vector<RoleRequest> roles;
+  // Workers that never wait for each other (an asynchronous parameter server): each epoch's steps become a budget
+  // the ranks claim one at a time, so a fast rank takes more of them than a slow one, and log points do not make
+  // the ranks meet (logged losses are the lead's own). Epoch ends (evaluation, checkpoints) still do.
+  bool sharedSteps = false;
 };
 
 struct StrategyQuery {
