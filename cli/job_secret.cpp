@@ -58,6 +58,12 @@ void writeJobSecret(const std::filesystem::path& path) {
 }
 
 JobSecret::JobSecret() {
+  std::array<std::uint8_t, 32> idBytes{};
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  random.read(reinterpret_cast<char*>(idBytes.data()), 8);
+  for (std::size_t i = 0; i < 8; ++i) {
+    id_ += fmt::format("{:02x}", idBytes[i]);
+  }
   const char* given = std::getenv(kJobSecretVariable);
   if (given != nullptr && given[0] != '\0') {
     return;
@@ -79,8 +85,12 @@ JobSecret::~JobSecret() {
   }
 }
 
-std::string JobSecret::environmentEntry() const {
-  return file_.empty() ? std::string() : fmt::format("{}={}", kJobSecretVariable, file_.string());
+std::vector<std::string> JobSecret::environment() const {
+  std::vector<std::string> entries{fmt::format("STRATA_JOB_ID={}", id_)};
+  if (!file_.empty()) {
+    entries.push_back(fmt::format("{}={}", kJobSecretVariable, file_.string()));
+  }
+  return entries;
 }
 
 }  // namespace strata::cli

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace strata::cli {
 
@@ -22,12 +23,14 @@ class JobSecret {
   ~JobSecret();
   JobSecret(const JobSecret&) = delete;
   JobSecret& operator=(const JobSecret&) = delete;
-  // "STRATA_JOB_SECRET_FILE=PATH" for the children, or "" when the environment's own is inherited.
-  std::string environmentEntry() const;
+  // For the children: STRATA_JOB_ID=<random hex> (a job's identity, e.g. in a parameter server's checkpoints) and
+  // STRATA_JOB_SECRET_FILE=PATH unless the environment's own is inherited.
+  std::vector<std::string> environment() const;
 
  private:
   std::filesystem::path directory_;  // ours to remove; empty when inherited
   std::filesystem::path file_;
+  std::string id_;
 };
 
 }  // namespace strata::cli

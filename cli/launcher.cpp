@@ -177,6 +177,11 @@ struct Child {
   int status = 0;
   Stream out;
   Stream err;
+  // For restarting a role that may be restarted (RoleRequest::maxRestarts).
+  std::vector<std::string> args;
+  std::vector<std::string> env;
+  int restartsLeft = 0;
+  int restarts = 0;
 };
 
 // A child as messages name it: "rank 3" or "role echo-server 1".
@@ -312,8 +317,8 @@ class RankLauncher {
 
   // This process's environment without the variables the launcher sets for its children.
   static std::vector<std::string> inheritedEnvironment() {
-    static constexpr const char* kSet[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",    "LOCAL_WORLD_SIZE",
-                                           "MASTER_ADDR", "MASTER_PORT", "STRATA_THREADS"};
+    static constexpr const char* kSet[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",     "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR", "MASTER_PORT", "STRATA_THREADS", "STRATA_JOB_ID"};
     std::vector<std::string> env;
     for (char** entry = environ; *entry != nullptr; ++entry) {
       const std::string_view text(*entry);
@@ -342,9 +347,8 @@ class RankLauncher {
   }
 
   void addJobSecret(std::vector<std::string>& env) const {
-    const std::string entry = secret_.environmentEntry();
-    if (!entry.empty()) {
-      env.push_back(entry);
+    for (std::string& entry : secret_.environment()) {
+      env.push_back(std::move(entry));
     }
   }
 
@@ -372,17 +376,30 @@ class RankLauncher {
     addJobSecret(env);
     env.push_back(fmt::format("MASTER_ADDR={}", options_.masterAddr));
     env.push_back(fmt::format("MASTER_PORT={}", options_.masterPort));
-    start(fmt::format("{} {}", role.name, index), true, argv, env);
+    start(fmt::format("{} {}", role.name, index), true, argv, env).restartsLeft = role.maxRestarts;
   }
 
   // Note [launcher fork]: everything the child needs (argv, envp) is built before fork; between fork and exec
   // the child calls only async-signal-safe functions. PR_SET_PDEATHSIG fires when the forking *thread* exits,
   // which is this thread, alive until every child is reaped; the getppid check covers a launcher that died before
   // the prctl. All pipe ends are O_CLOEXEC, so no child holds another child's pipe open and EOF means exit.
-  void start(std::string label, bool role, const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  Child& start(std::string label, bool role, const std::vector<std::string>& args,
+               const std::vector<std::string>& env) {
     Child& child = children_.emplace_back();
     child.label = std::move(label);
     child.role = role;
+    child.args = args;
+    child.env = env;
+    launch(child);
+    return child;
+  }
+
+  void launch(Child& child) {
+    const std::vector<std::string>& args = child.args;
+    std::vector<std::string> env = child.env;
+    if (child.restarts > 0) {
+      env.push_back(fmt::format("STRATA_ROLE_RESTARTS={}", child.restarts));
+    }
     std::vector<char*> argv;
     std::vector<char*> envp;
     for (const std::string& arg : args) {
@@ -517,6 +534,20 @@ class RankLauncher {
         if (!stopped && failed_ == nullptr && interruptedBy_ == 0) {
           spdlog::warn("{} {} when asked to stop after the workers finished", describe(child), describeStatus(status));
         }
+        continue;
+      }
+      // Note [restarting roles]: a role the strategy can recover (a parameter server that reloads its checkpoint)
+      // is started again, with the same arguments, up to its RoleRequest::maxRestarts times.
+      if (!ok && child.role && child.restartsLeft > 0 && failed_ == nullptr && interruptedBy_ == 0) {
+        drain(child.out);
+        drain(child.err);
+        closeStream(child.out);
+        closeStream(child.err);
+        --child.restartsLeft;
+        ++child.restarts;
+        spdlog::warn("{} {}; restarting it ({} restart(s) left)", describe(child), describeStatus(status),
+                     child.restartsLeft);
+        launch(child);
         continue;
       }
       // A role that exits cleanly before the ranks are done is its own business (a one-shot helper); one that

@@ -4,32 +4,60 @@
 
 #include "ps_transport.h"
 #include "strata/error.h"
+#include "strata/sdk/roles.h"
 
 namespace strata::ps {
 
-PsClient::PsClient(const PsOptions& options, int worker, const std::vector<std::string>& endpoints)
+PsClient::PsClient(const PsOptions& options, int worker, Store& store, const std::string& role)
     : options_(options),
       worker_(worker),
-      endpoints_(endpoints),
-      sequence_(endpoints.size(), 0),
-      pending_(endpoints.size()) {
-  CurveKeys keys;
+      store_(store),
+      role_(role),
+      sockets_(static_cast<std::size_t>(options.servers)),
+      endpoints_(static_cast<std::size_t>(options.servers)),
+      sequence_(static_cast<std::size_t>(options.servers), 0),
+      awaited_(static_cast<std::size_t>(options.servers), 0),
+      pending_(static_cast<std::size_t>(options.servers)) {
   if (options.auth) {
-    keys = loadJobKeys(options);
+    const CurveKeys keys = loadJobKeys(options);
+    publicKey_ = keys.publicKey;
+    secretKey_ = keys.secretKey;
   }
-  for (const std::string& endpoint : endpoints) {
-    zmq::socket_t socket(zmq_, zmq::socket_type::dealer);
-    socket.set(zmq::sockopt::linger, 0);
-    if (options.auth) {
-      makeCurveClient(socket, keys);
-    }
-    socket.connect("tcp://" + endpoint);
-    sockets_.push_back(std::move(socket));
+  for (std::size_t s = 0; s < sockets_.size(); ++s) {
+    endpoints_[s] = lookupRoleEndpoint(store_, role_, static_cast<int>(s), options_.timeout);
+    connect(s);
   }
 }
 
-void PsClient::send(int server, Kind kind, std::int64_t step, std::int64_t modelVersion, double lr,
-                    std::vector<zmq::message_t> data, std::uint32_t flags) {
+void PsClient::connect(std::size_t s) {
+  zmq::socket_t socket(zmq_, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  if (options_.auth) {
+    makeCurveClient(socket, CurveKeys{publicKey_, secretKey_});
+  }
+  socket.connect("tcp://" + endpoints_[s]);
+  sockets_[s] = std::move(socket);
+}
+
+bool PsClient::reconnectIfRestarted(std::size_t s) {
+  const std::string key = roleEndpointKey(role_, static_cast<int>(s));
+  if (!store_.check({key})) {
+    return false;
+  }
+  const std::string endpoint = store_.getString(key, options_.timeout);
+  if (endpoint == endpoints_[s]) {
+    return false;
+  }
+  fmt::print("ps: worker {}: ps-server {} moved from {} to {} (restarted); reconnecting\n", worker_, s, endpoints_[s],
+             endpoint);
+  endpoints_[s] = endpoint;
+  connect(s);
+  ++restartsSeen_;
+  return true;
+}
+
+std::uint64_t PsClient::send(int server, Kind kind, std::int64_t step, std::int64_t modelVersion, double lr,
+                             std::vector<zmq::message_t> data, std::uint32_t flags, std::uint64_t sequence) {
   const auto s = static_cast<std::size_t>(server);
   Header header;
   header.kind = static_cast<std::uint16_t>(kind);
@@ -37,7 +65,7 @@ void PsClient::send(int server, Kind kind, std::int64_t step, std::int64_t model
   header.frames = static_cast<std::uint32_t>(data.size());
   header.step = step;
   header.modelVersion = modelVersion;
-  header.sequence = ++sequence_[s];
+  header.sequence = sequence != 0 ? sequence : ++sequence_[s];
   header.lr = lr;
   header.flags = flags;
   const std::vector<std::byte> bytes = encodeHeader(header);
@@ -47,22 +75,38 @@ void PsClient::send(int server, Kind kind, std::int64_t step, std::int64_t model
     frames.push_back(std::move(d));
   }
   sendMessage(sockets_[s], frames);
+  awaited_[s] = header.sequence;
   pending_[s] = fmt::format("{} of step {}", kindName(kind), step);
+  return header.sequence;
 }
 
 std::vector<Reply> PsClient::receiveAll(std::chrono::milliseconds timeout) {
+  std::vector<std::size_t> all(sockets_.size());
+  for (std::size_t s = 0; s < all.size(); ++s) {
+    all[s] = s;
+  }
+  return receive(all, timeout);
+}
+
+Reply PsClient::receiveFrom(int server, std::chrono::milliseconds timeout) {
+  std::vector<Reply> replies = receive({static_cast<std::size_t>(server)}, timeout);
+  return std::move(replies[static_cast<std::size_t>(server)]);
+}
+
+std::vector<Reply> PsClient::receive(const std::vector<std::size_t>& servers, std::chrono::milliseconds timeout) {
   std::vector<Reply> replies(sockets_.size());
-  std::vector<bool> done(sockets_.size(), false);
-  std::size_t remaining = sockets_.size();
+  std::vector<bool> done(sockets_.size(), true);
+  for (std::size_t s : servers) {
+    done[s] = false;
+  }
+  std::size_t remaining = servers.size();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Note [PS recovery]: a server silent this long is looked up again in the store.
+  constexpr auto kSilence = std::chrono::milliseconds(1000);
+  auto lastLook = std::chrono::steady_clock::now();
   while (remaining > 0) {
-    std::vector<zmq::pollitem_t> items;
-    for (zmq::socket_t& socket : sockets_) {
-      items.push_back({socket.handle(), 0, ZMQ_POLLIN, 0});
-    }
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
       std::string silent;
       for (std::size_t s = 0; s < sockets_.size(); ++s) {
         if (!done[s]) {
@@ -75,8 +119,25 @@ std::vector<Reply> PsClient::receiveAll(std::chrono::milliseconds timeout) {
           "[ps-server N]",
           worker_, timeout.count() / 1000.0, silent);
     }
+    if (now - lastLook >= kSilence) {
+      lastLook = now;
+      for (std::size_t s = 0; s < sockets_.size(); ++s) {
+        if (!done[s] && reconnectIfRestarted(s)) {
+          replies[s].restarted = true;
+          done[s] = true;
+          --remaining;
+        }
+      }
+      continue;
+    }
+    std::vector<zmq::pollitem_t> items;
+    for (zmq::socket_t& socket : sockets_) {
+      items.push_back({socket.handle(), 0, ZMQ_POLLIN, 0});
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline - now, kSilence - (now - lastLook)));
     try {
-      zmq::poll(items, std::min(left, std::chrono::milliseconds(1000)));
+      zmq::poll(items, std::max(left, std::chrono::milliseconds(1)));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) {
         throw;
@@ -94,17 +155,18 @@ std::vector<Reply> PsClient::receiveAll(std::chrono::milliseconds timeout) {
       if (!header) {
         fail("ps: worker {}: a malformed answer from ps-server {} at {}: {}", worker_, s, endpoints_[s], why);
       }
+      if (done[s] || header->sequence != awaited_[s]) {
+        continue;  // an answer to an older request (resent after a reconnect): already handled
+      }
       if (header->kind == static_cast<std::uint16_t>(Kind::Error)) {
         fail("ps: worker {}: ps-server {} at {} refused its {}: {}", worker_, s, endpoints_[s], pending_[s],
              frames.size() > 1 ? frames[1].to_string() : "(no reason given)");
-      }
-      if (header->sequence != sequence_[s] || done[s]) {
-        continue;  // an answer to an older request (resent after a reconnect): already handled
       }
       if (header->frames != frames.size() - 1) {
         fail("ps: worker {}: ps-server {} announced {} frames and sent {}", worker_, s, header->frames,
              frames.size() - 1);
       }
+      lastLook = std::chrono::steady_clock::now();
       replies[s].header = *header;
       for (std::size_t i = 1; i < frames.size(); ++i) {
         replies[s].data.push_back(std::move(frames[i]));

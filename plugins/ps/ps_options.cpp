@@ -8,8 +8,8 @@ namespace strata::ps {
 namespace {
 
 constexpr const char* kKnown =
-    "servers, mode, staleness, lr_staleness, dc_asgd, auth, key_file, checkpoint_every, checkpoint_dir, trace, "
-    "timeout_s";
+    "servers, mode, staleness, lr_staleness, dc_asgd, auth, key_file, checkpoint_every, checkpoint_dir, "
+    "max_restarts, trace, timeout_s";
 
 std::int64_t integer(const std::string& key, const std::string& value, std::int64_t least) {
   try {
@@ -86,6 +86,8 @@ PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
       o.keyFile = value;
     } else if (key == "checkpoint_every") {
       o.checkpointEvery = integer(key, value, 0);
+    } else if (key == "max_restarts") {
+      o.maxRestarts = static_cast<int>(integer(key, value, 0));
     } else if (key == "checkpoint_dir") {
       o.checkpointDir = value;
     } else if (key == "trace") {

@@ -27,6 +27,7 @@ struct PsOptions {
   bool auth = true;                  // ZeroMQ CURVE between workers and servers
   std::string keyFile;               // the job's CURVE secret (default: the launcher's per-job file)
   std::int64_t checkpointEvery = 0;  // servers write their ranges every N updates (0: never)
+  int maxRestarts = 3;               // with checkpoints: how often the launcher restarts a dead server
   std::string checkpointDir;         // where servers write (default: a per-job directory the launcher removes)
   std::string trace;                 // a server writes one JSON line per update to TRACE.<server>.jsonl
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};

@@ -51,8 +51,10 @@ struct Header {
   std::uint64_t sequence = 0;
   double lr = 0;
   std::int32_t staleness = 0;  // reply to a push: the server's version minus the push's modelVersion
-  std::uint32_t flags = 0;
-  std::int64_t restarts = 0;  // reply: how often this server has been restarted (reloaded a checkpoint)
+  std::uint32_t flags = 0;     // request: kInitOverwrites; reply: how often the server has been restarted
+  // Reply: the last sequence number of this worker's that the server's latest checkpoint holds. A worker keeps the
+  // pushes after it, to replay them to a restarted server (Note [PS recovery]).
+  std::uint64_t durable = 0;
 };
 static_assert(sizeof(Header) == 64, "the header is a fixed 64-byte frame");
 

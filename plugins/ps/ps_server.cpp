@@ -1,11 +1,14 @@
 #include "ps_server.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include <fmt/format.h>
 
+#include "ps_checkpoint.h"
 #include "ps_transport.h"
 #include "strata/error.h"
 
@@ -95,6 +98,26 @@ PsServer::PsServer(const PsOptions& options, RoleContext& context)
   view_.servers = context.count();
   view_.workers = context.workers();
   view_.holdsBuffers = context.index() == 0;
+  durable_.assign(workers_.size(), 0);
+  const char* jobId = std::getenv("STRATA_JOB_ID");
+  jobId_ = jobId != nullptr ? jobId : "";
+  const char* restarts = std::getenv("STRATA_ROLE_RESTARTS");
+  restarts_ = restarts != nullptr ? std::atoll(restarts) : 0;
+  if (options_.checkpointEvery > 0) {
+    std::filesystem::path dir = options_.checkpointDir;
+    if (dir.empty()) {
+      const char* secret = std::getenv("STRATA_JOB_SECRET_FILE");
+      if (secret == nullptr || secret[0] == '\0') {
+        fail(
+            "ps-server {}: checkpoint_every needs a directory: give --strategy-opt checkpoint_dir=DIR (the "
+            "launcher's per-job directory is not known here)",
+            view_.index);
+      }
+      dir = std::filesystem::path(secret).parent_path() / "ps-checkpoints";
+    }
+    std::filesystem::create_directories(dir);
+    checkpointPath_ = (dir / fmt::format("server-{}.ckpt", view_.index)).string();
+  }
 }
 
 PsServer::~PsServer() = default;
@@ -118,10 +141,13 @@ void PsServer::start() {
   const int port = endpointPort(router_.get(zmq::sockopt::last_endpoint));
   const std::string endpoint = fmt::format("{}:{}", context_.hostAddress(), port);
   if (!options_.trace.empty()) {
-    trace_ = std::make_unique<std::ofstream>(fmt::format("{}.{}.jsonl", options_.trace, view_.index));
+    trace_ = std::make_unique<std::ofstream>(fmt::format("{}.{}.jsonl", options_.trace, view_.index), std::ios::app);
     if (!*trace_) {
       fail("ps-server {}: cannot write the trace file {}.{}.jsonl", view_.index, options_.trace, view_.index);
     }
+  }
+  if (!checkpointPath_.empty()) {
+    loadCheckpoint();
   }
   publishRoleEndpoint(context_.store(), context_.role(), view_.index, endpoint);
   fmt::print("ps-server {} of {}: serving {} workers at {} (mode {}{}, auth {})\n", view_.index, view_.servers,
@@ -238,17 +264,12 @@ void PsServer::handleRequest() {
   }
   // A push. Note [PS validation]: a resent push (same sequence number) is never applied twice.
   if (header.sequence <= worker.lastSequence) {
-    if (header.sequence == worker.lastSequence) {
-      if (worker.waiting) {
-        worker.identity = copyOf(identity);  // the answer goes to the connection that asked last
-      } else {
-        reply(identity, header, Kind::Params, 0);
-      }
+    if (header.sequence == worker.lastSequence && worker.waiting) {
+      worker.identity = copyOf(identity);  // the answer goes to the connection that asked last
       return;
     }
-    ++rejected_;
-    replyError(identity, &header,
-               fmt::format("push with sequence {} after {}: an old resend", header.sequence, worker.lastSequence));
+    ++replayedPushes_;  // already applied (or held by the checkpoint this server restarted from): answer only
+    reply(identity, header, Kind::Params, 0);
     return;
   }
   if (worker.waiting) {
@@ -271,15 +292,11 @@ void PsServer::handleRequest() {
   releaseHeld();
 }
 
-void PsServer::initialize(const Verdict& verdict, const std::vector<zmq::message_t>& frames, std::size_t firstData) {
-  view_.layout = *verdict.layout;
-  view_.segments = verdict.segments;
+void PsServer::allocate() {
   std::vector<ParameterSlice> slices;
-  std::size_t frame = firstData;
   for (const Segment& segment : view_.segments) {
     const DType dtype = view_.layout.groups[segment.group].dtype;
     Tensor values = Tensor::empty(dtype, {segment.count}, MemoryCategory::Parameters);
-    addFrame(values, frames[frame++], true);
     Tensor gradients = Tensor::zeros(dtype, {segment.count}, MemoryCategory::Gradients);
     slices.push_back(ParameterSlice{values, gradients});
     values_.push_back(values);
@@ -287,13 +304,24 @@ void PsServer::initialize(const Verdict& verdict, const std::vector<zmq::message
   }
   if (view_.holdsBuffers) {
     for (const FlatLayout::Buffer& b : view_.layout.buffers) {
-      Tensor buffer = Tensor::empty(b.dtype, {b.numel}, MemoryCategory::Other);
-      addFrame(buffer, frames[frame++], true);
-      buffers_.push_back(buffer);
+      buffers_.push_back(Tensor::empty(b.dtype, {b.numel}, MemoryCategory::Other));
       bufferSums_.push_back(Tensor::zeros(b.dtype, {b.numel}, MemoryCategory::Other));
     }
   }
   optimizer_ = context_.createOptimizer(std::move(slices));
+}
+
+void PsServer::initialize(const Verdict& verdict, const std::vector<zmq::message_t>& frames, std::size_t firstData) {
+  view_.layout = *verdict.layout;
+  view_.segments = verdict.segments;
+  allocate();
+  std::size_t frame = firstData;
+  for (Tensor& values : values_) {
+    addFrame(values, frames[frame++], true);
+  }
+  for (Tensor& buffer : buffers_) {
+    addFrame(buffer, frames[frame++], true);
+  }
   view_.initialized = true;
   std::int64_t elements = 0;
   for (const Segment& segment : view_.segments) {
@@ -305,6 +333,56 @@ void PsServer::initialize(const Verdict& verdict, const std::vector<zmq::message
     reply(identity, header, Kind::Params, 0);
   }
   heldPulls_.clear();
+}
+
+void PsServer::loadCheckpoint() {
+  std::optional<ServerCheckpoint> checkpoint = readServerCheckpointHeader(checkpointPath_);
+  if (!checkpoint) {
+    return;
+  }
+  if (checkpoint->jobId != jobId_ || checkpoint->lastSequence.size() != workers_.size()) {
+    fmt::print("ps-server {}: ignoring {}: it belongs to another job\n", view_.index, checkpointPath_);
+    return;
+  }
+  view_.layout = checkpoint->layout;
+  view_.segments = partitionKeys(view_.layout, view_.servers).at(static_cast<std::size_t>(view_.index));
+  allocate();
+  checkpoint->values = values_;
+  checkpoint->buffers = buffers_;
+  checkpoint->optimizerState = optimizer_->state();
+  readServerCheckpointTensors(checkpointPath_, *checkpoint);
+  optimizer_->setSteps(checkpoint->optimizerSteps);
+  version_ = checkpoint->version;
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    workers_[w].lastSequence = checkpoint->lastSequence[w];
+    workers_[w].clock = checkpoint->clock[w];
+    durable_[w] = checkpoint->lastSequence[w];
+  }
+  view_.initialized = true;
+  fmt::print("ps-server {}: restart {}: reloaded {} at version {}; the workers resend what came after it\n",
+             view_.index, restarts_, checkpointPath_, version_);
+}
+
+// Note [PS recovery]: every checkpoint_every updates, at a point where no sync round is half gathered.
+void PsServer::afterUpdate() {
+  if (checkpointPath_.empty() || version_ % options_.checkpointEvery != 0) {
+    return;
+  }
+  ServerCheckpoint checkpoint;
+  checkpoint.jobId = jobId_;
+  checkpoint.layout = view_.layout;
+  checkpoint.version = version_;
+  checkpoint.restarts = restarts_;
+  checkpoint.optimizerSteps = optimizer_->steps();
+  for (const WorkerState& w : workers_) {
+    checkpoint.lastSequence.push_back(w.lastSequence);
+    checkpoint.clock.push_back(w.clock);
+  }
+  checkpoint.values = values_;
+  checkpoint.buffers = buffers_;
+  checkpoint.optimizerState = optimizer_->state();
+  writeServerCheckpoint(checkpointPath_, checkpoint);
+  durable_ = checkpoint.lastSequence;
 }
 
 void PsServer::overwrite(const std::vector<zmq::message_t>& frames, std::size_t firstData) {
@@ -344,6 +422,7 @@ void PsServer::applySync(WorkerState& worker, const std::vector<zmq::message_t>&
   }
   ++version_;
   arrived_ = 0;
+  afterUpdate();
   traceLine(fmt::format(R"({{"server":{},"event":"update","version":{},"lr":{}}})", view_.index, version_, roundLr_));
   for (WorkerState& w : workers_) {
     if (w.waiting) {
@@ -391,6 +470,7 @@ int PsServer::applyAsync(WorkerState& worker, const std::vector<zmq::message_t>&
   }
   optimizer_->step(lr);
   ++version_;
+  afterUpdate();
   ++worker.clock;
   ++worker.pushes;
   worker.stalenessSum += static_cast<double>(staleness);
@@ -456,6 +536,11 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
   header.modelVersion = version_;
   header.sequence = request.sequence;
   header.staleness = staleness;
+  header.flags = static_cast<std::uint32_t>(restarts_);
+  if (request.worker >= 0 && static_cast<std::size_t>(request.worker) < durable_.size()) {
+    header.durable = checkpointPath_.empty() ? std::numeric_limits<std::uint64_t>::max()
+                                             : durable_[static_cast<std::size_t>(request.worker)];
+  }
   std::vector<zmq::message_t> data;
   if (kind == Kind::Params) {
     for (const Tensor& values : values_) {

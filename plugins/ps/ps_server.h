@@ -62,6 +62,9 @@ class PsServer {
   void averageLatestBuffers();
   std::int64_t slowestClock() const;
   void traceLine(const std::string& json);
+  void afterUpdate();
+  void loadCheckpoint();
+  void allocate();
   std::string statsJson() const;
 
   PsOptions options_;
@@ -85,6 +88,12 @@ class PsServer {
   std::int64_t rejected_ = 0;
   std::unique_ptr<std::ofstream> trace_;
   bool started_ = false;
+  // Note [PS recovery]
+  std::string checkpointPath_;  // empty: no checkpoints
+  std::string jobId_;
+  std::int64_t restarts_ = 0;
+  std::int64_t replayedPushes_ = 0;     // pushes answered again without being applied (resent after a restart)
+  std::vector<std::uint64_t> durable_;  // per worker: its last sequence the latest checkpoint holds
 };
 
 }  // namespace strata::ps

@@ -7,6 +7,7 @@
 // those buffers, and a server answers only after it has received the whole message.
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,7 +44,10 @@ class PsStrategy final : public Strategy {
           query.nodes);
     }
     StrategyRequirements requirements;
-    requirements.roles.push_back(RoleRequest{kRole, options.servers});
+    // Note [PS recovery]: a server that can reload a checkpoint is restarted when it dies; one that cannot ends the
+    // job at once, naming itself.
+    requirements.roles.push_back(
+        RoleRequest{kRole, options.servers, options.checkpointEvery > 0 ? options.maxRestarts : 0});
     // async and ssp workers do not wait for each other: a fast one takes more of an epoch's steps.
     requirements.sharedSteps = options.mode != Mode::Sync;
     return requirements;
@@ -72,12 +76,9 @@ class PsStrategy final : public Strategy {
       }
     }
     keys_ = partitionKeys(layout_, options_.servers);
-    std::vector<std::string> endpoints;
-    for (int s = 0; s < options_.servers; ++s) {
-      endpoints.push_back(lookupRoleEndpoint(*context.store(), kRole, s, options_.timeout));
-    }
-    client_ = std::make_unique<PsClient>(options_, context.rank(), endpoints);
+    client_ = std::make_unique<PsClient>(options_, context.rank(), *context.store(), kRole);
     versions_.assign(static_cast<std::size_t>(options_.servers), 0);
+    retained_.resize(static_cast<std::size_t>(options_.servers));
     if (context.rank() == 0) {
       sendInit(/*overwrite=*/false);
     } else {
@@ -85,7 +86,7 @@ class PsStrategy final : public Strategy {
         client_->send(s, Kind::Pull, 0, 0, 0, {});
       }
     }
-    takeValues(client_->receiveAll(options_.timeout));
+    takeValues(receivePulls());
     if (context.rank() == 0) {
       fmt::print("ps: {} workers, {} server(s), mode {}: {} parameter bytes in {} key ranges\n", context.worldSize(),
                  options_.servers, modeName(options_.mode), layout_.parameterBytes(), countKeys());
@@ -95,24 +96,41 @@ class PsStrategy final : public Strategy {
   void step(const StepInfo& at, double lr) override {
     const auto start = std::chrono::steady_clock::now();
     ParameterGroups& parameters = context_->parameters();
+    const bool recovery = options_.checkpointEvery > 0;
     for (int s = 0; s < options_.servers; ++s) {
-      std::vector<zmq::message_t> data;
+      std::vector<Tensor> sources;
       for (const Segment& segment : keys_[static_cast<std::size_t>(s)]) {
-        const Tensor slice = parameters.flatGradients(segment.group).flatSlice(segment.offset, segment.count);
-        data.emplace_back(slice.rawData(), slice.bytes(), nullptr);  // Note [PS zero copy]
+        sources.push_back(parameters.flatGradients(segment.group).flatSlice(segment.offset, segment.count));
       }
       if (s == 0) {
-        for (const Tensor& buffer : buffers_) {
-          data.emplace_back(buffer.rawData(), buffer.bytes());
-        }
+        sources.insert(sources.end(), buffers_.begin(), buffers_.end());
       }
-      client_->send(s, Kind::Push, at.step, versions_[static_cast<std::size_t>(s)], lr, std::move(data));
+      const std::int64_t version = versions_[static_cast<std::size_t>(s)];
+      if (!recovery) {
+        std::vector<zmq::message_t> data;
+        for (const Tensor& source : sources) {
+          data.emplace_back(source.rawData(), source.bytes(), nullptr);  // Note [PS zero copy]
+        }
+        client_->send(s, Kind::Push, at.step, version, lr, std::move(data));
+        continue;
+      }
+      // Note [PS recovery]: a copy kept until the server's checkpoint holds it; the frames are views of the copy.
+      RetainedPush push{.step = at.step, .modelVersion = version, .lr = lr, .frames = {}};
+      for (const Tensor& source : sources) {
+        const char* bytes = static_cast<const char*>(source.rawData());
+        push.frames.emplace_back(bytes, bytes + source.bytes());
+      }
+      push.sequence = client_->send(s, Kind::Push, at.step, version, lr, framesOf(push));
+      retained_[static_cast<std::size_t>(s)].push_back(std::move(push));
     }
-    const std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    for (int s = 0; s < options_.servers; ++s) {
+      if (replies[static_cast<std::size_t>(s)].restarted) {
+        replies[static_cast<std::size_t>(s)] = replay(s, /*thenPull=*/false);
+      }
+    }
     takeValues(replies);
     const int staleness = replies[0].header.staleness;
-    ++pushes_;
-    stalenessSum_ += staleness;
     context_->addFigure("ps_pushes", 1);
     context_->addFigure("ps_staleness_sum", staleness);
     if (staleness > stalenessMax_) {
@@ -130,7 +148,7 @@ class PsStrategy final : public Strategy {
     for (int s = 0; s < options_.servers; ++s) {
       client_->send(s, Kind::Pull, -1, 0, 0, {});
     }
-    takeValues(client_->receiveAll(options_.timeout));
+    takeValues(receivePulls());
   }
 
   // Note [PS checkpoints]: the trainer's checkpoint holds the parameters (rank 0's, which are the servers' in
@@ -164,7 +182,7 @@ class PsStrategy final : public Strategy {
     for (int s = 0; s < options_.servers; ++s) {
       client_->send(s, Kind::Pull, 0, 0, 0, {});
     }
-    takeValues(client_->receiveAll(options_.timeout));
+    takeValues(receivePulls());
   }
 
   void teardown() override { client_.reset(); }
@@ -179,6 +197,70 @@ class PsStrategy final : public Strategy {
   }
 
  private:
+  struct RetainedPush {
+    std::uint64_t sequence = 0;
+    std::int64_t step = 0;
+    std::int64_t modelVersion = 0;
+    double lr = 0;
+    std::vector<std::vector<char>> frames;
+  };
+
+  static std::vector<zmq::message_t> framesOf(RetainedPush& push) {
+    std::vector<zmq::message_t> data;
+    for (std::vector<char>& frame : push.frames) {
+      data.emplace_back(frame.data(), frame.size(), nullptr);  // Note [PS zero copy]: kept until trimmed
+    }
+    return data;
+  }
+
+  // Answers to pulls (setup, evaluation, resume), replaying to a restarted server first.
+  std::vector<Reply> receivePulls() {
+    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    for (int s = 0; s < options_.servers; ++s) {
+      if (replies[static_cast<std::size_t>(s)].restarted) {
+        replies[static_cast<std::size_t>(s)] = replay(s, /*thenPull=*/true);
+      }
+    }
+    return replies;
+  }
+
+  // Note [PS recovery]: resends to restarted server s every push its checkpoint may lack, in order and with their
+  // sequence numbers (it answers those it holds without applying them), then the pull that was pending.
+  Reply replay(int s, bool thenPull) {
+    std::deque<RetainedPush>& pushes = retained_[static_cast<std::size_t>(s)];
+    context_->addFigure("ps_server_restarts_seen", 1);
+    if (options_.checkpointEvery == 0) {
+      fail("ps: worker {}: ps-server {} was restarted, but without checkpoint_every it has lost its parameters",
+           context_->rank(), s);
+    }
+    for (;;) {
+      Reply last;
+      bool restartedAgain = false;
+      for (RetainedPush& push : pushes) {
+        client_->send(s, Kind::Push, push.step, push.modelVersion, push.lr, framesOf(push), 0, push.sequence);
+        last = client_->receiveFrom(s, options_.timeout);
+        if (last.restarted) {
+          restartedAgain = true;
+          break;
+        }
+        context_->addFigure("ps_pushes_replayed", 1);
+      }
+      if (restartedAgain) {
+        continue;
+      }
+      if (thenPull) {
+        client_->send(s, Kind::Pull, -1, 0, 0, {});
+        last = client_->receiveFrom(s, options_.timeout);
+        if (last.restarted) {
+          continue;
+        }
+      }
+      fmt::print("ps: worker {}: resent {} push(es) to the restarted ps-server {}\n", context_->rank(), pushes.size(),
+                 s);
+      return last;
+    }
+  }
+
   std::size_t countKeys() const {
     std::size_t n = 0;
     for (const auto& keys : keys_) {
@@ -227,6 +309,11 @@ class PsStrategy final : public Strategy {
         }
       }
       versions_[s] = reply.header.modelVersion;
+      // Pushes the server's checkpoint holds are no longer needed for a replay.
+      std::deque<RetainedPush>& pushes = retained_[s];
+      while (!pushes.empty() && pushes.front().sequence <= reply.header.durable) {
+        pushes.pop_front();
+      }
     }
     parameters.bumpVersion();
   }
@@ -246,8 +333,7 @@ class PsStrategy final : public Strategy {
   std::vector<std::vector<Segment>> keys_;
   std::unique_ptr<PsClient> client_;
   std::vector<std::int64_t> versions_;
-  std::int64_t pushes_ = 0;
-  double stalenessSum_ = 0;
+  std::vector<std::deque<RetainedPush>> retained_;  // per server (Note [PS recovery])
   int stalenessMax_ = 0;
 };
 

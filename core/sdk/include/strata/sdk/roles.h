@@ -20,6 +20,10 @@ namespace strata {
 struct RoleRequest {
   std::string name;  // a command-line word: lower case, digits and '-'
   int count = 1;
+  // How often the launcher starts a process of this role again when it dies before the workers are done (it can
+  // recover: a parameter server reloading its checkpoint); 0: its death ends the job. A restarted process sees
+  // STRATA_ROLE_RESTARTS=n in its environment.
+  int maxRestarts = 0;
 };
 
 class RoleContext {
