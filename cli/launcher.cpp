@@ -27,6 +27,7 @@
 
 #include "job_secret.h"
 #include "role_command.h"
+#include "strata/comm/tcp_store.h"
 #include "strata/error.h"
 
 extern char** environ;
@@ -182,6 +183,7 @@ struct Child {
   std::vector<std::string> env;
   int restartsLeft = 0;
   int restarts = 0;
+  int rank = -1;  // a rank's global rank
 };
 
 // A child as messages name it: "rank 3" or "role echo-server 1".
@@ -353,7 +355,25 @@ class RankLauncher {
   }
 
   void startRank(int local) {
-    start(fmt::format("rank {}", options_.nodeRank * options_.nproc + local), false, args_, rankEnvironment(local));
+    const int rank = options_.nodeRank * options_.nproc + local;
+    start(fmt::format("rank {}", rank), false, args_, rankEnvironment(local)).rank = rank;
+  }
+
+  // Note [Departed ranks]: tells the job's store that `child` (a rank, not 0) died, so the others stop waiting.
+  void announceDeparture(const Child& child, int status) {
+    try {
+      if (departures_ == nullptr) {
+        departures_ =
+            std::make_unique<TcpStore>(TcpStoreOptions{.host = options_.masterAddr,
+                                                       .port = static_cast<std::uint16_t>(options_.masterPort),
+                                                       .isServer = false,
+                                                       .timeout = std::chrono::seconds(30)});
+      }
+      departures_->setString(departedRankKey(child.rank),
+                             fmt::format("{} {}", describe(child), describeStatus(status)));
+    } catch (const std::exception& e) {
+      spdlog::warn("cannot tell the job that {} departed: {}", describe(child), e.what());
+    }
   }
 
   // A role process is this binary's `role` command; it is no rank (no RANK variables), it only needs the store.
@@ -550,6 +570,14 @@ class RankLauncher {
         launch(child);
         continue;
       }
+      if (!ok && !child.role && roles_.ranksMayDepart && child.rank > 0 && failed_ == nullptr && interruptedBy_ == 0) {
+        const auto left =
+            std::count_if(children_.begin(), children_.end(), [](const Child& c) { return !c.role && c.running; });
+        spdlog::warn("{} {}; the strategy goes on without it ({} local rank(s) left)", describe(child),
+                     describeStatus(status), left);
+        announceDeparture(child, status);
+        continue;
+      }
       // A role that exits cleanly before the ranks are done is its own business (a one-shot helper); one that
       // fails would leave the ranks waiting for it until their timeout, so it ends the job now.
       // Note [first failure]: a rank killed by a signal makes its peers fail within milliseconds (connection
@@ -674,7 +702,8 @@ class RankLauncher {
 
   LaunchOptions options_;
   RoleLaunch roles_;
-  JobSecret secret_;  // Note [job secret]: removed when the launcher ends
+  JobSecret secret_;                      // Note [job secret]: removed when the launcher ends
+  std::unique_ptr<TcpStore> departures_;  // a client of the job's store, made when a rank departs
   std::vector<std::string> args_;
   std::vector<Child> children_;
   int signalFd_ = -1;

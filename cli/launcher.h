@@ -29,6 +29,9 @@ struct RoleLaunch {
   std::vector<std::string> strategyOptions;  // key=value, as given to --strategy-opt
   std::vector<std::string> pluginDirs;
   double timeoutS = 300;
+  // StrategyRequirements::toleratesWorkerLoss: a rank other than 0 that dies does not end the job; the launcher
+  // writes its departure into the store (Note [Departed ranks]).
+  bool ranksMayDepart = false;
 };
 
 // Where this process stands in the job, read from torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,

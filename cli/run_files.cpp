@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/comm/departures.h"
 #include "strata/memory_category.h"
 #ifdef STRATA_HAS_CUDA
 #include "strata/cuda/gpu_monitor.h"
@@ -140,9 +141,15 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
   }
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < setup_.worldSize; ++r) {
-    ranks.push_back(r == 0 || setup_.store == nullptr ? rankFigures
-                                                      : nlohmann::json::parse(setup_.store->getString(
-                                                            fmt::format("summary/rank/{}", r), setup_.timeout)));
+    if (r == 0 || setup_.store == nullptr) {
+      ranks.push_back(rankFigures);
+      continue;
+    }
+    const std::optional<std::string> theirs =
+        getUnlessDeparted(*setup_.store, fmt::format("summary/rank/{}", r), r, setup_.timeout);
+    ranks.push_back(
+        theirs ? nlohmann::json::parse(*theirs)
+               : nlohmann::json{{"rank", r}, {"departed", setup_.store->getString(departedKey(r), setup_.timeout)}});
   }
   nlohmann::json summary = setup_.runFields;
   summary.update({{"world_size", setup_.worldSize},

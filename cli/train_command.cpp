@@ -246,15 +246,14 @@ void train(const TrainOptions& options) {
   // --- launcher (cli/launcher.h): with --nproc/--nnodes this process starts the ranks and waits for them.
   // The roles the strategy asks for, started beside the ranks by the launcher (on node rank 0). In the launcher
   // process the world size is still 1: the job's is nproc x nnodes.
-  const RoleLaunch roles{
-      .roles = strategy
-                   ->requirements(StrategyQuery{strategyOptions, options.launch.nproc * options.launch.nnodes,
-                                                options.launch.nnodes})
-                   .roles,
-      .strategy = options.strategy,
-      .strategyOptions = options.strategyOptions,
-      .pluginDirs = options.pluginDirs,
-      .timeoutS = options.timeoutS};
+  const StrategyRequirements launched = strategy->requirements(
+      StrategyQuery{strategyOptions, options.launch.nproc * options.launch.nnodes, options.launch.nnodes});
+  const RoleLaunch roles{.roles = launched.roles,
+                         .strategy = options.strategy,
+                         .strategyOptions = options.strategyOptions,
+                         .pluginDirs = options.pluginDirs,
+                         .timeoutS = options.timeoutS,
+                         .ranksMayDepart = launched.toleratesWorkerLoss};
   if (launchIfNeeded(options.launch, roles)) {
     return;
   }

@@ -184,6 +184,27 @@ void PsServer::serveOnce(int timeoutMs) {
   if ((items[0].revents & ZMQ_POLLIN) != 0) {
     handleRequest();
   }
+  if (options_.mode != Mode::Sync && std::chrono::steady_clock::now() - lastDepartureCheck_ > std::chrono::seconds(1)) {
+    lastDepartureCheck_ = std::chrono::steady_clock::now();
+    checkDepartures();
+  }
+}
+
+// Note [Departed ranks]: a worker that died no longer holds the others back (SSP's slowest clock skips it).
+void PsServer::checkDepartures() {
+  bool any = false;
+  for (std::size_t w = 0; w < workers_.size(); ++w) {
+    if (!workers_[w].departed && context_.store().check({departedRankKey(static_cast<int>(w))})) {
+      workers_[w].departed = true;
+      workers_[w].waiting = false;
+      any = true;
+      fmt::print("ps-server {}: worker {} departed ({}); serving the others\n", view_.index, w,
+                 context_.store().getString(departedRankKey(static_cast<int>(w)), context_.timeout()));
+    }
+  }
+  if (any) {
+    releaseHeld();
+  }
 }
 
 // ZAP (ZeroMQ RFC 27): admit a CURVE client only with the job's public key.
@@ -504,7 +525,9 @@ void PsServer::averageLatestBuffers() {
 std::int64_t PsServer::slowestClock() const {
   std::int64_t slowest = std::numeric_limits<std::int64_t>::max();
   for (const WorkerState& w : workers_) {
-    slowest = std::min(slowest, w.clock);
+    if (!w.departed) {
+      slowest = std::min(slowest, w.clock);
+    }
   }
   return slowest;
 }
@@ -595,11 +618,13 @@ std::string PsServer::statsJson() const {
   for (std::size_t w = 0; w < workers_.size(); ++w) {
     const WorkerState& s = workers_[w];
     perWorker +=
-        fmt::format(R"({}{{"worker":{},"pushes":{},"staleness_mean":{},"staleness_max":{}}})", w == 0 ? "" : ",", w,
-                    s.pushes, s.pushes > 0 ? s.stalenessSum / s.pushes : 0.0, s.stalenessMax);
+        fmt::format(R"({}{{"worker":{},"pushes":{},"staleness_mean":{},"staleness_max":{},"departed":{}}})",
+                    w == 0 ? "" : ",", w, s.pushes, s.pushes > 0 ? s.stalenessSum / static_cast<double>(s.pushes) : 0.0,
+                    s.stalenessMax, s.departed ? "true" : "false");
   }
-  return fmt::format(R"({{"server":{},"version":{},"rejected":{},"refused":{},"workers":[{}]}})", view_.index, version_,
-                     rejected_, refused_, perWorker);
+  return fmt::format(
+      R"({{"server":{},"version":{},"rejected":{},"refused":{},"restarts":{},"replayed_answers":{},"workers":[{}]}})",
+      view_.index, version_, rejected_, refused_, restarts_, replayedPushes_, perWorker);
 }
 
 }  // namespace strata::ps

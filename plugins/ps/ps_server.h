@@ -9,6 +9,7 @@
 // and, with lr_staleness, divides its learning rate. ssp is async, but the answer to a worker more than K pushes
 // ahead of the slowest live worker is held until the slowest catches up (Petuum Bosen's bounded staleness).
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -48,6 +49,7 @@ class PsServer {
     std::int64_t pushes = 0;
     std::vector<char> pulledValues;     // DC-ASGD: the values this worker computed its next gradient on
     std::vector<Tensor> latestBuffers;  // async/ssp, server 0: this worker's last pushed buffers
+    bool departed = false;              // died; the job goes on without it (Note [Departed ranks])
   };
 
   void handleRequest();
@@ -60,6 +62,7 @@ class PsServer {
   int applyAsync(WorkerState& worker, const std::vector<zmq::message_t>& frames);
   void releaseHeld();
   void averageLatestBuffers();
+  void checkDepartures();
   std::int64_t slowestClock() const;
   void traceLine(const std::string& json);
   void afterUpdate();
@@ -88,6 +91,7 @@ class PsServer {
   std::int64_t rejected_ = 0;
   std::unique_ptr<std::ofstream> trace_;
   bool started_ = false;
+  std::chrono::steady_clock::time_point lastDepartureCheck_{};
   // Note [PS recovery]
   std::string checkpointPath_;  // empty: no checkpoints
   std::string jobId_;

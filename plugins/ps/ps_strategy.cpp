@@ -50,6 +50,7 @@ class PsStrategy final : public Strategy {
         RoleRequest{kRole, options.servers, options.checkpointEvery > 0 ? options.maxRestarts : 0});
     // async and ssp workers do not wait for each other: a fast one takes more of an epoch's steps.
     requirements.sharedSteps = options.mode != Mode::Sync;
+    requirements.toleratesWorkerLoss = options.mode != Mode::Sync;
     return requirements;
   }
 

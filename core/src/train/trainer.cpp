@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "strata/comm/departures.h"
 #include "strata/error.h"
 #include "strata/optim/optimizer_options_text.h"
 
@@ -158,8 +159,13 @@ std::vector<double> Trainer::sumOverRanks(const std::string& key, const std::vec
   }
   std::vector<double> sums(values.size(), 0.0);
   for (int r = 0; r < parts_.place.worldSize; ++r) {
-    const std::vector<double> theirs =
-        splitDoubles(parts_.store->getString(fmt::format("{}/{}", key, r), options_.timeout));
+    // Note [Departed ranks]: a worker the strategy could lose adds nothing.
+    const std::optional<std::string> text =
+        getUnlessDeparted(*parts_.store, fmt::format("{}/{}", key, r), r, options_.timeout);
+    if (!text) {
+      continue;
+    }
+    const std::vector<double> theirs = splitDoubles(*text);
     STRATA_CHECK(theirs.size() == sums.size(), "trainer: rank {} reported {} figures under '{}', expected {}", r,
                  theirs.size(), key, sums.size());
     for (std::size_t i = 0; i < sums.size(); ++i) {

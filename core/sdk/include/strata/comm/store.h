@@ -33,4 +33,10 @@ class Store {
   std::string getString(const std::string& key, std::chrono::milliseconds timeout);
 };
 
+// Note [Departed ranks]: the key the launcher writes (its value: why) when a rank of a job whose strategy tolerates
+// losing workers has died; strategies and their roles (a parameter server's SSP clock) stop waiting for it.
+inline std::string departedRankKey(int rank) {
+  return "job/departed/" + std::to_string(rank);
+}
+
 }  // namespace strata

@@ -61,6 +61,9 @@ struct StrategyRequirements {
   // the ranks claim one at a time, so a fast rank takes more of them than a slow one, and log points do not make
   // the ranks meet (logged losses are the lead's own). Epoch ends (evaluation, checkpoints) still do.
   bool sharedSteps = false;
+  // Ranks other than 0 may die without ending the job (an asynchronous parameter server goes on with W-1 workers):
+  // the launcher reports the death (Note [Departed ranks] in core) instead of stopping the others.
+  bool toleratesWorkerLoss = false;
 };
 
 struct StrategyQuery {
