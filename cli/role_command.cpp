@@ -14,10 +14,12 @@
 
 #include "commands.h"
 #include "job_secret.h"
+#include "launcher.h"
 #include "role_process_context.h"
 #include "strata/comm/tcp_store.h"
 #include "strata/error.h"
 #include "strata/plugin_host.h"
+#include "strata/thread_pool.h"
 #include "strategy_options.h"
 
 namespace strata::cli {
@@ -86,6 +88,10 @@ void runRole(RoleOptions options) {
                                                      .port = static_cast<std::uint16_t>(options.masterPort),
                                                      .isServer = false,
                                                      .timeout = timeout});
+  // A role shares its node with the workers: one thread unless STRATA_THREADS says otherwise, so its OpenMP team
+  // (the server's optimizer) never spins on the cores the workers compute on.
+  const int threads = threadsFromEnvironment();
+  ThreadPool::instance().setThreads(threads > 0 ? threads : 1);
   // Only now: until the role runs, SIGTERM's default action (exit at once) is the right one.
   RoleProcessContext::installStopHandlers();
   RoleProcessContext context(
