@@ -224,6 +224,53 @@ TEST(PsServerTest, SspHoldsAWorkerMoreThanKPushesAhead) {
   EXPECT_EQ(headerOf(released).modelVersion, 3);  // async updates: one per push
 }
 
+Frames pushOf(int worker, std::uint64_t sequence, float g, std::int64_t modelVersion) {
+  auto h = header(Kind::Push, worker, 2, sequence);
+  Header decoded;
+  std::memcpy(&decoded, h.data(), sizeof decoded);
+  decoded.modelVersion = modelVersion;
+  return {encodeHeader(decoded), bytesOf(std::vector<float>(4, g)), bytesOf(std::vector<float>{0, 0})};
+}
+
+TEST(PsServerTest, AsyncCorrectsStaleGradients) {
+  // lr_staleness: a push computed on version 0 and applied at version 1 has staleness 1; one applied at version 2
+  // (computed on 0) has staleness 2 and half the learning rate.
+  {
+    ServerThread server(2, {{"auth", "off"}, {"mode", "async"}, {"lr_staleness", "on"}});
+    RawClient worker0(server.endpoint());
+    RawClient worker1(server.endpoint());
+    worker0.send(initFrames());
+    ASSERT_EQ(worker0.receive().size(), 3U);
+    worker1.send(pushOf(1, 1, 1.0F, 0));  // staleness 0: lr 0.5 -> 1 - 0.5
+    ASSERT_EQ(headerOf(worker1.receive()).staleness, 0);
+    worker1.send(pushOf(1, 2, 1.0F, 1));  // staleness 0 again -> 0.5 - 0.5
+    ASSERT_EQ(worker1.receive().size(), 3U);
+    worker0.send(pushOf(0, 2, 1.0F, 0));  // computed on version 0, applied at 2: lr 0.5 / 2
+    const auto reply = worker0.receive();
+    ASSERT_EQ(reply.size(), 3U);
+    EXPECT_EQ(headerOf(reply).staleness, 2);
+    EXPECT_EQ(floatsOf(reply[1]), (std::vector<float>{-0.25F, 0.75F, 1.75F, 2.75F}));
+  }
+  // DC-ASGD: worker 0's gradient g, computed on the values it pulled (v0), is applied as g + lambda g^2 (v - v0).
+  {
+    ServerThread server(2, {{"auth", "off"}, {"mode", "async"}, {"dc_asgd", "0.1"}});
+    RawClient worker0(server.endpoint());
+    RawClient worker1(server.endpoint());
+    worker0.send(initFrames());  // worker 0 holds v0 = 1, 2, 3, 4
+    ASSERT_EQ(worker0.receive().size(), 3U);
+    worker1.send(pushOf(1, 1, 1.0F, 0));  // never pulled: no compensation; v1 = v0 - 0.5
+    ASSERT_EQ(worker1.receive().size(), 3U);
+    worker0.send(pushOf(0, 2, 2.0F, 0));  // 2 + 0.1 * 4 * (-0.5) = 1.8; v2 = v1 - 0.9
+    const auto reply = worker0.receive();
+    ASSERT_EQ(reply.size(), 3U);
+    const std::vector<float> values = floatsOf(reply[1]);
+    const std::vector<float> expected{-0.4F, 0.6F, 1.6F, 2.6F};
+    for (std::size_t i = 0; i < 4; ++i) {
+      EXPECT_NEAR(values[i], expected[i], 1e-6) << i;
+    }
+  }
+}
+
 std::string writeSecret(const std::filesystem::path& dir) {
   char publicKey[41];
   char secretKey[41];
