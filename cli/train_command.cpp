@@ -332,6 +332,7 @@ void train(const TrainOptions& options) {
   recording.device = device;
   recording.runFields = {{"model", modelPath},
                          {"strategy", options.strategy},
+                         {"strategy_options", strategyOptions},  // e.g. mode=async, lr_staleness=on
                          {"device", describe(device)},
                          {"params", plan.parameters().totalElements()},
                          {"precision", options.device.precision}};
