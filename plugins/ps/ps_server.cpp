@@ -434,7 +434,9 @@ void PsServer::applySync(WorkerState& worker, const std::vector<zmq::message_t>&
   }
   // Every worker has pushed: one update from the average.
   for (Tensor& gradients : gradients_) {
-    scale(gradients, 1.0 / view_.workers);
+    if (view_.workers > 1) {
+      scale(gradients, 1.0 / view_.workers);
+    }
   }
   optimizer_->step(roundLr_);
   for (std::size_t b = 0; b < buffers_.size(); ++b) {
@@ -566,8 +568,15 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
   }
   std::vector<zmq::message_t> data;
   if (kind == Kind::Params) {
+    // Note [PS zero copy], the answer's side: in sync mode the values change only after every worker has pushed
+    // again, which each does only after it has received this answer whole, so the frames can be views of them.
+    // async and ssp change them at the next push: copies.
     for (const Tensor& values : values_) {
-      data.emplace_back(values.rawData(), values.bytes());
+      if (options_.mode == Mode::Sync) {
+        data.emplace_back(values.rawData(), values.bytes(), nullptr);
+      } else {
+        data.emplace_back(values.rawData(), values.bytes());
+      }
     }
     for (const Tensor& buffer : buffers_) {
       data.emplace_back(buffer.rawData(), buffer.bytes());
