@@ -244,9 +244,9 @@ class RankLauncher {
       startRank(local);
     }
     // Roles start after the ranks: they connect to rank 0's store with retries, so the order is not a race.
-    if (options_.nodeRank == 0) {
-      for (const RoleRequest& role : roles_.roles) {
-        for (int index = 0; index < role.count; ++index) {
+    for (const RoleRequest& role : roles_.roles) {
+      for (int index = 0; index < role.count; ++index) {
+        if (role.nodeOf(index) == options_.nodeRank) {
           startRole(role, index);
         }
       }

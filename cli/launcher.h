@@ -19,10 +19,10 @@ struct LaunchOptions {
   int masterPort = 29500;
 };
 
-// The role processes a strategy asks for (StrategyRequirements::roles) and what they need to load it. On node rank
-// 0 the launcher starts, for each role and index i < count, `strata role <name> --index i --count N --workers W
-// --nnodes K --strategy S [--strategy-opt k=v]... [--plugin-dir D]... --timeout T` (see role_command.h) with
-// MASTER_ADDR and MASTER_PORT set; the other nodes start none.
+// The role processes a strategy asks for (StrategyRequirements::roles) and what they need to load it. The launcher
+// of the node a process is placed on (RoleRequest::nodes; node rank 0 by default) starts, for each role and index
+// i < count, `strata role <name> --index i --count N --workers W --nnodes K --strategy S [--strategy-opt k=v]...
+// [--plugin-dir D]... --timeout T` (see role_command.h) with MASTER_ADDR and MASTER_PORT set.
 struct RoleLaunch {
   std::vector<RoleRequest> roles;
   std::string strategy;
@@ -54,12 +54,13 @@ RankEnvironment rankEnvironment();
 
 // Acts as the launcher when this process was asked for several ranks, or for roles, and is not a rank itself (no
 // RANK or SLURM_PROCID in the environment): starts the local ranks as copies of this binary with the same
-// arguments, and on node rank 0 the processes of `roles`; prefixes their output lines with "[rank R] " or
-// "[<role> <i>] ", and waits for the ranks. Returns nullopt when this process should train itself, 0 when every
-// rank succeeded. When every rank is done it stops the roles (SIGTERM, SIGKILL after a grace period) and waits for
-// them. When a rank, or a role before the ranks are done, fails, it stops every other process and throws Error
-// naming the rank or role, its index and status; when the launcher itself is interrupted (SIGINT/SIGTERM) it stops
-// them all and dies by the same signal. `args` is the command line to repeat (default: this process's own).
+// arguments, and the processes of `roles` placed on this node (RoleRequest::nodes, node 0 by default); prefixes
+// their output lines with "[rank R] " or "[<role> <i>] ", and waits for the ranks. Returns nullopt when this process
+// should train itself, 0 when every rank succeeded. When every rank is done it stops the roles (SIGTERM, SIGKILL after
+// a grace period) and waits for them. When a rank, or a role before the ranks are done, fails, it stops every other
+// process and throws Error naming the rank or role, its index and status; when the launcher itself is interrupted
+// (SIGINT/SIGTERM) it stops them all and dies by the same signal. `args` is the command line to repeat (default: this
+// process's own).
 std::optional<int> launchIfNeeded(const LaunchOptions& options, const RoleLaunch& roles = {},
                                   std::vector<std::string> args = {});
 

@@ -9,7 +9,7 @@ namespace {
 
 constexpr const char* kKnown =
     "servers, mode, staleness, lr_staleness, dc_asgd, auth, key_file, checkpoint_every, checkpoint_dir, "
-    "max_restarts, trace, timeout_s";
+    "max_restarts, server_nodes, trace, timeout_s";
 
 std::int64_t integer(const std::string& key, const std::string& value, std::int64_t least) {
   try {
@@ -86,6 +86,13 @@ PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
       o.keyFile = value;
     } else if (key == "checkpoint_every") {
       o.checkpointEvery = integer(key, value, 0);
+    } else if (key == "server_nodes") {
+      std::size_t start = 0;
+      while (start <= value.size()) {
+        const std::size_t comma = std::min(value.find(',', start), value.size());
+        o.serverNodes.push_back(static_cast<int>(integer(key, value.substr(start, comma - start), 0)));
+        start = comma + 1;
+      }
     } else if (key == "max_restarts") {
       o.maxRestarts = static_cast<int>(integer(key, value, 0));
     } else if (key == "checkpoint_dir") {
@@ -97,6 +104,10 @@ PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
     } else {
       fail("ps: unknown --strategy-opt '{}' (known: {})", key, kKnown);
     }
+  }
+  if (!o.serverNodes.empty() && o.serverNodes.size() != static_cast<std::size_t>(o.servers)) {
+    fail("ps: --strategy-opt server_nodes names {} node(s) for {} server(s); give one node rank per server",
+         o.serverNodes.size(), o.servers);
   }
   if (o.servers > 1024) {
     fail("ps: --strategy-opt servers={} is more than 1024", o.servers);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace strata::ps {
 
@@ -28,6 +29,7 @@ struct PsOptions {
   std::string keyFile;               // the job's CURVE secret (default: the launcher's per-job file)
   std::int64_t checkpointEvery = 0;  // servers write their ranges every N updates (0: never)
   int maxRestarts = 3;               // with checkpoints: how often the launcher restarts a dead server
+  std::vector<int> serverNodes;      // server_nodes=1,1: the node rank each server runs on (default: all on 0)
   std::string checkpointDir;         // where servers write (default: a per-job directory the launcher removes)
   std::string trace;                 // a server writes one JSON line per update to TRACE.<server>.jsonl
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};

@@ -46,8 +46,15 @@ class PsStrategy final : public Strategy {
     StrategyRequirements requirements;
     // Note [PS recovery]: a server that can reload a checkpoint is restarted when it dies; one that cannot ends the
     // job at once, naming itself.
-    requirements.roles.push_back(
-        RoleRequest{kRole, options.servers, options.checkpointEvery > 0 ? options.maxRestarts : 0});
+    for (int node : options.serverNodes) {
+      if (node >= query.nodes) {
+        fail("ps: --strategy-opt server_nodes names node {}, but the job has {} node(s) (--nnodes)", node, query.nodes);
+      }
+    }
+    requirements.roles.push_back(RoleRequest{.name = kRole,
+                                             .count = options.servers,
+                                             .maxRestarts = options.checkpointEvery > 0 ? options.maxRestarts : 0,
+                                             .nodes = options.serverNodes});
     // async and ssp workers do not wait for each other: a fast one takes more of an epoch's steps.
     requirements.sharedSteps = options.mode != Mode::Sync;
     requirements.toleratesWorkerLoss = options.mode != Mode::Sync;

@@ -24,6 +24,11 @@ struct RoleRequest {
   // recover: a parameter server reloading its checkpoint); 0: its death ends the job. A restarted process sees
   // STRATA_ROLE_RESTARTS=n in its environment.
   int maxRestarts = 0;
+  // The node rank (--node-rank) whose launcher runs each process of the role, by index; empty: all on node 0.
+  std::vector<int> nodes;
+  int nodeOf(int index) const {
+    return index < static_cast<int>(nodes.size()) ? nodes[static_cast<std::size_t>(index)] : 0;
+  }
 };
 
 class RoleContext {
