@@ -16,7 +16,7 @@ struct LayoutEntry {
 static_assert(sizeof(LayoutEntry) == 16);
 
 bool knownKind(std::uint16_t kind) {
-  return kind >= static_cast<std::uint16_t>(Kind::Init) && kind <= static_cast<std::uint16_t>(Kind::Stats);
+  return kind >= static_cast<std::uint16_t>(Kind::Init) && kind <= static_cast<std::uint16_t>(Kind::Idle);
 }
 
 bool decodeLayout(Frame frame, FlatLayout& layout, std::string& why) {
@@ -74,6 +74,8 @@ const char* kindName(Kind kind) {
       return "stats-request";
     case Kind::Stats:
       return "stats";
+    case Kind::Idle:
+      return "idle";
   }
   return "unknown";
 }
@@ -149,7 +151,8 @@ Verdict validateRequest(const std::vector<Frame>& frames, const ServerView& view
   v.header = *header;
   v.headerDecoded = true;
   const Kind kind = static_cast<Kind>(header->kind);
-  if (kind != Kind::Init && kind != Kind::Pull && kind != Kind::Push && kind != Kind::StatsRequest) {
+  if (kind != Kind::Init && kind != Kind::Pull && kind != Kind::Push && kind != Kind::StatsRequest &&
+      kind != Kind::Idle) {
     v.error = fmt::format("a {} message is a reply, not a request", kindName(kind));
     return v;
   }
@@ -191,7 +194,7 @@ Verdict validateRequest(const std::vector<Frame>& frames, const ServerView& view
     layout = &*v.layout;
     firstData = 2;
   }
-  if (kind == Kind::Pull || kind == Kind::StatsRequest) {
+  if (kind == Kind::Pull || kind == Kind::StatsRequest || kind == Kind::Idle) {
     if (frames.size() != 1) {
       v.error = fmt::format("a {} carries no data, this one has {} frames", kindName(kind), frames.size() - 1);
       return v;

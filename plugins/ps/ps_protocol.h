@@ -36,6 +36,7 @@ enum class Kind : std::uint16_t {
   Error = 5,         // server -> worker: one text frame
   StatsRequest = 6,  // worker -> server: the server's figures
   Stats = 7,         // server -> worker: one JSON frame
+  Idle = 8,          // worker -> server: no more pushes this epoch, do not hold the others for me (answered: Idle)
 };
 
 const char* kindName(Kind kind);

@@ -278,6 +278,12 @@ void PsServer::handleRequest() {
     case Kind::StatsRequest:
       reply(identity, header, Kind::Stats, 0);
       return;
+    case Kind::Idle:
+      // A worker done with its epoch's steps (shared steps) no longer holds the others back in SSP.
+      worker.idle = true;
+      reply(identity, header, Kind::Idle, 0);
+      releaseHeld();
+      return;
     case Kind::Push:
       break;
     default:
@@ -301,6 +307,7 @@ void PsServer::handleRequest() {
     return;
   }
   worker.lastSequence = header.sequence;
+  worker.idle = false;
   worker.identity = copyOf(identity);
   worker.request = header;
   if (options_.mode == Mode::Sync) {
@@ -527,7 +534,7 @@ void PsServer::averageLatestBuffers() {
 std::int64_t PsServer::slowestClock() const {
   std::int64_t slowest = std::numeric_limits<std::int64_t>::max();
   for (const WorkerState& w : workers_) {
-    if (!w.departed) {
+    if (!w.departed && !w.idle) {
       slowest = std::min(slowest, w.clock);
     }
   }

@@ -50,6 +50,7 @@ class PsServer {
     std::vector<char> pulledValues;     // DC-ASGD: the values this worker computed its next gradient on
     std::vector<Tensor> latestBuffers;  // async/ssp, server 0: this worker's last pushed buffers
     bool departed = false;              // died; the job goes on without it (Note [Departed ranks])
+    bool idle = false;                  // done with its epoch's steps (Kind::Idle) until its next push
   };
 
   void handleRequest();

@@ -148,6 +148,25 @@ class PsStrategy final : public Strategy {
     context_->addFigure("communication_s", seconds(std::chrono::steady_clock::now() - start));
   }
 
+  // async and ssp: this worker takes no more steps this epoch (shared steps), so the servers stop holding the
+  // others for it (SSP) until it pushes again.
+  void afterEpoch(const StepInfo& /*at*/) override {
+    if (options_.mode == Mode::Sync || client_ == nullptr) {
+      return;
+    }
+    for (int s = 0; s < options_.servers; ++s) {
+      client_->send(s, Kind::Idle, -1, 0, 0, {});
+    }
+    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    for (int s = 0; s < options_.servers; ++s) {
+      if (replies[static_cast<std::size_t>(s)].restarted) {
+        replay(s, /*thenPull=*/false);
+        client_->send(s, Kind::Idle, -1, 0, 0, {});
+        client_->receiveFrom(s, options_.timeout);
+      }
+    }
+  }
+
   // async and ssp: evaluate and export the newest values (sync workers already hold them).
   void beforeEvaluate() override {
     if (options_.mode == Mode::Sync || client_ == nullptr) {

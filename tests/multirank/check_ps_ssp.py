@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The parameter server's bounded staleness (mode=ssp, staleness=K): no worker ever runs more than K pushes ahead.
 
-Trains the bundled CNN on synthetic data with 3 workers, one of them 3x slow (--slow-rank), so the fast ones keep
+Trains the bundled CNN on synthetic data with 3 workers, one of them 4x slow (--slow-rank), so the fast ones keep
 running into the bound. Every server writes its log of versions (--strategy-opt trace=...): a "release" line each
 time it answers a push, with the worker's clock (its pushes) and the slowest worker's. The check: at every release
 clock - min_clock <= K, the bound was reached (the slow worker really held the others back), every server saw every
@@ -26,10 +26,10 @@ def main() -> int:
     os.makedirs(args.work_dir, exist_ok=True)
     for old in glob.glob(out + ".trace.*"):
         os.remove(old)
-    steps = 24
+    steps = 36
     command = [args.strata, "train", "--data", "synthetic", "--synthetic-samples", "768", "--batch-size", "8",
                "--max-steps", str(steps), "--seed", "1", "--lr", "0.05", "--threads", "1", "--nproc", "3",
-               "--slow-rank", "2:3", "--strategy", "ps", "--strategy-opt", "mode=ssp",
+               "--slow-rank", "2:4", "--strategy", "ps", "--strategy-opt", "mode=ssp",
                "--strategy-opt", f"staleness={args.staleness}", "--strategy-opt", f"servers={args.servers}",
                "--strategy-opt", f"trace={out}.trace", "--out", out]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)

@@ -56,6 +56,7 @@ class LoadedStrategy {
   void step(const StepInfo& at, double lr);
   void beforeEvaluate();
   void afterEvaluate();
+  void afterEpoch(const StepInfo& at);
   void saveState(StrategyContext& context, StateWriter& writer);
   void loadState(StrategyContext& context, StateReader& reader);
   void teardown();

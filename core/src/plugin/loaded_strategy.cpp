@@ -47,6 +47,10 @@ void LoadedStrategy::beforeEvaluate() {
   check("beforeEvaluate", handle_->beforeEvaluate());
 }
 
+void LoadedStrategy::afterEpoch(const StepInfo& at) {
+  check("afterEpoch", handle_->afterEpoch(at));
+}
+
 void LoadedStrategy::afterEvaluate() {
   check("afterEvaluate", handle_->afterEvaluate());
 }

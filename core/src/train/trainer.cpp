@@ -189,6 +189,7 @@ RunTotals Trainer::run() {
     double correct = 0;
     double counted = 0;
     trainEpoch(epoch, lossSum, lossCount, correct, counted);
+    parts_.strategy.afterEpoch(StepInfo{step_ - 1, options_.microBatches - 1, options_.microBatches});
     const double epochSeconds = seconds(std::chrono::steady_clock::now() - epochStart);
     totals.trainTimeS += epochSeconds;
     samples += (step_ - stepsBefore) * totals.globalBatchSize;

@@ -25,7 +25,7 @@ struct RoleRequest {
   // STRATA_ROLE_RESTARTS=n in its environment.
   int maxRestarts = 0;
   // The node rank (--node-rank) whose launcher runs each process of the role, by index; empty: all on node 0.
-  std::vector<int> nodes;
+  std::vector<int> nodes = {};
   int nodeOf(int index) const {
     return index < static_cast<int>(nodes.size()) ? nodes[static_cast<std::size_t>(index)] : 0;
   }

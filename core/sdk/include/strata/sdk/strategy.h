@@ -87,6 +87,10 @@ class Strategy {
   virtual void afterBackward(const StepInfo& /*at*/) {}
   // Applies the update with learning rate lr (after the last micro-batch of a step).
   virtual void step(const StepInfo& at, double lr) = 0;
+  // When this rank has taken its last step of an epoch (`at` is that step), before evaluation. With shared steps
+  // (StrategyRequirements::sharedSteps) ranks get here at different times: an asynchronous strategy tells its peers
+  // not to wait for this rank until it steps again.
+  virtual void afterEpoch(const StepInfo& /*at*/) {}
   // Around evaluation and export: every rank calls both; in between, every rank holds the full current weights.
   virtual void beforeEvaluate() {}
   virtual void afterEvaluate() {}
@@ -142,6 +146,7 @@ class StrategyHandle {
   virtual std::string beforeForward(const StepInfo& at) noexcept = 0;
   virtual std::string afterBackward(const StepInfo& at) noexcept = 0;
   virtual std::string step(const StepInfo& at, double lr) noexcept = 0;
+  virtual std::string afterEpoch(const StepInfo& at) noexcept = 0;
   virtual std::string beforeEvaluate() noexcept = 0;
   virtual std::string afterEvaluate() noexcept = 0;
   virtual std::string saveState(StrategyContext& context, StateWriter& writer) noexcept = 0;
@@ -168,6 +173,9 @@ class StrategyAdapter final : public StrategyHandle {
   }
   std::string step(const StepInfo& at, double lr) noexcept override {
     return guard([&] { impl_.step(at, lr); });
+  }
+  std::string afterEpoch(const StepInfo& at) noexcept override {
+    return guard([&] { impl_.afterEpoch(at); });
   }
   std::string beforeEvaluate() noexcept override {
     return guard([&] { impl_.beforeEvaluate(); });
