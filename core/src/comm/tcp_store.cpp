@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -89,6 +90,17 @@ TcpStore::~TcpStore() {
     ::close(fd_);
   }
   // server_ (if any) stops its thread and closes the remaining connections.
+}
+
+std::string TcpStore::localAddress() const {
+  sockaddr_in local{};
+  socklen_t length = sizeof(local);
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.sin_family != AF_INET) {
+    fail("store connection to {}: cannot read its local address: {}", address(), std::strerror(errno));
+  }
+  char text[INET_ADDRSTRLEN] = {0};
+  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+  return text;
 }
 
 std::string TcpStore::address() const {
