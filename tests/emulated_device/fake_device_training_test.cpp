@@ -515,8 +515,7 @@ TEST_F(FakeDeviceTrainingTest, ARunResumedFromTheCpuOntoTheDeviceAndBackMatchesA
   TrainingPlan full = testing::mlpPlan(dir, 8);
   {
     auto strategy = testing::loadStrategy("single");
-    Trainer(TrainerParts{.program = full, .train = batches, .strategy = *strategy, .recorder = records},
-            optionsFor(0))
+    Trainer(TrainerParts{.program = full, .train = batches, .strategy = *strategy, .recorder = records}, optionsFor(0))
         .run();
   }
   cli::TensorProtoCheckpoints checkpoints(dir / "run" / "checkpoint", 0, 1);
@@ -526,12 +525,10 @@ TEST_F(FakeDeviceTrainingTest, ARunResumedFromTheCpuOntoTheDeviceAndBackMatchesA
     auto strategy = testing::loadStrategy("single");
     TrainerOptions options = optionsFor(stopAfter < 3 ? stopAfter : 0);
     options.resume = stopAfter > 1;
-    Trainer trainer(TrainerParts{.program = plan,
-                                 .train = batches,
-                                 .strategy = *strategy,
-                                 .recorder = records,
-                                 .checkpoints = &checkpoints},
-                    options);
+    Trainer trainer(
+        TrainerParts{
+            .program = plan, .train = batches, .strategy = *strategy, .recorder = records, .checkpoints = &checkpoints},
+        options);
     EXPECT_EQ(trainer.startEpoch(), stopAfter - 1) << "on " << device.toString();
     trainer.run();
     EXPECT_EQ(plan.parameters().parameter(0).device(), device);

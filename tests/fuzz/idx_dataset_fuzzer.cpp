@@ -14,8 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size < 4) {
     return 0;
   }
-  std::size_t split = std::size_t{data[0]} | std::size_t{data[1]} << 8 | std::size_t{data[2]} << 16 |
-                      std::size_t{data[3]} << 24;
+  std::size_t split =
+      std::size_t{data[0]} | std::size_t{data[1]} << 8 | std::size_t{data[2]} << 16 | std::size_t{data[3]} << 24;
   data += 4;
   size -= 4;
   split = std::min(split, size);

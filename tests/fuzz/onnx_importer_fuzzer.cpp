@@ -21,8 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     strata::SpecializeOptions specializeOptions;
     specializeOptions.defaultBatch = 2;
     const strata::Graph specialised = strata::specialize(graph, specializeOptions);
-    const strata::Executor forward(strata::lowerToProgram(specialised, strata::LowerOptions{}),
-                                   strata::Device::cpu());
+    const strata::Executor forward(strata::lowerToProgram(specialised, strata::LowerOptions{}), strata::Device::cpu());
     if (graph.inputs.size() == 1 && !graph.outputs.empty()) {
       strata::TrainingPlanOptions planOptions;
       planOptions.inputMetas = strata::defaultInputMetas(graph, 2);

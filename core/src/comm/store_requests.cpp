@@ -6,6 +6,25 @@
 #include "strata/error.h"
 
 namespace strata::detail {
+namespace {
+
+constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(24 * 365);
+
+// A request's key list: u32 n, then n strings. Each string takes at least its 4-byte length, so a count larger than
+// a quarter of the bytes left is refused before anything is allocated for it (a 9-byte request announcing 2^32 keys
+// made the server allocate 128 GiB).
+std::vector<std::string> readKeys(FrameReader& in) {
+  const std::uint32_t n = in.u32();
+  STRATA_CHECK(n <= in.remaining() / 4, "malformed store message: {} keys announced, but only {} bytes follow", n,
+               in.remaining());
+  std::vector<std::string> keys(n);
+  for (std::string& key : keys) {
+    key = in.string();
+  }
+  return keys;
+}
+
+}  // namespace
 
 std::vector<std::string> StoreRequests::missing(const std::vector<std::string>& keys) const {
   std::vector<std::string> out;
@@ -46,7 +65,10 @@ void StoreRequests::handle(int client, const Bytes& payload, Clock::time_point n
         const auto [end, ec] = std::from_chars(begin, begin + stored.size(), value);
         STRATA_CHECK(ec == std::errc() && end == begin + stored.size(), "key '{}' does not hold a counter", key);
       }
-      value += delta;
+      std::int64_t sum = 0;
+      STRATA_CHECK(!__builtin_add_overflow(value, delta, &sum),
+                   "key '{}': adding {} to the counter {} overflows 64 bits", key, delta, value);
+      value = sum;
       const std::string text = std::to_string(value);
       stored.assign(text.begin(), text.end());
       putI64(out, value);
@@ -55,20 +77,16 @@ void StoreRequests::handle(int client, const Bytes& payload, Clock::time_point n
       return;
     }
     case StoreCommand::Check: {
-      std::vector<std::string> keys(in.u32());
-      for (std::string& key : keys) {
-        key = in.string();
-      }
+      const std::vector<std::string> keys = readKeys(in);
       putU8(out, missing(keys).empty() ? 1 : 0);
       reply_(client, out);
       return;
     }
     case StoreCommand::Wait: {
-      const std::int64_t timeoutMs = in.i64();
-      std::vector<std::string> keys(in.u32());
-      for (std::string& key : keys) {
-        key = in.string();
-      }
+      // Note [Wait deadlines]: the timeout comes off the wire; `now + timeout` in nanoseconds overflows (undefined
+      // behaviour) past about 292 years, so it is clamped to [0, kMaxWait] (a year: "wait forever" in practice).
+      const std::int64_t timeoutMs = std::clamp<std::int64_t>(in.i64(), 0, kMaxWait.count());
+      std::vector<std::string> keys = readKeys(in);
       waiters_.push_back({client, std::move(keys), now + std::chrono::milliseconds(timeoutMs)});
       answerWaiters(now);
       return;
@@ -118,8 +136,8 @@ std::optional<Bytes> takeFrame(Bytes& received) {
   }
   const Bytes header(received.begin(), received.begin() + 4);
   const std::uint32_t size = FrameReader(header).u32();
-  STRATA_CHECK(size <= kMaxFrameBytes, "malformed store message: frame of {} bytes exceeds the limit of {} bytes",
-               size, kMaxFrameBytes);
+  STRATA_CHECK(size <= kMaxFrameBytes, "malformed store message: frame of {} bytes exceeds the limit of {} bytes", size,
+               kMaxFrameBytes);
   if (received.size() < 4 + static_cast<std::size_t>(size)) {
     return std::nullopt;
   }
