@@ -5,6 +5,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include <fmt/ranges.h>
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
@@ -109,6 +110,51 @@ AttributeValue convertAttribute(const onnx::AttributeProto& attr, const std::str
     default:
       fail("{}: attribute '{}' has a type Strata does not support (graphs, sparse tensors, type protos)", context,
            attr.name());
+  }
+}
+
+// Note [Before the version converter]: ONNX's version converter (libonnx) builds its own IR of the graph and
+// crashes (a null dereference in graphProtoToGraph) on some graphs the checker accepts, such as a graph output
+// that no node, initializer or input produces (found by tests/fuzz/onnx_importer_fuzzer). A crash cannot be caught,
+// so the structure the converter relies on is checked here first, with an error that names what is wrong.
+void checkGraphOutputsAreProduced(const onnx::GraphProto& graph, const std::filesystem::path& file) {
+  std::unordered_map<std::string, bool> produced;
+  for (const auto& init : graph.initializer()) {
+    produced[init.name()] = true;
+  }
+  for (const auto& input : graph.input()) {
+    produced[input.name()] = true;
+  }
+  for (const auto& node : graph.node()) {
+    for (const auto& output : node.output()) {
+      produced[output] = true;
+    }
+  }
+  for (const auto& output : graph.output()) {
+    if (!produced.contains(output.name())) {
+      fail("{}: graph output '{}' is not produced by the graph", file.string(), output.name());
+    }
+  }
+}
+
+// ONNX's shape inference for convolutions and pooling (libonnx's convPoolShapeInference) divides by strides and
+// dilations: a zero one stops the process with SIGFPE (found by tests/fuzz/onnx_importer_fuzzer). These attributes
+// must be positive for every op that has them, so a zero or negative one is refused before inference runs.
+void checkConvPoolAttributes(const onnx::GraphProto& graph, const std::filesystem::path& file) {
+  for (int n = 0; n < graph.node_size(); ++n) {
+    const auto& node = graph.node(n);
+    for (const auto& attr : node.attribute()) {
+      if (attr.name() != "strides" && attr.name() != "dilations" && attr.name() != "kernel_shape") {
+        continue;
+      }
+      for (const std::int64_t v : attr.ints()) {
+        if (v <= 0) {
+          const std::string name = node.name().empty() ? fmt::format("{}_{}", node.op_type(), n) : node.name();
+          fail("{}: node '{}' ({}): attribute {} [{}] must hold positive values", file.string(), name, node.op_type(),
+               attr.name(), fmt::join(attr.ints(), ", "));
+        }
+      }
+    }
   }
 }
 
@@ -239,6 +285,7 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
   }
   // A model without the default domain (opset 0) has nothing to convert; its ops are reported as unsupported.
   if (opset != 0 && (opset < kMinOpset || opset > kMaxOpset)) {
+    checkGraphOutputsAreProduced(model.graph(), file);
     try {
       model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMaxOpset));
     } catch (const std::exception& e) {
@@ -246,6 +293,7 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
            file.string(), opset, kMinOpset, kMaxOpset, e.what());
     }
   }
+  checkConvPoolAttributes(model.graph(), file);
   try {
     onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {
