@@ -496,7 +496,8 @@ TEST_F(FakeDeviceTrainingTest, GradientAccumulationAndCheckpointsMatchTheCpu) {
 // Resume across device kinds (issue 17): a run of three epochs, stopped after each and resumed on the other kind
 // of device, through the Trainer, the `single` plugin and the checkpoints `strata train` writes (format 3 on
 // disk): epoch 1 on the CPU, epoch 2 resumed on the device, epoch 3 resumed on the CPU again. Its weights must
-// equal an uninterrupted CPU run's (the device runs the CPU's kernels, so bit for bit).
+// equal an uninterrupted CPU run's within 1e-5 (the device runs the CPU's op kernels; its optimizer kernel rounds
+// differently in the last bit). A lost momentum or a stale weight after either resume is off by far more.
 TEST_F(FakeDeviceTrainingTest, ARunResumedFromTheCpuOntoTheDeviceAndBackMatchesAnUninterruptedOne) {
   testing::TempDir dir;
   const auto rows = testing::separableRows(64, 1);
@@ -539,7 +540,13 @@ TEST_F(FakeDeviceTrainingTest, ARunResumedFromTheCpuOntoTheDeviceAndBackMatchesA
   leg(kFake, 2);
   EXPECT_GE(fakeOptimizerKernels().sgdCalls - sgdCallsBefore, 8) << "epoch 2's 8 steps ran on the device";
   const std::vector<float> resumed = leg(Device::cpu(), 3);
-  EXPECT_EQ(resumed, testing::parametersOf(full)) << "CPU, then the device, then the CPU again";
+  const std::vector<float> expected = testing::parametersOf(full);
+  ASSERT_EQ(resumed.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    // The device's optimizer kernel is a scalar loop, the CPU's a vectorised one: last-bit differences only.
+    ASSERT_NEAR(resumed[i], expected[i], 1e-5 * (1.0 + std::abs(expected[i])))
+        << "parameter element " << i << " after CPU, the device, then the CPU again";
+  }
 }
 
 TEST_F(FakeDeviceTrainingTest, RecordedStepsOnTheDeviceMatchTheCpu) {

@@ -5,7 +5,8 @@ scripts/netns.sh makes the namespaces PREFIX-0 and PREFIX-1 (10.231.0.1 and 10.2
   strata train --nnodes 2 --node-rank i --nproc 1 --master-addr 10.231.0.1 ...
 so rank 1 reaches the store and rank 0 over the veth link, and Gloo's TCP pairs cross it. The parameters it exports
 must equal, bit for bit, those of the same job run on one node (--nproc 2 over loopback in this namespace): same
-world size, same data shards, same reduction order. Prints the time of each run.
+world size, same data shards, same reduction order (the one-node run also runs in namespace 0, on its loopback,
+so neither run can meet a port in use on this machine). Prints the time of each run.
 
 --netem "delay 5ms loss 1%" applies that netem qdisc to both ends of the link before the two-node run; the run must
 still complete with the same parameters. Exits 77 (ctest's skip) with the reason where namespaces cannot be made or
@@ -51,25 +52,18 @@ def main() -> int:
     work = os.path.join(args.work_dir, f"netns-{args.prefix}")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    common = ["train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "16", "--epochs", "1",
+    common = ["train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", "16", "--epochs", "2",
               "--seed", "1", "--lr", "0.05", "--momentum", "0.9", "--strategy", "ddp", "--threads", "1",
               "--timeout", "60", "--master-port", args.master_port]
 
-    def run(command, what, env_extra=None):
+    def run(command, what):
         start = time.monotonic()
-        result = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout)
         took = time.monotonic() - start
         if result.returncode != 0:
             print(result.stdout, result.stderr)
             raise SystemExit(f"{what} failed with status {result.returncode}: {' '.join(command)}")
         return took
-
-    # The reference: one node, two ranks, loopback.
-    single = os.path.join(work, "single")
-    took = run([args.strata] + common + ["--nproc", "2", "--out", single, "--export", single + ".onnx"],
-               "one node")
-    print(f"one node, 2 ranks over loopback: {took:.1f} s")
-    expected = initializers(single + ".onnx")
 
     def down(*_):
         subprocess.run(netns + ["down"], env=env)
@@ -81,6 +75,13 @@ def main() -> int:
         print(f"SKIP: scripts/netns.sh up failed: {up.stdout.strip()} {up.stderr.strip()}")
         return SKIP
     try:
+        # The reference: one node, two ranks, over the loopback of namespace 0 (its own ports: no clash with
+        # anything running on this machine).
+        single = os.path.join(work, "single")
+        took = run(netns + ["exec", "0", args.strata] + common + ["--nproc", "2", "--out", single, "--export",
+                                                                  single + ".onnx"], "one node")
+        print(f"one node, 2 ranks over loopback: {took:.1f} s")
+        expected = initializers(single + ".onnx")
         if args.netem:
             netem = subprocess.run(netns + ["netem"] + args.netem.split(), env=env, capture_output=True, text=True)
             if netem.returncode != 0:
