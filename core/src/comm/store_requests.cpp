@@ -11,8 +11,8 @@ namespace {
 constexpr std::chrono::milliseconds kMaxWait = std::chrono::hours(24 * 365);
 
 // A request's key list: u32 n, then n strings. Each string takes at least its 4-byte length, so a count larger than
-// a quarter of the bytes left is refused before anything is allocated for it (a 9-byte request announcing 2^32 keys
-// made the server allocate 128 GiB).
+// a quarter of the bytes left is refused before anything is allocated for it (before, a request of a few bytes could
+// make the server allocate up to 2^32 strings, 128 GiB; found by tests/fuzz/store_protocol_fuzzer).
 std::vector<std::string> readKeys(FrameReader& in) {
   const std::uint32_t n = in.u32();
   STRATA_CHECK(n <= in.remaining() / 4, "malformed store message: {} keys announced, but only {} bytes follow", n,
