@@ -108,6 +108,7 @@ case "$cmd" in
     for t in "${selected[@]}"; do check_target "$t"; done
     build_targets
     [ -d "$build/seeds" ] || seeds
+    mkdir -p "$build/logs"
     failed=0
     for t in "${selected[@]}"; do
       # -runs=0 with directories: every input once, no mutation.
