@@ -13,9 +13,9 @@ packages=(
   libopenblas0-pthread
   dataset-fashion-mnist
   # Reliability (docs/reliability.md): the libFuzzer targets (scripts/fuzz.sh: clang, its fuzzer and sanitizer
-  # runtimes, llvm-symbolizer for the reports), the two-namespace network tests (iproute2's ip and tc) and the
-  # checkpoint durability test (strace).
-  clang-14 libclang-rt-14-dev llvm-14 iproute2 strace
+  # runtimes, llvm-symbolizer for the reports), the two-namespace network tests (iproute2's ip and tc; nftables for
+  # packet loss where the kernel has no netem) and the checkpoint durability test (strace).
+  clang-14 libclang-rt-14-dev llvm-14 iproute2 nftables strace
 )
 
 missing=()

@@ -7,6 +7,9 @@
 #   scripts/netns.sh netem ARGS...       applies `tc qdisc ... netem ARGS` (e.g. delay 5ms loss 1%) on both ends;
 #                                        fails, saying so, where the kernel has no netem qdisc
 #   scripts/netns.sh netem off           removes it
+#   scripts/netns.sh loss PERCENT        drops PERCENT% of the packets leaving each end, at random (nftables in the
+#                                        namespaces: loss without netem, for kernels that lack it); `loss off` removes it
+#   scripts/netns.sh dropped             prints how many packets the loss rules dropped (both ends)
 #   scripts/netns.sh addr I              prints node I's address
 #   scripts/netns.sh exec I CMD...       runs CMD in node I's namespace
 #   scripts/netns.sh check               exits 0 when namespaces can be made here, else prints why and exits 1
@@ -20,7 +23,7 @@ ns=("$prefix-0" "$prefix-1")
 veth=("$prefix-v0" "$prefix-v1")
 addrs=(10.231.0.1 10.231.0.2)
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ ${#prefix} -le 12 ] || { echo "NETNS_PREFIX '$prefix' is longer than 12 characters (interface names)" >&2; exit 2; }
 
 down() {
@@ -86,6 +89,27 @@ case "$cmd" in
         exit 1
       fi
     done
+    ;;
+  loss)
+    [ $# -eq 1 ] || usage
+    command -v nft > /dev/null || { echo "nft is not installed (Debian's nftables)" >&2; exit 1; }
+    for i in 0 1; do
+      ip netns exec "${ns[$i]}" nft delete table inet strata_loss 2> /dev/null || true
+      [ "$1" = off ] && continue
+      ip netns exec "${ns[$i]}" nft add table inet strata_loss
+      ip netns exec "${ns[$i]}" nft add chain inet strata_loss out '{ type filter hook output priority 0; }'
+      ip netns exec "${ns[$i]}" nft add rule inet strata_loss out oifname "${veth[$i]}" \
+        numgen random mod 100 '<' "$1" counter drop
+    done
+    ;;
+  dropped)
+    total=0
+    for i in 0 1; do
+      n=$(ip netns exec "${ns[$i]}" nft list table inet strata_loss 2> /dev/null |
+          sed -nE 's/.*counter packets ([0-9]+).*/\1/p' | head -1)
+      total=$((total + ${n:-0}))
+    done
+    echo "$total"
     ;;
   *) usage ;;
 esac

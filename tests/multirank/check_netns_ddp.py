@@ -10,7 +10,8 @@ so neither run can meet a port in use on this machine). Prints the time of each 
 
 --netem "delay 5ms loss 1%" applies that netem qdisc to both ends of the link before the two-node run; the run must
 still complete with the same parameters. Exits 77 (ctest's skip) with the reason where namespaces cannot be made or
-the kernel has no netem qdisc. The namespaces are removed at exit, also after a failure or a signal.
+the kernel has no netem qdisc. --loss 1 drops 1% of the packets leaving each end with nftables instead (loss
+without delay, where netem is missing) and fails unless some packet was dropped. The namespaces are removed at exit, also after a failure or a signal.
 """
 import argparse
 import os
@@ -39,6 +40,7 @@ def main() -> int:
     parser.add_argument("--prefix", default="strata")
     parser.add_argument("--master-port", default="29740")
     parser.add_argument("--netem", default="", help='netem arguments for the link, e.g. "delay 5ms loss 1%%"')
+    parser.add_argument("--loss", default="", help="percent of packets nftables drops on the link (no delay)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds each run may take")
     args = parser.parse_args()
 
@@ -87,8 +89,14 @@ def main() -> int:
             if netem.returncode != 0:
                 print(f"SKIP: {netem.stderr.strip()}")
                 return SKIP
+        if args.loss:
+            loss = subprocess.run(netns + ["loss", args.loss], env=env, capture_output=True, text=True)
+            if loss.returncode != 0:
+                print(f"SKIP: {loss.stderr.strip()}")
+                return SKIP
         master = subprocess.run(netns + ["addr", "0"], env=env, capture_output=True, text=True).stdout.strip()
-        link = f"veth link with netem {args.netem}" if args.netem else "veth link"
+        link = "veth link" + (f" with netem {args.netem}" if args.netem else "") + (
+            f" dropping {args.loss}% of packets (nftables)" if args.loss else "")
         nodes = []
         start = time.monotonic()
         for rank in (0, 1):
@@ -121,6 +129,12 @@ def main() -> int:
                 print(f"node {rank} ended with {status}: {' '.join(command)}")
             return 1
         print(f"two nodes in two namespaces, 1 rank each, over a {link}: {took:.1f} s")
+        if args.loss:
+            dropped = int(subprocess.run(netns + ["dropped"], env=env, capture_output=True, text=True).stdout or 0)
+            print(f"packets dropped on the link: {dropped}")
+            if dropped == 0:
+                print("the loss rule dropped no packet: the run did not meet any loss")
+                return 1
     finally:
         down()
 
