@@ -4,6 +4,7 @@
 #include <map>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <fmt/ranges.h>
 #include <onnx/checker.h>
@@ -118,17 +119,15 @@ AttributeValue convertAttribute(const onnx::AttributeProto& attr, const std::str
 // that no node, initializer or input produces (found by tests/fuzz/onnx_importer_fuzzer). A crash cannot be caught,
 // so the structure the converter relies on is checked here first, with an error that names what is wrong.
 void checkGraphOutputsAreProduced(const onnx::GraphProto& graph, const std::filesystem::path& file) {
-  std::unordered_map<std::string, bool> produced;
+  std::unordered_set<std::string> produced;
   for (const auto& init : graph.initializer()) {
-    produced[init.name()] = true;
+    produced.insert(init.name());
   }
   for (const auto& input : graph.input()) {
-    produced[input.name()] = true;
+    produced.insert(input.name());
   }
   for (const auto& node : graph.node()) {
-    for (const auto& output : node.output()) {
-      produced[output] = true;
-    }
+    produced.insert(node.output().begin(), node.output().end());
   }
   for (const auto& output : graph.output()) {
     if (!produced.contains(output.name())) {

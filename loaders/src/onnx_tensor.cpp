@@ -150,8 +150,8 @@ Tensor tensorFromProto(const onnx::TensorProto& proto, const std::string& contex
     return tensor;
   }
   if (typedValueCount(proto, *dtype) != numel) {
-    fail("{}: holds {} values but its shape {} needs {}", context, typedValueCount(proto, *dtype),
-         shapeToString(shape), numel);
+    fail("{}: holds {} values but its shape {} needs {}", context, typedValueCount(proto, *dtype), shapeToString(shape),
+         numel);
   }
   Tensor tensor = Tensor::empty(*dtype, shape, MemoryCategory::Parameters);
   switch (*dtype) {
