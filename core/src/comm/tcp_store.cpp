@@ -93,13 +93,17 @@ TcpStore::~TcpStore() {
 }
 
 std::string TcpStore::localAddress() const {
-  sockaddr_in local{};
+  sockaddr_storage local{};
   socklen_t length = sizeof(local);
-  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.sin_family != AF_INET) {
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length) != 0) {
     fail("store connection to {}: cannot read its local address: {}", address(), std::strerror(errno));
   }
-  char text[INET_ADDRSTRLEN] = {0};
-  ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
+  char text[INET6_ADDRSTRLEN] = {0};
+  const void* bytes = local.ss_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr);
+  STRATA_CHECK(::inet_ntop(local.ss_family, bytes, text, sizeof(text)) != nullptr,
+               "store connection to {}: its local address is neither IPv4 nor IPv6", address());
   return text;
 }
 
