@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "durable_files.h"
 #include "run_outputs.h"
 #include "strata/error.h"
 #include "strata/loaders/tensor_proto_io.h"
@@ -92,9 +93,13 @@ class Writer final : public StateWriter {
       return;
     }
     try {
+      syncDirectory(dir_);  // the tensor files' entries, before the manifest that lists them
       writeJsonAtomically(dir_ / "manifest.json", {{"tensors", tensors_}, {"text", text_}});
+      syncDirectory(dir_);
     } catch (const std::exception& e) {  // the commit finds no manifest and says so
       spdlog::error("{}", e.what());
+      std::error_code ignored;
+      fs::remove(dir_ / "manifest.json", ignored);
     }
   }
   Writer(const Writer&) = delete;
@@ -104,6 +109,7 @@ class Writer final : public StateWriter {
     STRATA_CHECK(!tensors_.contains(key), "checkpoint: tensor '{}' written twice", key);
     const std::string file = fmt::format("t{}.pb", tensors_.size());
     writeTensorProto(dir_ / file, tensor, key);
+    syncFile(dir_ / file);  // Note [Checkpoint durability]
     // The checksum is of the bytes as they are in the file (read back from the page cache).
     const std::string bytes = readBytes(dir_ / file);
     tensors_[key] = {{"file", file}, {"bytes", bytes.size()}, {"crc32", crc32Of(bytes)}};
@@ -205,12 +211,18 @@ class Reader final : public StateReader {
 // so at every instant RUN_DIR/checkpoint is one whole checkpoint; the old one, now in checkpoint.tmp, is removed
 // afterwards (a crash in between leaves it there, and the next save clears it). Filesystems without the exchange
 // get two renames through checkpoint.old, which exists() and open() fall back to while checkpoint is missing.
+// Before it, checkpoint.tmp's files and entries are on disk; after it, RUN_DIR's entries (Note [Checkpoint
+// durability]).
 void publish(const fs::path& temporary, const fs::path& dir) {
+  syncDirectory(temporary);
+  const fs::path runDir = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   if (!fs::exists(dir)) {
     fs::rename(temporary, dir);
+    syncDirectory(runDir);
     return;
   }
   if (::renameat2(AT_FDCWD, temporary.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+    syncDirectory(runDir);
     fs::remove_all(temporary);
     return;
   }
@@ -222,6 +234,7 @@ void publish(const fs::path& temporary, const fs::path& dir) {
   fs::remove_all(old);
   fs::rename(dir, old);
   fs::rename(temporary, dir);
+  syncDirectory(runDir);
   fs::remove_all(old);
 }
 

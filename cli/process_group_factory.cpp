@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <set>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 
 #include "strata/comm/gloo_process_group.h"
 #include "strata/comm/staging_process_group.h"
+#include "strata/comm/tcp_store.h"
 #include "strata/error.h"
 #ifdef STRATA_HAS_CUDA
 #include "strata/cuda/backend.h"
@@ -52,6 +54,22 @@ bool everyRankHasItsOwnGpu(Store& store, const RankEnvironment& rank, Device dev
 }
 #endif
 
+// Note [Gloo's address]: each rank's Gloo transport listens on one address and publishes it through the store; the
+// other ranks connect to it. Loopback (GlooOptions' default) only works while every rank is on one host: a rank on
+// another node would be told to connect to its own 127.0.0.1. The address a rank reaches the store from is the
+// interface on the route to MASTER_ADDR, which the other nodes reach too on the usual flat cluster network (and
+// 127.0.0.1 again on one host). GLOO_SOCKET_IFNAME (torch's variable) names an interface instead, for hosts whose
+// store traffic takes another network than the collectives should.
+GlooOptions glooOptionsFor(const Store& store) {
+  GlooOptions options;
+  if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface != nullptr && *iface != '\0') {
+    options.iface = iface;
+  } else if (const auto* tcp = dynamic_cast<const TcpStore*>(&store)) {
+    options.hostname = tcp->localAddress();
+  }
+  return options;
+}
+
 }  // namespace
 
 std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
@@ -71,7 +89,7 @@ std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& s
     }
   }
 #endif
-  auto gloo = std::make_unique<GlooProcessGroup>(store, rank.rank, rank.worldSize, options);
+  auto gloo = std::make_unique<GlooProcessGroup>(store, rank.rank, rank.worldSize, options, glooOptionsFor(*store));
   if (device.type == DeviceType::CPU) {
     return gloo;
   }

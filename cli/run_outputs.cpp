@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "durable_files.h"
 #include "strata/error.h"
 
 namespace strata::cli {
@@ -35,6 +36,7 @@ void writeJsonAtomically(const std::filesystem::path& file, const nlohmann::json
       fail("{}: cannot write{}", temporary, error != 0 ? fmt::format(": {}", std::strerror(error)) : std::string());
     }
   }
+  syncFile(temporary);  // the data before the name (Note [Checkpoint durability])
   std::filesystem::rename(temporary, file);
 }
 

@@ -12,6 +12,10 @@ packages=(
   # Debian's torch without a real BLAS runs on netlib's reference BLAS (50x slower sgemm): the reference tests need it.
   libopenblas0-pthread
   dataset-fashion-mnist
+  # Reliability (docs/reliability.md): the libFuzzer targets (scripts/fuzz.sh: clang, its fuzzer and sanitizer
+  # runtimes, llvm-symbolizer for the reports), the two-namespace network tests (iproute2's ip and tc; nftables for
+  # packet loss where the kernel has no netem) and the checkpoint durability test (strace).
+  clang-14 libclang-rt-14-dev llvm-14 iproute2 nftables strace
 )
 
 missing=()

@@ -9,7 +9,10 @@ namespace strata {
 std::int64_t numElements(const Shape& shape) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) {
-    n *= d;
+    // Shapes come from model files: a product past 2^63 is refused, not wrapped (undefined behaviour).
+    if (__builtin_mul_overflow(n, d, &n)) {
+      fail("shape {} has more elements than a 64-bit count holds", shapeToString(shape));
+    }
   }
   return n;
 }

@@ -4,7 +4,9 @@
 #include <map>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
+#include <fmt/ranges.h>
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
@@ -109,6 +111,81 @@ AttributeValue convertAttribute(const onnx::AttributeProto& attr, const std::str
     default:
       fail("{}: attribute '{}' has a type Strata does not support (graphs, sparse tensors, type protos)", context,
            attr.name());
+  }
+}
+
+// Note [Before the version converter]: ONNX's version converter (libonnx) builds its own IR of the graph and
+// crashes (a null dereference in graphProtoToGraph) on some graphs the checker accepts, such as a graph output
+// that no node, initializer or input produces (found by tests/fuzz/onnx_importer_fuzzer). A crash cannot be caught,
+// so the structure the converter relies on is checked here first, with an error that names what is wrong.
+void checkGraphOutputsAreProduced(const onnx::GraphProto& graph, const std::filesystem::path& file) {
+  std::unordered_set<std::string> produced;
+  for (const auto& init : graph.initializer()) {
+    produced.insert(init.name());
+  }
+  for (const auto& input : graph.input()) {
+    produced.insert(input.name());
+  }
+  for (const auto& node : graph.node()) {
+    produced.insert(node.output().begin(), node.output().end());
+  }
+  for (const auto& output : graph.output()) {
+    if (!produced.contains(output.name())) {
+      fail("{}: graph output '{}' is not produced by the graph", file.string(), output.name());
+    }
+  }
+}
+
+// ONNX's shape inference for convolutions and pooling (libonnx's convPoolShapeInference) divides by strides and
+// dilations: a zero one stops the process with SIGFPE (found by tests/fuzz/onnx_importer_fuzzer). These attributes
+// must be positive for every op that has them, so a zero or negative one is refused before inference runs.
+void checkConvPoolAttributes(const onnx::GraphProto& graph, const std::filesystem::path& file) {
+  for (int n = 0; n < graph.node_size(); ++n) {
+    const auto& node = graph.node(n);
+    for (const auto& attr : node.attribute()) {
+      if (attr.name() != "strides" && attr.name() != "dilations" && attr.name() != "kernel_shape") {
+        continue;
+      }
+      for (const std::int64_t v : attr.ints()) {
+        if (v <= 0) {
+          const std::string name = node.name().empty() ? fmt::format("{}_{}", node.op_type(), n) : node.name();
+          fail("{}: node '{}' ({}): attribute {} [{}] must hold positive values", file.string(), name, node.op_type(),
+               attr.name(), fmt::join(attr.ints(), ", "));
+        }
+      }
+    }
+  }
+}
+
+// libonnx's convolution shape inference also reads one dilation per dimension of the weight beyond the first two,
+// but has only one per spatial dimension of the input: a weight whose rank differs from the input's reads past the
+// end (a SEGV, found by tests/fuzz/onnx_importer_fuzzer). Where both ranks are known before inference (graph inputs
+// and initializers), they must agree. Note [Before the version converter] says why this is checked, not caught.
+void checkConvWeightRanks(const onnx::GraphProto& graph, const std::filesystem::path& file) {
+  std::unordered_map<std::string, int> rank;
+  for (const auto& input : graph.input()) {
+    if (input.type().has_tensor_type() && input.type().tensor_type().has_shape()) {
+      rank[input.name()] = input.type().tensor_type().shape().dim_size();
+    }
+  }
+  for (const auto& init : graph.initializer()) {
+    rank[init.name()] = init.dims_size();
+  }
+  for (int n = 0; n < graph.node_size(); ++n) {
+    const auto& node = graph.node(n);
+    const std::string& op = node.op_type();
+    const int weight = op == "QLinearConv" ? 3 : 1;
+    if ((op != "Conv" && op != "ConvTranspose" && op != "ConvInteger" && op != "QLinearConv") ||
+        node.input_size() <= weight) {
+      continue;
+    }
+    const auto data = rank.find(node.input(0));
+    const auto kernel = rank.find(node.input(weight));
+    if (data != rank.end() && kernel != rank.end() && data->second != kernel->second) {
+      const std::string name = node.name().empty() ? fmt::format("{}_{}", op, n) : node.name();
+      fail("{}: node '{}' ({}): weight '{}' has rank {} but input '{}' has rank {}; they must agree", file.string(),
+           name, op, node.input(weight), kernel->second, node.input(0), data->second);
+    }
   }
 }
 
@@ -239,6 +316,7 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
   }
   // A model without the default domain (opset 0) has nothing to convert; its ops are reported as unsupported.
   if (opset != 0 && (opset < kMinOpset || opset > kMaxOpset)) {
+    checkGraphOutputsAreProduced(model.graph(), file);
     try {
       model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMaxOpset));
     } catch (const std::exception& e) {
@@ -246,6 +324,8 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
            file.string(), opset, kMinOpset, kMaxOpset, e.what());
     }
   }
+  checkConvPoolAttributes(model.graph(), file);
+  checkConvWeightRanks(model.graph(), file);
   try {
     onnx::shape_inference::InferShapes(model);
   } catch (const std::exception& e) {

@@ -10,6 +10,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# wait_for_none
+source "$(dirname "$0")/../support/processes.sh"
 common=(--data synthetic --synthetic-samples 64 --batch-size 16 --seed 1)
 # A run that lasts until it is stopped.
 forever=(--data synthetic --synthetic-samples 64 --batch-size 16 --max-steps 100000000 --log-every 1000000)
@@ -24,16 +26,6 @@ wait_for_ranks() {
   done
   echo "expected $count ranks to start training"; cat "$file"; exit 1
 }
-# Polls until no process matches PATTERN (or fails after 10 s): nothing is left behind.
-wait_for_none() {
-  local pattern=$1
-  for _ in $(seq 100); do
-    pgrep -f -- "$pattern" > /dev/null || return 0
-    sleep 0.1
-  done
-  echo "processes left behind:"; pgrep -fa -- "$pattern"; exit 1
-}
-
 # (a) Two ranks train; every line carries its rank; rank 0 writes RUN_DIR with both ranks' figures.
 timeout 300 "$strata" train "${common[@]}" --max-steps 2 --nproc 2 --out "$work/ok" > "$work/ok.out" 2> "$work/ok.err"
 grep -q '^\[rank 0\] ' "$work/ok.out" || { echo "no [rank 0] lines"; cat "$work/ok.out"; exit 1; }

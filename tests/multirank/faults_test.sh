@@ -19,36 +19,12 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# wait_for_line, wait_for_none, rank_pid
+source "$(dirname "$0")/../support/processes.sh"
 # A DDP run that lasts until it is stopped; 4 steps per epoch, so "epoch N:" lines show it is training.
 forever=(--data synthetic --synthetic-samples 256 --batch-size 16 --seed 1 --max-steps 100000000 --log-every 1000000
          --strategy ddp --threads 1 --master-port "$port")
 
-# Polls until FILE has a line matching PATTERN (or fails after 60 s).
-wait_for_line() {
-  local file=$1 pattern=$2
-  for _ in $(seq 600); do
-    grep -Eq -- "$pattern" "$file" 2> /dev/null && return 0
-    sleep 0.1
-  done
-  echo "no line matching '$pattern' within 60 s:"; cat "$file"; exit 1
-}
-# The pid of rank RANK among the processes whose command line holds MARKER (its RANK variable).
-rank_pid() {
-  local marker=$1 rank=$2
-  for pid in $(pgrep -f -- "$marker"); do
-    if tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx "RANK=$rank"; then echo "$pid"; return 0; fi
-  done
-  echo "no process of rank $rank found"; pgrep -fa -- "$marker"; exit 1
-}
-# Polls until no process matches MARKER (or fails after 10 s).
-wait_for_none() {
-  local marker=$1
-  for _ in $(seq 100); do
-    pgrep -f -- "$marker" > /dev/null || return 0
-    sleep 0.1
-  done
-  echo "processes left behind:"; pgrep -fa -- "$marker"; exit 1
-}
 # Fails unless the job's stderr (FILE) matches PATTERN.
 expect() {
   local file=$1 pattern=$2

@@ -13,6 +13,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# wait_for_line, wait_for_none
+source "$(dirname "$0")/../support/processes.sh"
 # The plugin directory under $work: it appears on every rank's and role's command line (--plugin-dir), so
 # `pgrep -f $work` finds whatever this test left running.
 ln -s "$(cd "$plugin_dir" && pwd)" "$work/plugins"
@@ -20,25 +22,6 @@ echo_role=(--strategy echo_role --plugin-dir "$work/plugins")
 common=(--data synthetic --synthetic-samples 64 --batch-size 16 --seed 1)
 # A port per job, away from the default 29500 other tests use.
 port() { echo $((20000 + RANDOM % 20000)); }
-
-# Polls until no process matches PATTERN (or fails after 10 s): nothing is left behind.
-wait_for_none() {
-  local pattern=$1
-  for _ in $(seq 100); do
-    pgrep -f -- "$pattern" > /dev/null || return 0
-    sleep 0.1
-  done
-  echo "processes left behind:"; pgrep -fa -- "$pattern"; exit 1
-}
-# Polls until FILE matches REGEX (or fails after 60 s).
-wait_for_line() {
-  local file=$1 regex=$2
-  for _ in $(seq 600); do
-    grep -Eq -- "$regex" "$file" 2> /dev/null && return 0
-    sleep 0.1
-  done
-  echo "expected a line matching '$regex' in $file:"; cat "$file"; exit 1
-}
 
 # (a) Two workers, two echo-servers: every rank reaches both servers at the endpoints they published; the servers
 # are asked to stop once the workers are done, and nothing is left running.

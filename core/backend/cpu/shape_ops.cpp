@@ -429,7 +429,9 @@ std::vector<TensorMeta> inferReshape(const ShapeContext& ctx) {
       }
     }
     out[i] = v;
-    known *= v;
+    if (__builtin_mul_overflow(known, v, &known)) {
+      ctx.error(fmt::format("shape {} has more elements than a 64-bit count holds", listToString(target)));
+    }
   }
   if (allowZero && hasZero && inferAt >= 0) {
     ctx.error(fmt::format("shape {} has both 0 and -1 with allowzero=1", listToString(target)));

@@ -41,6 +41,7 @@ class FrameReader {
   std::string string();
   Bytes bytes();
   bool done() const { return pos_ == payload_.size(); }
+  std::size_t remaining() const { return payload_.size() - pos_; }
 
  private:
   const std::uint8_t* take(std::size_t n);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <thread>
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -89,6 +90,21 @@ TcpStore::~TcpStore() {
     ::close(fd_);
   }
   // server_ (if any) stops its thread and closes the remaining connections.
+}
+
+std::string TcpStore::localAddress() const {
+  sockaddr_storage local{};
+  socklen_t length = sizeof(local);
+  if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &length) != 0) {
+    fail("store connection to {}: cannot read its local address: {}", address(), std::strerror(errno));
+  }
+  char text[INET6_ADDRSTRLEN] = {0};
+  const void* bytes = local.ss_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr);
+  STRATA_CHECK(::inet_ntop(local.ss_family, bytes, text, sizeof(text)) != nullptr,
+               "store connection to {}: its local address is neither IPv4 nor IPv6", address());
+  return text;
 }
 
 std::string TcpStore::address() const {

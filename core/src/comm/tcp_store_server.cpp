@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstring>
 
 #include <arpa/inet.h>
@@ -66,12 +65,8 @@ void TcpStoreServer::run() {
       fds.push_back({fd, POLLIN, 0});
     }
     int timeoutMs = -1;
-    if (!waiters_.empty()) {
-      auto next = waiters_.front().deadline;
-      for (const Waiter& w : waiters_) {
-        next = std::min(next, w.deadline);
-      }
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - std::chrono::steady_clock::now());
+    if (const auto next = requests_.nextDeadline()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*next - std::chrono::steady_clock::now());
       timeoutMs = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60'000));
     }
     const int ready = ::poll(fds.data(), fds.size(), timeoutMs);
@@ -90,7 +85,7 @@ void TcpStoreServer::run() {
         dropClient(fds[i].fd);
       }
     }
-    answerWaiters();
+    requests_.answerWaiters(std::chrono::steady_clock::now());
   }
 }
 
@@ -120,116 +115,14 @@ bool TcpStoreServer::readClient(int fd) {
   Bytes& buffer = it->second;
   buffer.insert(buffer.end(), chunk, chunk + n);
   try {
-    while (buffer.size() >= 4) {
-      Bytes header(buffer.begin(), buffer.begin() + 4);
-      const std::uint32_t size = FrameReader(header).u32();
-      if (size > kMaxFrameBytes) {
-        return false;
-      }
-      if (buffer.size() < 4 + static_cast<std::size_t>(size)) {
-        break;
-      }
-      Bytes payload(buffer.begin() + 4, buffer.begin() + 4 + size);
-      buffer.erase(buffer.begin(), buffer.begin() + 4 + size);
-      handle(fd, payload);
+    while (std::optional<Bytes> payload = takeFrame(buffer)) {
+      requests_.handle(fd, *payload, std::chrono::steady_clock::now());
     }
   } catch (const std::exception& e) {
     spdlog::warn("store server: dropping a client: {}", e.what());
     return false;
   }
   return true;
-}
-
-std::vector<std::string> TcpStoreServer::missing(const std::vector<std::string>& keys) const {
-  std::vector<std::string> out;
-  for (const std::string& key : keys) {
-    if (!data_.contains(key)) {
-      out.push_back(key);
-    }
-  }
-  return out;
-}
-
-void TcpStoreServer::handle(int fd, const Bytes& payload) {
-  FrameReader in(payload);
-  const auto command = static_cast<StoreCommand>(in.u8());
-  Bytes out;
-  switch (command) {
-    case StoreCommand::Set: {
-      std::string key = in.string();
-      data_[std::move(key)] = in.bytes();
-      reply(fd, out);
-      answerWaiters();
-      return;
-    }
-    case StoreCommand::Get: {
-      const auto it = data_.find(in.string());
-      putU8(out, it != data_.end() ? 1 : 0);
-      putBytes(out, it != data_.end() ? it->second : Bytes{});
-      reply(fd, out);
-      return;
-    }
-    case StoreCommand::Add: {
-      std::string key = in.string();
-      const std::int64_t delta = in.i64();
-      Bytes& stored = data_[key];
-      std::int64_t value = 0;
-      if (!stored.empty()) {
-        const char* begin = reinterpret_cast<const char*>(stored.data());
-        const auto [end, ec] = std::from_chars(begin, begin + stored.size(), value);
-        STRATA_CHECK(ec == std::errc() && end == begin + stored.size(), "key '{}' does not hold a counter", key);
-      }
-      value += delta;
-      const std::string text = std::to_string(value);
-      stored.assign(text.begin(), text.end());
-      putI64(out, value);
-      reply(fd, out);
-      answerWaiters();
-      return;
-    }
-    case StoreCommand::Check: {
-      std::vector<std::string> keys(in.u32());
-      for (std::string& key : keys) {
-        key = in.string();
-      }
-      putU8(out, missing(keys).empty() ? 1 : 0);
-      reply(fd, out);
-      return;
-    }
-    case StoreCommand::Wait: {
-      const std::int64_t timeoutMs = in.i64();
-      std::vector<std::string> keys(in.u32());
-      for (std::string& key : keys) {
-        key = in.string();
-      }
-      waiters_.push_back(
-          {fd, std::move(keys), std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs)});
-      answerWaiters();
-      return;
-    }
-  }
-  fail("unknown store command {}", static_cast<int>(command));
-}
-
-void TcpStoreServer::answerWaiters() {
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<std::pair<int, Bytes>> replies;
-  std::erase_if(waiters_, [&](const Waiter& w) {
-    const std::vector<std::string> left = missing(w.keys);
-    if (!left.empty() && now < w.deadline) {
-      return false;
-    }
-    Bytes out;
-    putU32(out, static_cast<std::uint32_t>(left.size()));
-    for (const std::string& key : left) {
-      putString(out, key);
-    }
-    replies.emplace_back(w.fd, std::move(out));
-    return true;
-  });
-  for (const auto& [fd, out] : replies) {
-    reply(fd, out);
-  }
 }
 
 void TcpStoreServer::reply(int fd, const Bytes& payload) {
@@ -242,7 +135,7 @@ void TcpStoreServer::reply(int fd, const Bytes& payload) {
 }
 
 void TcpStoreServer::dropClient(int fd) {
-  std::erase_if(waiters_, [fd](const Waiter& w) { return w.fd == fd; });
+  requests_.dropClient(fd);
   clients_.erase(fd);
   ::close(fd);
 }

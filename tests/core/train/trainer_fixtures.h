@@ -31,7 +31,8 @@ inline constexpr std::int64_t kClasses = 4;
 
 // x[N,8] -> Gemm(16) -> Relu -> Gemm(4) -> y[N,4]: no batch norm, so a batch split over ranks or micro-batches has
 // exactly the gradient of the whole batch.
-inline TrainingPlan mlpPlan(const TempDir& dir, std::int64_t batch, UnitPartition units = {}) {
+inline TrainingPlan mlpPlan(const TempDir& dir, std::int64_t batch, UnitPartition units = {},
+                            Device device = Device::cpu()) {
   onnx::ModelProto model = emptyModel();
   setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {-1, kFeatures});
   addInitializer(model, "fc1.weight", {16, kFeatures}, randomValues(16 * kFeatures, 11, 0.5f));
@@ -46,6 +47,7 @@ inline TrainingPlan mlpPlan(const TempDir& dir, std::int64_t batch, UnitPartitio
   options.inputMetas = {TensorMeta{DType::Float32, {batch, kFeatures}}};
   options.seededLoss = true;
   options.units = units;
+  options.device = device;
   static int counter = 0;
   return TrainingPlan(importOnnx(save(model, dir.path() / ("mlp" + std::to_string(counter++) + ".onnx"))), options);
 }

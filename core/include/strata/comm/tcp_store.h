@@ -53,6 +53,9 @@ class TcpStore final : public Store {
   std::uint16_t port() const { return port_; }
   // "host:port", for messages.
   std::string address() const;
+  // The IP address of this process's end of the store connection: the local interface that reaches MASTER_ADDR
+  // (127.0.0.1 when the master is on this host's loopback). Gloo binds its pairs there (Note [Gloo's address]).
+  std::string localAddress() const;
 
  private:
   // Sends one request frame and returns the response frame; `responseTimeout` bounds the wait for the reply.
