@@ -5,6 +5,8 @@ Trains the bundled CNN on synthetic data for 5 SGD steps with momentum: once in 
 with `--nproc N --strategy ddp` and batch B per rank and K micro-batches (--grad-accum K). The data loader gives
 rank r the samples r, r+N, r+2N, ... of each epoch's permutation, so every step both runs see the same samples.
 Every parameter of the two exported models must agree within --tolerance (relative error).
+With --nnodes K the ranks are K launcher processes of --nproc ranks each on this machine (--nnodes K --node-rank i
+--master-addr 127.0.0.1), as K nodes would run them. With --precision bf16 both runs train in mixed precision.
 With --device cuda both runs train on the GPU (fp32, TF32 off); the N ranks then share this machine's GPU(s) and,
 when there are fewer GPUs than ranks, reduce through Gloo with host staging. Exit code 77 (ctest: skipped) when
 the machine has no usable GPU.
@@ -19,12 +21,28 @@ import onnx
 from onnx import numpy_helper
 
 
-def train(strata, out, batch, extra, lr="0.05"):
+def train(strata, out, batch, extra, lr="0.05", nodes=None):
+    """One job; with nodes=(nnodes, port), one launcher process per node on this machine (node 0 exports)."""
     command = [strata, "train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", str(batch),
                "--max-steps", "5", "--seed", "1", "--lr", lr, "--momentum", "0.9", "--lr-schedule", "constant",
                "--out", out, "--export", out + ".onnx"] + extra
+    others = []
+    if nodes is not None:
+        nnodes, port = nodes
+        cluster = ["--nnodes", str(nnodes), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+        for node in range(1, nnodes):
+            other = [a if a != out else f"{out}-node{node}" for a in command] + cluster + ["--node-rank", str(node)]
+            others.append((other, subprocess.Popen(other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                   text=True)))
+        command = command + cluster + ["--node-rank", "0"]
     result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
+    failed = result.returncode != 0
+    for other, process in others:
+        output, _ = process.communicate(timeout=300)
+        if process.returncode != 0:
+            print(output)
+            failed = True
+    if failed:
         print(result.stdout, result.stderr)
         raise SystemExit(f"{' '.join(command)} failed")
     return {i.name: numpy_helper.to_array(i) for i in onnx.load(out + ".onnx").graph.initializer}
@@ -41,8 +59,13 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--strategy", default="ddp", help="ddp, or fsdp:LEVEL (shard=LEVEL)")
     parser.add_argument("--optimizer", default="sgd")
+    parser.add_argument("--precision", default="fp32", help="of both runs: fp32, or bf16 (mixed precision)")
+    parser.add_argument("--strategy-opt", action="append", default=[], help="more fsdp options (key=value)")
+    parser.add_argument("--nnodes", type=int, default=1,
+                        help="run the ranks as this many launcher processes (nodes) of --nproc ranks each")
+    parser.add_argument("--master-port", type=int, default=29640)
     args = parser.parse_args()
-    device = ["--device", args.device, "--precision", "fp32"]
+    device = ["--device", args.device, "--precision", args.precision]
     if args.device != "cpu":
         probe = subprocess.run([args.strata, "run", "--device", args.device], capture_output=True, text=True)
         if probe.returncode != 0 and any(why in probe.stderr for why in ("cannot use CUDA", "without the CUDA backend")):
@@ -50,7 +73,8 @@ def main() -> int:
             return 77
     os.makedirs(args.work_dir, exist_ok=True)
     strategy = args.strategy.replace(":", "-")
-    tag = f"{strategy}-{args.optimizer}-n{args.nproc}k{args.grad_accum}-{args.device}"
+    tag = (f"{strategy}-{args.optimizer}-n{args.nproc}x{args.nnodes}k{args.grad_accum}-{args.device}-{args.precision}"
+           + "".join(f"-{o.replace('=', '')}" for o in args.strategy_opt))
     # Adam divides by the gradients' running RMS, which amplifies float32 reduction-order differences at a high lr.
     device += ["--optimizer", args.optimizer]
     lr = "0.05" if args.optimizer == "sgd" else "0.002"
@@ -60,14 +84,17 @@ def main() -> int:
         name, level = args.strategy.split(":")
         # Units of >= 20000 elements: the bundled CNN (421642 parameters) in several units, some padded.
         options = ["--strategy", name, "--strategy-opt", f"shard={level}", "--strategy-opt", "unit_params=20000"]
+        for extra in args.strategy_opt:
+            options += ["--strategy-opt", extra]
     single = train(args.strata, os.path.join(args.work_dir, f"single-{tag}"),
-                   args.batch * args.nproc * args.grad_accum, ["--threads", "1"] + device, lr)
+                   args.batch * args.nproc * args.nnodes * args.grad_accum, ["--threads", "1"] + device, lr)
     ranks = train(args.strata, os.path.join(args.work_dir, f"ranks-{tag}"), args.batch,
                   ["--nproc", str(args.nproc), "--grad-accum", str(args.grad_accum), "--threads", "1"] + options
-                  + device, lr)
+                  + device, lr, (args.nnodes, args.master_port) if args.nnodes > 1 else None)
     worst = max((float(np.linalg.norm(ranks[k] - v) / np.linalg.norm(v)), k) for k, v in single.items())
-    print(f"{args.strategy} with {args.optimizer}, {args.nproc} ranks x {args.grad_accum} micro-batches vs one "
-          f"process: worst relative error {worst[0]:.2e} ({worst[1]})")
+    print(f"{args.strategy} {' '.join(args.strategy_opt)} with {args.optimizer}, {args.nnodes} node(s) x "
+          f"{args.nproc} ranks x {args.grad_accum} micro-batches, {args.precision}, vs one process: worst relative "
+          f"error {worst[0]:.2e} ({worst[1]})")
     return 0 if worst[0] <= args.tolerance else 1
 
 
