@@ -63,6 +63,11 @@ StrategyRequirements FsdpStrategy::requirements(const StrategyQuery& query) {
         "the same ranks on every node (this job: {} rank(s) on {} node(s)); on one node use shard=full",
         query.worldSize, query.nodes);
   }
+  if (options.hybrid && query.worldSize == query.nodes && options.accumulate == AccumulateIn::Sharded) {
+    fail(
+        "fsdp: shard=hybrid with one rank per node shards nothing (it is DDP), so accumulate=sharded has no shard to "
+        "add into; use accumulate=local");
+  }
   StrategyRequirements requirements;
   requirements.units = options.unitsByModule ? UnitPartition{UnitPartition::Kind::ByModule, 0}
                                              : UnitPartition{UnitPartition::Kind::ByParameterCount, options.unitParams};
@@ -506,6 +511,7 @@ void FsdpStrategy::teardown() {
 
 }  // namespace strata::plugins::fsdp
 
-STRATA_EXPORT_STRATEGY(strata::plugins::fsdp::FsdpStrategy, "fsdp", "0.1.0",
+STRATA_EXPORT_STRATEGY(strata::plugins::fsdp::FsdpStrategy, "fsdp", "0.2.0",
                        "fully sharded data parallel: parameters, gradients and optimizer state sharded by unit "
-                       "(shard=full|grad_op|none), gathered per unit with prefetch, gradients reduce-scattered")
+                       "(shard=full|grad_op|none|hybrid), gathered per unit with prefetch, gradients "
+                       "reduce-scattered (reduce_dtype=bf16|fp16: in 16 bits)")

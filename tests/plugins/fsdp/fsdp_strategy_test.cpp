@@ -221,6 +221,18 @@ TEST(FsdpOptionsTest, BadOptionsSayWhatIsKnown) {
                 .find("shard=hybrid shards within a node and replicates across nodes, so "
                       "it needs --nnodes 2 or more"),
             std::string::npos);
+  const auto hybridMessage = [&](std::map<std::string, std::string> options, int world, int nodes) {
+    try {
+      strategy->requirements(StrategyQuery{std::move(options), world, nodes});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(hybridMessage({{"shard", "hybrid"}}, 4, 2), "no error");
+  EXPECT_NE(hybridMessage({{"shard", "hybrid"}}, 5, 2).find("the same ranks on every node"), std::string::npos);
+  EXPECT_NE(hybridMessage({{"shard", "hybrid"}, {"accumulate", "sharded"}}, 2, 2).find("use accumulate=local"),
+            std::string::npos);
   EXPECT_NE(message({{"reduce_dtype", "int8"}}).find("reduce_dtype=int8 (known: fp32, bf16, fp16)"), std::string::npos);
   EXPECT_NE(message({{"offload", "disk"}}).find("offload=disk (known: none, optimizer, params)"), std::string::npos);
   EXPECT_NE(
