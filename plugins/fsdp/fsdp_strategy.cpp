@@ -13,8 +13,9 @@ namespace {
 // Note [16-bit collectives]: with reduce_dtype=bf16|fp16 a unit's shard is rounded to 16 bits before its
 // all-gather and its gradients before their reduce-scatter (summed in 16 bits, as NCCL does), which halves the bytes
 // on the wire and in the gathered copies; the shards, the optimizer and its state stay float32 (master weights), and
-// the gathered parameters are widened back into the float32 flat buffer the plan reads. The conversions run on the
-// host (the SDK has no cast kernel), so the option is CPU only for now.
+// the gathered parameters are widened back into the float32 flat buffer the plan reads. Evaluation and export
+// gather the float32 shards as they are, so an exported model carries the master weights, not their 16-bit
+// rounding. The conversions run on the host (the SDK has no cast kernel), so the option is CPU only for now.
 float widened(const Tensor& t, std::int64_t i) {
   const std::uint16_t bits = t.data<std::uint16_t>()[i];
   return t.dtype() == DType::BFloat16 ? bfloat16ToFloat(bits) : halfToFloat(bits);
@@ -236,7 +237,15 @@ void FsdpStrategy::createShards() {
     }
     slices.push_back(ParameterSlice{unit.shardParameters, unit.shardGradients});
   }
-  shardOptimizer_ = context_->optimizers().create(std::move(slices));
+  // Note [Sharded optimizers] (strata/sdk/optimizer.h): the shards of group_ hold every gradient once, so clipping
+  // and fp16 loss scaling see the norm summed over group_ (hybrid's replicas hold the same shards).
+  shardOptimizer_ = context_->optimizers().createSharded(std::move(slices), [this](double local) {
+    Tensor host = Tensor::empty(DType::Float64, {1});
+    *host.data<double>() = local;
+    Tensor sum = host.to(context_->parameters().device(), MemoryCategory::Communication);
+    group_->allReduce(sum, ReduceOp::Sum)->wait(timeout_);
+    return *sum.to(Device::cpu()).data<double>();
+  });
   // What the memory bound depends on (docs/plugins.md): the largest unit, and the zeros that pad the shards.
   std::int64_t largest = 0;
   std::int64_t padding = 0;
@@ -297,13 +306,15 @@ void FsdpStrategy::launchGather(Unit& unit) {
   store.materializeParameters(unit.group);
   Tensor destination = store.flatParameters(unit.group);
   Tensor source = unit.shardParameters;
-  if (options_.reduceType) {
+  // Evaluation and export gather the float32 master weights themselves (Note [16-bit collectives]).
+  const bool sixteenBit = options_.reduceType.has_value() && !evaluating_;
+  if (sixteenBit) {
     unit.gatherSource =
         Tensor::empty(*options_.reduceType, {unit.shard}, MemoryCategory::Communication, destination.device());
     convertInto(unit.gatherSource, unit.shardParameters);
     source = unit.gatherSource;
   }
-  if (unit.shard * ranks_ != unit.elements || options_.reduceType) {
+  if (unit.shard * ranks_ != unit.elements || sixteenBit) {
     unit.gatherBuffer =
         Tensor::empty(source.dtype(), {unit.shard * ranks_}, MemoryCategory::Communication, destination.device());
     destination = unit.gatherBuffer;
@@ -486,6 +497,7 @@ void FsdpStrategy::beforeEvaluate() {
   if (!sharded()) {
     return;
   }
+  evaluating_ = true;
   for (Unit& unit : units_) {
     launchGather(unit);
   }
@@ -500,6 +512,7 @@ void FsdpStrategy::afterEvaluate() {
   if (!sharded()) {
     return;
   }
+  evaluating_ = false;
   for (Unit& unit : units_) {
     releaseParameters(unit);
   }

@@ -86,6 +86,7 @@ class FsdpStrategy final : public Strategy {
   ProcessGroup* group_ = nullptr;     // the ranks the units are sharded over: the world, or this node (hybrid)
   ProcessGroup* replicas_ = nullptr;  // hybrid: the ranks holding the same shard on the other nodes
   int replica_ = 0;                   // hybrid: this rank's node
+  bool evaluating_ = false;           // between beforeEvaluate and afterEvaluate: gathers in full precision
   FsdpOptions options_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
   int rank_ = 0;   // within group_

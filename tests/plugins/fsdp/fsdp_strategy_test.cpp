@@ -188,6 +188,24 @@ TEST(FsdpReduceDtypeTest, SixteenBitCollectivesStayNearOneProcess) {
   }
 }
 
+// Note [Sharded optimizers]: gradient clipping on shards uses the norm over every rank's shard, so it clips exactly
+// as one process clipping the whole gradient does (a norm of the local shard alone would clip differently).
+TEST(FsdpShardedOptimizerTest, ClipsByTheGlobalNorm) {
+  testing::TempDir dir;
+  const auto rows = testing::separableRows(48, 8);
+  for (const auto& [shard, world, kind] :
+       {std::tuple{"full", 3, OptimizerKind::Adam}, std::tuple{"grad_op", 2, OptimizerKind::Sgd}}) {
+    TrainerOptions options = optionsFor(kind, 4, 1);
+    options.optimizer.maxGradNorm = 0.05;  // below the gradients' norm: every step clips
+    const std::vector<float> expected = referenceRun(dir, rows, options);
+    const std::vector<testing::RankOutcome> ranks = testing::trainThreadRanks(
+        dir, world, "fsdp", {{"shard", shard}, {"units", "module"}}, options, rows, kRowsPerStep / world);
+    for (int r = 0; r < world; ++r) {
+      expectNear(ranks[r].parameters, expected, 1e-5, fmt::format("{} on {} ranks, rank {}", shard, world, r));
+    }
+  }
+}
+
 // Note [Offload on the CPU]: offloading to host memory on the CPU backend changes nothing, and the run says so.
 TEST(FsdpOffloadTest, IsANoOpOnTheCpuThatTheSummaryRecords) {
   testing::TempDir dir;
