@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""FSDP step time and per-rank memory beside DDP: Strata's `fsdp` plugin (shard=full, grad_op) against Strata's `ddp`,
-2 ranks x 1 thread, Gloo, same per-rank batch, Adam, rounds interleaved; medians of the per-step times rank 0 logs
-after two warm-up steps, and rank 0's training-time model-state peaks (parameters, gradients, optimizer state) from
-summary.json.
+"""FSDP step time and per-rank memory beside DDP and beside PyTorch, in one run: Strata's `fsdp` plugin (shard=full,
+grad_op; module units) against Strata's `ddp`, and each against PyTorch's DistributedDataParallel and FSDP2
+(torch.distributed.fsdp.fully_shard, the same module units, reshard_after_forward True for full and False for
+grad_op), 2 ranks x 1 thread, gloo, same per-rank batch, Adam, rounds interleaved. Figures: medians of the per-step
+times rank 0 logs after two warm-up steps; how much of the all-gather and reduce-scatter time was hidden behind
+compute (1 - time blocked / time the collectives ran, Strata's `communication_s` and `collective_s`); rank 0's
+training model-state peak (parameters, gradients, optimizer state) and training peak from summary.json.
 
-PyTorch FSDP2 (torch.distributed.fsdp.fully_shard) is the peer this benchmark should also run; it needs the current
-PyTorch (../shared/tools/peer-torch.sh). Without it (Debian's torch 1.13 has no fully_shard) the peer row says so.
+The PyTorch peer (bench/torch_fsdp_peer.py) needs a current PyTorch: `eval "$(../shared/tools/peer-torch.sh)"`
+sets $PEER_PY, which this script uses (--peer-python); without it the peer columns are empty.
 """
 import argparse
 import json
@@ -19,12 +22,15 @@ import torchvision
 
 CASES = {
     "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), (16, 3, 32, 32)),
-    "convnext_tiny": (lambda: torchvision.models.convnext_tiny(num_classes=10), (8, 3, 32, 32)),
+    # Stochastic depth off: random drop-path does not export to ONNX (the peer runs the same model).
+    "convnext_tiny": (lambda: torchvision.models.convnext_tiny(num_classes=10, stochastic_depth_prob=0.0),
+                      (8, 3, 32, 32)),
 }
-STRATEGIES = [("ddp", []), ("fsdp grad_op", ["--strategy-opt", "shard=grad_op"]),
-              ("fsdp full", ["--strategy-opt", "shard=full"]),
-              ("fsdp full 1M", ["--strategy-opt", "shard=full", "--strategy-opt", "unit_params=1000000"]),
-              ("fsdp grad_op 1M", ["--strategy-opt", "shard=grad_op", "--strategy-opt", "unit_params=1000000"])]
+# label: (Strata options, the PyTorch peer's mode or None)
+STRATEGIES = {"ddp": ([], "ddp"), "fsdp grad_op": (["--strategy-opt", "shard=grad_op"], "grad_op"),
+              "fsdp full": (["--strategy-opt", "shard=full"], "full"),
+              "fsdp full 1M": (["--strategy-opt", "shard=full", "--strategy-opt", "unit_params=1000000"], None),
+              "fsdp grad_op 1M": (["--strategy-opt", "shard=grad_op", "--strategy-opt", "unit_params=1000000"], None)}
 
 
 def strata_run(strata, model, shape, steps, work, port, strategy, options):
@@ -42,20 +48,42 @@ def strata_run(strata, model, shape, steps, work, port, strategy, options):
     breakdown = rank0["training_memory_breakdown"]
     state = breakdown["parameters"] + breakdown["gradients"] + breakdown["optimizer_state"]
     times = [r["step_time_ms"] for r in records if r["type"] == "step" and r["step"] > 2]
-    return statistics.median(times), state, rank0["training_peak_memory_bytes"], rank0.get("communication_s", 0.0)
+    collective = rank0.get("collective_s", 0.0)
+    hidden = 1 - rank0.get("communication_s", 0.0) / collective if collective > 0 else float("nan")
+    return statistics.median(times), state, rank0["training_peak_memory_bytes"], hidden
+
+
+def peer_run(python, model, shape, steps, port, mode):
+    """PyTorch's median step time (ms) in this mode, or None without a peer."""
+    if not python:
+        return None
+    peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_fsdp_peer.py")
+    result = subprocess.run([python, peer, "--model", model, "--mode", mode, "--batch", str(shape[0]), "--steps",
+                             str(steps), "--port", str(port)], check=True, capture_output=True, text=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def peer_version(python):
+    if not python:
+        return "no PyTorch peer (set $PEER_PY: eval \"$(../shared/tools/peer-torch.sh)\")"
+    result = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    return f"PyTorch peer {result.stdout.strip()} ({python})"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", default=os.path.join(os.path.dirname(__file__), "..", "build", "cli", "strata"))
     parser.add_argument("--models", default="resnet18,convnext_tiny")
+    parser.add_argument("--strategies", default="ddp,fsdp grad_op,fsdp full")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--peer-python", default=os.environ.get("PEER_PY", ""))
     args = parser.parse_args()
-    has_fsdp2 = hasattr(torch.distributed, "fsdp") and hasattr(torch.distributed.fsdp, "fully_shard")
-    print(f"torch {torch.__version__} (FSDP2 peer: {'available' if has_fsdp2 else 'not installed: run peer-torch.sh'})"
-          f", 2 ranks x 1 thread, gloo, Adam, {args.rounds} rounds x {args.steps} steps")
-    print(f"{'model':<14}{'strategy':<17}{'step ms':>9}{'vs ddp':>8}{'model state MiB':>17}{'train peak MiB':>16}")
+    labels = args.strategies.split(",")
+    print(f"{peer_version(args.peer_python)}; Strata {args.strata}; 2 ranks x 1 thread, gloo, Adam, "
+          f"{args.rounds} rounds x {args.steps} steps")
+    print(f"{'model':<14}{'strategy':<17}{'strata ms':>10}{'vs ddp':>8}{'torch ms':>10}{'torch vs ddp':>13}"
+          f"{'strata/torch':>13}{'hidden':>8}{'model state MiB':>17}{'train peak MiB':>16}")
     port = 29711
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
@@ -64,17 +92,31 @@ def main():
             path = os.path.join(tmp, f"{name}.onnx")
             torch.onnx.export(constructor().train(), torch.randn(*shape), path, opset_version=17,
                               do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
-            results = {label: [] for label, _ in STRATEGIES}
+            results = {label: [] for label in labels}
+            peers = {label: [] for label in labels}
             for _ in range(args.rounds):
-                for label, options in STRATEGIES:
+                for label in labels:
+                    options, mode = STRATEGIES[label]
                     port += 1
                     results[label].append(strata_run(args.strata, path, shape, args.steps, tmp, port, label, options))
+                    if mode is not None:
+                        port += 1
+                        peer = peer_run(args.peer_python, name, shape, args.steps, port, mode)
+                        if peer is not None:
+                            peers[label].append(peer["step_ms"])
             ddp_ms = statistics.median(r[0] for r in results["ddp"])
-            for label, _ in STRATEGIES:
+            torch_ddp_ms = statistics.median(peers["ddp"]) if peers.get("ddp") else None
+            for label in labels:
                 ms = statistics.median(r[0] for r in results[label])
+                hidden = statistics.median(r[3] for r in results[label])
                 state = results[label][-1][1] / 2**20
                 peak = results[label][-1][2] / 2**20
-                print(f"{name:<14}{label:<17}{ms:>9.1f}{ms / ddp_ms:>8.2f}{state:>17.1f}{peak:>16.1f}")
+                torch_ms = statistics.median(peers[label]) if peers[label] else None
+                peer_cols = (f"{torch_ms:>10.1f}{torch_ms / torch_ddp_ms:>13.2f}{ms / torch_ms:>13.2f}"
+                             if torch_ms and torch_ddp_ms else f"{'-':>10}{'-':>13}{'-':>13}")
+                hidden_col = f"{100 * hidden:>7.0f}%" if hidden == hidden else f"{'-':>8}"
+                print(f"{name:<14}{label:<17}{ms:>10.1f}{ms / ddp_ms:>8.2f}{peer_cols}{hidden_col}{state:>17.1f}"
+                      f"{peak:>16.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,13 @@
 #include "strata/graphs/specialize.h"
 #include "strata/loaders/onnx_importer.h"
 #include "strata/op_registry.h"
+#include "strategy_inspection.h"
 
 namespace strata::cli {
 namespace {
 
-void inspect(const ModelOptions& options) {
+void inspect(const ModelOptions& options, const StrategyInspection& strategy) {
+  checkStrategyInspection(strategy);
   applyThreads(options);
   const std::string path = options.modelPath.empty() ? defaultModelPath() : options.modelPath;
   const Graph graph = importOnnx(path, ImportOptions{.runChecker = true, .requireSupportedOps = false});
@@ -91,16 +93,22 @@ void inspect(const ModelOptions& options) {
   fmt::print("plan: {} steps ({} nodes folded at load), peak activation memory {} ({} bytes)\n", program.steps.size(),
              graph.nodes.size() - specialised.nodes.size(), humanBytes(program.peakActivationBytes),
              program.peakActivationBytes);
+  printStrategyMemory(strategy, graph, specializeOptions.inputMetas);
 }
 
 }  // namespace
 
 void addInspectCommand(CLI::App& app) {
   auto options = std::make_shared<ModelOptions>();
-  CLI::App* command = app.add_subcommand("inspect", "show a model's ops, parameters, FLOPs and plan memory");
+  auto strategy = std::make_shared<StrategyInspection>();
+  CLI::App* command = app.add_subcommand(
+      "inspect",
+      "show a model's ops, parameters, FLOPs and plan memory; with --strategy fsdp --world-size N, the "
+      "predicted per-rank memory of each sharding level");
   command->add_option("model", options->modelPath, "the .onnx file (default: the bundled CNN)");
   addModelOptions(*command, *options);
-  command->callback([options] { inspect(*options); });
+  addStrategyInspectionOptions(*command, *strategy);
+  command->callback([options, strategy] { inspect(*options, *strategy); });
 }
 
 }  // namespace strata::cli

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "strata/comm/gloo_process_group.h"
@@ -94,6 +96,22 @@ std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& s
     return gloo;
   }
   // Gloo moves host memory only: device tensors go through host buffers (Note [host staging]).
+  return std::make_unique<StagingProcessGroup>(std::move(gloo));
+}
+
+std::unique_ptr<ProcessGroup> createSubgroup(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
+                                             Device device, std::chrono::milliseconds timeout,
+                                             const std::vector<int>& ranks) {
+  const auto at = std::find(ranks.begin(), ranks.end(), rank.rank);
+  STRATA_CHECK(at != ranks.end(), "subgroup {}: rank {} is not a member", fmt::join(ranks, ","), rank.rank);
+  GlooOptions glooOptions;
+  glooOptions.groupName = fmt::format("sub-{}", fmt::join(ranks, "-"));
+  auto gloo =
+      std::make_unique<GlooProcessGroup>(store, static_cast<int>(at - ranks.begin()), static_cast<int>(ranks.size()),
+                                         ProcessGroupOptions{.timeout = timeout}, glooOptions);
+  if (device.type == DeviceType::CPU) {
+    return gloo;
+  }
   return std::make_unique<StagingProcessGroup>(std::move(gloo));
 }
 

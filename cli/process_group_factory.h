@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "launcher.h"
 #include "strata/comm/process_group.h"
@@ -14,5 +15,11 @@ namespace strata::cli {
 // training, or ranks sharing a GPU, whose device tensors Gloo stages through host memory).
 std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
                                                  Device device, std::chrono::milliseconds timeout);
+
+// A Gloo group over some of the job's ranks (StrategyContext::subgroup), with its own keys in the store. Device
+// tensors are staged through host memory.
+std::unique_ptr<ProcessGroup> createSubgroup(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
+                                             Device device, std::chrono::milliseconds timeout,
+                                             const std::vector<int>& ranks);
 
 }  // namespace strata::cli

@@ -352,7 +352,11 @@ void train(const TrainOptions& options) {
                    .group = group.get(),
                    .store = store.get(),
                    .lossScaler = lossScaler ? &*lossScaler : nullptr,
-                   .place = RankPlace{rankEnv.rank, rankEnv.worldSize, rankEnv.localRank, options.launch.nnodes}},
+                   .place = RankPlace{rankEnv.rank, rankEnv.worldSize, rankEnv.localRank, options.launch.nnodes},
+                   .subgroups =
+                       [&](const std::vector<int>& ranks) {
+                         return createSubgroup(store, rankEnv, device, trainer.timeout, ranks);
+                       }},
       trainer);
   if (trainer.resume) {
     fmt::print("resumed from {} after epoch {} (step {})\n", checkpoints.describe(), run.startEpoch(), run.stepsDone());

@@ -33,10 +33,23 @@ const char* levelName(ShardLevel level) {
   return "?";
 }
 
+const char* offloadName(Offload offload) {
+  switch (offload) {
+    case Offload::None:
+      return "none";
+    case Offload::Optimizer:
+      return "optimizer";
+    case Offload::Params:
+      return "params";
+  }
+  return "?";
+}
+
 FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) {
   FsdpOptions parsed;
   for (const auto& [key, value] : options) {
     if (key == "shard") {
+      parsed.hybrid = false;
       if (value == "full") {
         parsed.level = ShardLevel::Full;
       } else if (value == "grad_op") {
@@ -44,11 +57,10 @@ FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) 
       } else if (value == "none") {
         parsed.level = ShardLevel::None;
       } else if (value == "hybrid") {
-        fail(
-            "fsdp: shard=hybrid (sharded within a node, replicated across nodes) is not implemented yet; use full, "
-            "grad_op or none");
+        parsed.level = ShardLevel::Full;
+        parsed.hybrid = true;
       } else {
-        fail("fsdp: unknown --strategy-opt shard={} (known: full, grad_op, none)", value);
+        fail("fsdp: unknown --strategy-opt shard={} (known: full, grad_op, none, hybrid)", value);
       }
     } else if (key == "unit_params") {
       parsed.unitParams = positiveInteger(key, value);
@@ -70,12 +82,37 @@ FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) 
       parsed.accumulate = value == "local" ? AccumulateIn::Local : AccumulateIn::Sharded;
     } else if (key == "timeout_s") {
       parsed.timeout = std::chrono::milliseconds(positiveInteger(key, value) * 1000);
+    } else if (key == "reduce_dtype") {
+      if (value == "bf16") {
+        parsed.reduceType = DType::BFloat16;
+      } else if (value == "fp16") {
+        parsed.reduceType = DType::Float16;
+      } else if (value == "fp32") {
+        parsed.reduceType.reset();
+      } else {
+        fail("fsdp: unknown --strategy-opt reduce_dtype={} (known: fp32, bf16, fp16)", value);
+      }
     } else if (key == "offload") {
-      fail("fsdp: offload={} is not implemented yet (shards and optimizer state stay on the training device)", value);
+      if (value != "none" && value != "optimizer" && value != "params") {
+        fail("fsdp: unknown --strategy-opt offload={} (known: none, optimizer, params)", value);
+      }
+      parsed.offload = value == "none" ? Offload::None : value == "optimizer" ? Offload::Optimizer : Offload::Params;
     } else {
-      fail("fsdp: unknown --strategy-opt '{}' (known: shard, units, unit_params, max_inflight, accumulate, timeout_s)",
-           key);
+      fail(
+          "fsdp: unknown --strategy-opt '{}' (known: shard, units, unit_params, max_inflight, accumulate, "
+          "reduce_dtype, offload, timeout_s)",
+          key);
     }
+  }
+  // Combinations, refused here so that the launcher stops before any rank starts.
+  if (parsed.accumulate == AccumulateIn::Sharded && parsed.level == ShardLevel::None) {
+    fail("fsdp: accumulate=sharded needs shard=full or shard=grad_op (shard=none keeps full gradients)");
+  }
+  if (parsed.offload != Offload::None && parsed.level == ShardLevel::None) {
+    fail(
+        "fsdp: offload={} needs shard=full or shard=grad_op: shard=none keeps every rank's parameters and optimizer "
+        "state whole, so there is no shard to offload",
+        offloadName(parsed.offload));
   }
   return parsed;
 }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "strata/sdk/strategy.h"
@@ -25,8 +26,16 @@ enum class AccumulateIn {
             // its reduce-scatter. Costs K times the communication. CPU only.
 };
 
+// Where shards and optimizer state live between uses (offload=). Note [Offload on the CPU]: on the CPU backend the
+// training device is host memory already, so offloading moves nothing: the plugin says so (a log line and the figure
+// fsdp_offload_noop in summary.json) instead of pretending; on a GPU it is not implemented and refused.
+enum class Offload { None, Optimizer, Params };
+
 struct FsdpOptions {
   ShardLevel level = ShardLevel::Full;
+  // shard=hybrid: level Full within each node (the collectives of a unit stay on the node), replicated across nodes
+  // (each shard's reduced gradients all-reduced with the same shard on the other nodes). Needs --nnodes > 1.
+  bool hybrid = false;
   AccumulateIn accumulate = AccumulateIn::Local;
   // One unit per module path (the default), or units of consecutive parameters of at least unitParams elements.
   // Note [FSDP unit size]: per-module units of ResNet-18 are 41 collectives each way whose latency dominates (2 ranks:
@@ -35,6 +44,10 @@ struct FsdpOptions {
   // 2 x the largest unit (140 vs 128 MiB), which module units keep (121 MiB).
   bool unitsByModule = true;
   std::int64_t unitParams = 0;
+  Offload offload = Offload::None;
+  // reduce_dtype=bf16|fp16: units gathered and gradients reduced in 16 bits, the shards (master weights, gradients,
+  // optimizer state) staying float32. Note [16-bit collectives] in fsdp_strategy.cpp. nullopt: the shards' dtype.
+  std::optional<DType> reduceType;
   int maxInflight = 2;                   // all-gathers in flight at once (prefetch depth)
   std::chrono::milliseconds timeout{0};  // 0: the run's --timeout
 };
@@ -42,5 +55,6 @@ struct FsdpOptions {
 // Parses --strategy-opt pairs; throws Error naming the bad key or value and listing the known ones.
 FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options);
 const char* levelName(ShardLevel level);
+const char* offloadName(Offload offload);
 
 }  // namespace strata::plugins::fsdp

@@ -51,6 +51,9 @@ void FsdpStrategy::saveState(StrategyContext& context, StateWriter& writer) {
     Strategy::saveState(context, writer);  // replicated: rank 0 writes the full state
     return;
   }
+  if (replica_ != 0) {
+    return;  // shard=hybrid: the first node's ranks write the shards every node holds
+  }
   const std::vector<Tensor> state = shardOptimizer_->state();
   for (std::size_t u = 0; u < units_.size(); ++u) {
     writer.putTensor(shardKey(rank_, u, "param"), units_[u].shardParameters);

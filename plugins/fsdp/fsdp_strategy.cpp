@@ -3,20 +3,49 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "strata/error.h"
 
 namespace strata::plugins::fsdp {
 namespace {
 
-// Adds `part` into `sum` (host tensors, float32 or float64): sharded accumulation on the CPU.
-void addInto(const Tensor& sum, const Tensor& part) {
-  if (sum.dtype() == DType::Float64) {
-    for (std::int64_t i = 0; i < sum.numel(); ++i) {
-      sum.data<double>()[i] += part.data<double>()[i];
+// Note [16-bit collectives]: with reduce_dtype=bf16|fp16 a unit's shard is rounded to 16 bits before its
+// all-gather and its gradients before their reduce-scatter (summed in 16 bits, as NCCL does), which halves the bytes
+// on the wire and in the gathered copies; the shards, the optimizer and its state stay float32 (master weights), and
+// the gathered parameters are widened back into the float32 flat buffer the plan reads. Evaluation and export
+// gather the float32 shards as they are, so an exported model carries the master weights, not their 16-bit
+// rounding. The conversions run on the host (the SDK has no cast kernel), so the option is CPU only for now.
+float widened(const Tensor& t, std::int64_t i) {
+  const std::uint16_t bits = t.data<std::uint16_t>()[i];
+  return t.dtype() == DType::BFloat16 ? bfloat16ToFloat(bits) : halfToFloat(bits);
+}
+
+// target = source (or target += source), element by element, converting between float32, float64 and 16 bits.
+void convertInto(const Tensor& target, const Tensor& source, bool add = false) {
+  STRATA_CHECK(target.numel() == source.numel(), "fsdp: converting {} elements into {}", source.numel(),
+               target.numel());
+  const std::int64_t n = target.numel();
+  if (!add && target.dtype() == source.dtype()) {
+    Tensor(target).copyFrom(source);
+  } else if (target.dtype() == DType::Float64) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      target.data<double>()[i] = (add ? target.data<double>()[i] : 0.0) + source.data<double>()[i];
+    }
+  } else if (target.dtype() == DType::Float32) {
+    float* out = target.data<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float value = source.dtype() == DType::Float32 ? source.data<float>()[i] : widened(source, i);
+      out[i] = add ? out[i] + value : value;
     }
   } else {
-    for (std::int64_t i = 0; i < sum.numel(); ++i) {
-      sum.data<float>()[i] += part.data<float>()[i];
+    STRATA_CHECK(!add && source.dtype() == DType::Float32, "fsdp: cannot convert {} into {}", dtypeName(source.dtype()),
+                 dtypeName(target.dtype()));
+    auto* out = target.data<std::uint16_t>();
+    const bool bf16 = target.dtype() == DType::BFloat16;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float value = source.data<float>()[i];
+      out[i] = bf16 ? floatToBFloat16(value) : floatToHalf(value);
     }
   }
 }
@@ -29,6 +58,17 @@ double FsdpStrategy::seconds(std::chrono::steady_clock::duration d) const {
 
 StrategyRequirements FsdpStrategy::requirements(const StrategyQuery& query) {
   const FsdpOptions options = parseFsdpOptions(query.options);
+  if (options.hybrid && (query.nodes < 2 || query.worldSize % query.nodes != 0)) {
+    fail(
+        "fsdp: shard=hybrid shards within a node and replicates across nodes, so it needs --nnodes 2 or more with "
+        "the same ranks on every node (this job: {} rank(s) on {} node(s)); on one node use shard=full",
+        query.worldSize, query.nodes);
+  }
+  if (options.hybrid && query.worldSize == query.nodes && options.accumulate == AccumulateIn::Sharded) {
+    fail(
+        "fsdp: shard=hybrid with one rank per node shards nothing (it is DDP), so accumulate=sharded has no shard to "
+        "add into; use accumulate=local");
+  }
   StrategyRequirements requirements;
   requirements.units = options.unitsByModule ? UnitPartition{UnitPartition::Kind::ByModule, 0}
                                              : UnitPartition{UnitPartition::Kind::ByParameterCount, options.unitParams};
@@ -41,15 +81,26 @@ void FsdpStrategy::setup(StrategyContext& context) {
   context_ = &context;
   options_ = parseFsdpOptions(context.options());
   timeout_ = options_.timeout.count() > 0 ? options_.timeout : context.timeout();
-  group_ = context.processGroup();
+  world_ = context.processGroup();
+  group_ = world_;
   rank_ = context.rank();
   ranks_ = group_ != nullptr ? group_->size() : 1;
-  if (options_.accumulate == AccumulateIn::Sharded && options_.level == ShardLevel::None) {
-    fail("fsdp: accumulate=sharded needs shard=full or shard=grad_op (shard=none keeps full gradients)");
+  if (options_.hybrid && ranks_ > 1) {
+    joinHybridGroups();
   }
   if (options_.accumulate == AccumulateIn::Sharded && context.parameters().device().type != DeviceType::CPU) {
     fail("fsdp: accumulate=sharded adds shards on the host and runs on the CPU only; use accumulate=local on {}",
          context.parameters().device().toString());
+  }
+  checkOffload();
+  if (options_.reduceType) {
+    const Tensor& flat = context.parameters().flatParameters(0);
+    if (flat.device().type != DeviceType::CPU || flat.dtype() != DType::Float32) {
+      fail(
+          "fsdp: reduce_dtype={} converts float32 shards on the host and runs on the CPU only for now; this run's "
+          "parameters are {} on {}",
+          dtypeName(*options_.reduceType), dtypeName(flat.dtype()), flat.device().toString());
+    }
   }
   if (ranks_ == 1) {
     return;  // one process: nothing to shard or reduce; the full optimizer steps (see step)
@@ -64,15 +115,64 @@ void FsdpStrategy::setup(StrategyContext& context) {
   hooks_.push_back(context.hooks().gradientReady([this](int parameter) { onGradientReady(parameter); }));
 }
 
+// shard=hybrid: rank r of a job of N nodes x P ranks (node-major) shards over the P ranks of its node and replicates
+// its shard with the ranks of the same local index on the other nodes. With P = 1 nothing is sharded: DDP semantics.
+void FsdpStrategy::joinHybridGroups() {
+  const int nodes = context_->nodes();
+  const int perNode = ranks_ / nodes;
+  const int node = rank_ / perNode;
+  const int local = rank_ % perNode;
+  if (perNode == 1) {
+    options_.level = ShardLevel::None;
+    return;
+  }
+  std::vector<int> within;
+  std::vector<int> across;
+  for (int i = 0; i < perNode; ++i) {
+    within.push_back(node * perNode + i);
+  }
+  for (int k = 0; k < nodes; ++k) {
+    across.push_back(k * perNode + local);
+  }
+  group_ = context_->subgroup(within);
+  replicas_ = context_->subgroup(across);
+  if (group_ == nullptr || replicas_ == nullptr) {
+    fail("fsdp: shard=hybrid needs process groups within and across nodes, which this trainer does not provide");
+  }
+  replica_ = node;
+  rank_ = local;
+  ranks_ = perNode;
+}
+
+// Note [Offload on the CPU] (fsdp_options.h).
+void FsdpStrategy::checkOffload() {
+  if (options_.offload == Offload::None) {
+    return;
+  }
+  const Device device = context_->parameters().device();
+  if (device.type != DeviceType::CPU) {
+    fail(
+        "fsdp: offload={} on {} is not implemented yet (shards and optimizer state would stay in device memory); "
+        "drop the option or train on the CPU",
+        offloadName(options_.offload), device.toString());
+  }
+  if (rank_ == 0) {
+    fmt::print("fsdp: offload={} on the CPU backend is a no-op: the {} already live in host memory\n",
+               offloadName(options_.offload),
+               options_.offload == Offload::Params ? "parameter shards" : "optimizer state shards");
+  }
+  context_->addFigure("fsdp_offload_noop", 1.0);
+}
+
 // Every rank starts from rank 0's parameters and buffers, as under DDP.
 void FsdpStrategy::broadcastInitialState() {
   ParameterGroups& store = context_->parameters();
   std::vector<WorkHandle> works;
   for (std::size_t g = 0; g < store.groupCount(); ++g) {
-    works.push_back(group_->broadcast(store.flatParameters(g), 0));
+    works.push_back(world_->broadcast(store.flatParameters(g), 0));
   }
   for (const Tensor& buffer : context_->buffers()) {
-    works.push_back(group_->broadcast(buffer, 0));
+    works.push_back(world_->broadcast(buffer, 0));
   }
   for (const WorkHandle& work : works) {
     work->wait(timeout_);
@@ -137,7 +237,15 @@ void FsdpStrategy::createShards() {
     }
     slices.push_back(ParameterSlice{unit.shardParameters, unit.shardGradients});
   }
-  shardOptimizer_ = context_->optimizers().create(std::move(slices));
+  // Note [Sharded optimizers] (strata/sdk/optimizer.h): the shards of group_ hold every gradient once, so clipping
+  // and fp16 loss scaling see the norm summed over group_ (hybrid's replicas hold the same shards).
+  shardOptimizer_ = context_->optimizers().createSharded(std::move(slices), [this](double local) {
+    Tensor host = Tensor::empty(DType::Float64, {1});
+    *host.data<double>() = local;
+    Tensor sum = host.to(context_->parameters().device(), MemoryCategory::Communication);
+    group_->allReduce(sum, ReduceOp::Sum)->wait(timeout_);
+    return *sum.to(Device::cpu()).data<double>();
+  });
   // What the memory bound depends on (docs/plugins.md): the largest unit, and the zeros that pad the shards.
   std::int64_t largest = 0;
   std::int64_t padding = 0;
@@ -197,12 +305,21 @@ void FsdpStrategy::launchGather(Unit& unit) {
   ParameterGroups& store = context_->parameters();
   store.materializeParameters(unit.group);
   Tensor destination = store.flatParameters(unit.group);
-  if (unit.shard * ranks_ != unit.elements) {
+  Tensor source = unit.shardParameters;
+  // Evaluation and export gather the float32 master weights themselves (Note [16-bit collectives]).
+  const bool sixteenBit = options_.reduceType.has_value() && !evaluating_;
+  if (sixteenBit) {
+    unit.gatherSource =
+        Tensor::empty(*options_.reduceType, {unit.shard}, MemoryCategory::Communication, destination.device());
+    convertInto(unit.gatherSource, unit.shardParameters);
+    source = unit.gatherSource;
+  }
+  if (unit.shard * ranks_ != unit.elements || sixteenBit) {
     unit.gatherBuffer =
-        Tensor::empty(destination.dtype(), {unit.shard * ranks_}, MemoryCategory::Communication, destination.device());
+        Tensor::empty(source.dtype(), {unit.shard * ranks_}, MemoryCategory::Communication, destination.device());
     destination = unit.gatherBuffer;
   }
-  unit.gather = group_->allGather(unit.shardParameters, destination);
+  unit.gather = group_->allGather(source, destination);
 }
 
 void FsdpStrategy::finishGather(Unit& unit) {
@@ -212,8 +329,9 @@ void FsdpStrategy::finishGather(Unit& unit) {
   context_->addFigure("collective_s", unit.gather->runSeconds());
   context_->addFigure("all_gather_s", unit.gather->runSeconds());
   if (unit.gatherBuffer.defined()) {
-    Tensor(context_->parameters().flatParameters(unit.group)).copyFrom(unit.gatherBuffer.flatSlice(0, unit.elements));
+    convertInto(context_->parameters().flatParameters(unit.group), unit.gatherBuffer.flatSlice(0, unit.elements));
     unit.gatherBuffer = Tensor();
+    unit.gatherSource = Tensor();
   }
   unit.gather.reset();
   unit.gathered = true;
@@ -289,21 +407,24 @@ void FsdpStrategy::launchReduce(Unit& unit) {
   reducing_.push_back(unit.group);
   unit.reduceLaunched = true;
   const Tensor& gradients = context_->parameters().flatGradients(unit.group);
+  const DType wire = options_.reduceType.value_or(gradients.dtype());
   if (!sharded()) {
-    unit.reduce = group_->allReduce(gradients, ReduceOp::Average);
+    if (options_.reduceType) {  // Note [16-bit collectives]: reduced in a 16-bit copy, widened back when done
+      unit.reduceInput = Tensor::empty(wire, {unit.elements}, MemoryCategory::Communication, gradients.device());
+      convertInto(unit.reduceInput, gradients);
+    }
+    unit.reduce = group_->allReduce(options_.reduceType ? unit.reduceInput : gradients, ReduceOp::Average);
     return;
   }
   Tensor input = gradients;
-  if (unit.shard * ranks_ != unit.elements) {
-    unit.reduceInput =
-        Tensor::zeros(gradients.dtype(), {unit.shard * ranks_}, MemoryCategory::Communication, gradients.device());
-    unit.reduceInput.flatSlice(0, unit.elements).copyFrom(gradients);
+  if (unit.shard * ranks_ != unit.elements || options_.reduceType) {
+    unit.reduceInput = Tensor::zeros(wire, {unit.shard * ranks_}, MemoryCategory::Communication, gradients.device());
+    convertInto(unit.reduceInput.flatSlice(0, unit.elements), gradients);
     input = unit.reduceInput;
   }
   Tensor output = unit.shardGradients;
-  if (options_.accumulate == AccumulateIn::Sharded && !at_.first()) {
-    unit.reduceOutput =
-        Tensor::empty(gradients.dtype(), {unit.shard}, MemoryCategory::Communication, gradients.device());
+  if ((options_.accumulate == AccumulateIn::Sharded && !at_.first()) || options_.reduceType) {
+    unit.reduceOutput = Tensor::empty(wire, {unit.shard}, MemoryCategory::Communication, gradients.device());
     output = unit.reduceOutput;
   }
   unit.reduce = group_->reduceScatter(input, output, ReduceOp::Average);
@@ -317,8 +438,20 @@ void FsdpStrategy::finishReduce(Unit& unit) {
   context_->addFigure(sharded() ? "reduce_scatter_s" : "all_reduce_s", unit.reduce->runSeconds());
   unit.reduce.reset();
   if (unit.reduceOutput.defined()) {
-    addInto(unit.shardGradients, unit.reduceOutput);
+    convertInto(unit.shardGradients, unit.reduceOutput, options_.accumulate == AccumulateIn::Sharded && !at_.first());
     unit.reduceOutput = Tensor();
+  }
+  if (replicas_ != nullptr && sharded()) {
+    // shard=hybrid: the node's mean, averaged with the other nodes' means of the same shard (equal rank counts).
+    const auto acrossStart = std::chrono::steady_clock::now();
+    const WorkHandle across = replicas_->allReduce(unit.shardGradients, ReduceOp::Average);
+    across->wait(timeout_);
+    reduceWaitS_ += seconds(std::chrono::steady_clock::now() - acrossStart);
+    context_->addFigure("collective_s", across->runSeconds());
+    context_->addFigure("all_reduce_s", across->runSeconds());
+  }
+  if (!sharded() && unit.reduceInput.defined()) {
+    convertInto(context_->parameters().flatGradients(unit.group), unit.reduceInput);
   }
   unit.reduceInput = Tensor();
   if (sharded()) {
@@ -364,6 +497,7 @@ void FsdpStrategy::beforeEvaluate() {
   if (!sharded()) {
     return;
   }
+  evaluating_ = true;
   for (Unit& unit : units_) {
     launchGather(unit);
   }
@@ -378,6 +512,7 @@ void FsdpStrategy::afterEvaluate() {
   if (!sharded()) {
     return;
   }
+  evaluating_ = false;
   for (Unit& unit : units_) {
     releaseParameters(unit);
   }
@@ -389,6 +524,7 @@ void FsdpStrategy::teardown() {
 
 }  // namespace strata::plugins::fsdp
 
-STRATA_EXPORT_STRATEGY(strata::plugins::fsdp::FsdpStrategy, "fsdp", "0.1.0",
+STRATA_EXPORT_STRATEGY(strata::plugins::fsdp::FsdpStrategy, "fsdp", "0.2.0",
                        "fully sharded data parallel: parameters, gradients and optimizer state sharded by unit "
-                       "(shard=full|grad_op|none), gathered per unit with prefetch, gradients reduce-scattered")
+                       "(shard=full|grad_op|none|hybrid), gathered per unit with prefetch, gradients "
+                       "reduce-scattered (reduce_dtype=bf16|fp16: in 16 bits)")

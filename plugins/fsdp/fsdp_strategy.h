@@ -25,10 +25,11 @@ struct Unit {
   bool reduceLaunched = false;  // this micro-batch's reduction has started (it may be finished already)
   bool gathered = false;        // the flat parameters hold the current weights
   WorkHandle gather;
-  Tensor gatherBuffer;  // padded destination when elements is not a multiple of the ranks
+  Tensor gatherSource;  // reduce_dtype: the shard in 16 bits
+  Tensor gatherBuffer;  // destination when elements is not a multiple of the ranks (padded) or in 16 bits
   WorkHandle reduce;
-  Tensor reduceInput;   // padded source, likewise
-  Tensor reduceOutput;  // sharded accumulation: this micro-batch's reduced shard
+  Tensor reduceInput;   // padded or 16-bit source, likewise
+  Tensor reduceOutput;  // this micro-batch's reduced shard when it is added (sharded accumulation) or in 16 bits
 };
 
 // Fully sharded data parallel (ZeRO-3 / ZeRO-2 / DDP semantics by `shard=`). Note [FSDP schedule]:
@@ -58,6 +59,8 @@ class FsdpStrategy final : public Strategy {
 
  private:
   bool sharded() const { return options_.level != ShardLevel::None && ranks_ > 1; }
+  void checkOffload();
+  void joinHybridGroups();
   void broadcastInitialState();
   void planUnits();
   void createShards();
@@ -79,11 +82,15 @@ class FsdpStrategy final : public Strategy {
   double seconds(std::chrono::steady_clock::duration d) const;
 
   StrategyContext* context_ = nullptr;
-  ProcessGroup* group_ = nullptr;
+  ProcessGroup* world_ = nullptr;     // every rank: the initial broadcast
+  ProcessGroup* group_ = nullptr;     // the ranks the units are sharded over: the world, or this node (hybrid)
+  ProcessGroup* replicas_ = nullptr;  // hybrid: the ranks holding the same shard on the other nodes
+  int replica_ = 0;                   // hybrid: this rank's node
+  bool evaluating_ = false;           // between beforeEvaluate and afterEvaluate: gathers in full precision
   FsdpOptions options_;
   std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
-  int rank_ = 0;
-  int ranks_ = 1;
+  int rank_ = 0;   // within group_
+  int ranks_ = 1;  // group_'s size
   StepInfo at_;
   std::vector<Unit> units_;
   std::vector<std::size_t> unitOfGroup_;

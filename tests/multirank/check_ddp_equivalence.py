@@ -5,6 +5,8 @@ Trains the bundled CNN on synthetic data for 5 SGD steps with momentum: once in 
 with `--nproc N --strategy ddp` and batch B per rank and K micro-batches (--grad-accum K). The data loader gives
 rank r the samples r, r+N, r+2N, ... of each epoch's permutation, so every step both runs see the same samples.
 Every parameter of the two exported models must agree within --tolerance (relative error).
+With --nnodes K the ranks are K launcher processes of --nproc ranks each on this machine (--nnodes K --node-rank i
+--master-addr 127.0.0.1), as K nodes would run them. With --precision bf16|fp16 both runs train in mixed precision.
 With --device cuda both runs train on the GPU (fp32, TF32 off); the N ranks then share this machine's GPU(s) and,
 when there are fewer GPUs than ranks, reduce through Gloo with host staging. Exit code 77 (ctest: skipped) when
 the machine has no usable GPU.
@@ -19,12 +21,30 @@ import onnx
 from onnx import numpy_helper
 
 
-def train(strata, out, batch, extra, lr="0.05"):
+def train(strata, out, batch, extra, lr="0.05", nodes=None, port=None):
+    """One job; with nodes=K, K launcher processes (nodes) on this machine (node 0 exports); port: the store's."""
     command = [strata, "train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", str(batch),
                "--max-steps", "5", "--seed", "1", "--lr", lr, "--momentum", "0.9", "--lr-schedule", "constant",
                "--out", out, "--export", out + ".onnx"] + extra
+    others = []
+    if port is not None and nodes is None and "--nproc" in command:
+        command += ["--master-port", str(port)]
+    if nodes is not None:
+        nnodes = nodes
+        cluster = ["--nnodes", str(nnodes), "--master-addr", "127.0.0.1", "--master-port", str(port or 29500)]
+        for node in range(1, nnodes):
+            other = [a if a != out else f"{out}-node{node}" for a in command] + cluster + ["--node-rank", str(node)]
+            others.append((other, subprocess.Popen(other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                   text=True)))
+        command = command + cluster + ["--node-rank", "0"]
     result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
+    failed = result.returncode != 0
+    for other, process in others:
+        output, _ = process.communicate(timeout=300)
+        if process.returncode != 0:
+            print(output)
+            failed = True
+    if failed:
         print(result.stdout, result.stderr)
         raise SystemExit(f"{' '.join(command)} failed")
     return {i.name: numpy_helper.to_array(i) for i in onnx.load(out + ".onnx").graph.initializer}
@@ -42,8 +62,18 @@ def main() -> int:
     parser.add_argument("--strategy", default="ddp",
                         help="ddp, fsdp:LEVEL (shard=LEVEL) or ps:SERVERS (the parameter server, mode=sync)")
     parser.add_argument("--optimizer", default="sgd")
+    parser.add_argument("--precision", default="fp32", help="of both runs: fp32, or bf16/fp16 (mixed precision)")
+    parser.add_argument("--strategy-opt", action="append", default=[], help="more fsdp options (key=value)")
+    parser.add_argument("--nnodes", type=int, default=1,
+                        help="run the ranks as this many launcher processes (nodes) of --nproc ranks each")
+    parser.add_argument("--master-port", type=int, help="of the ranks' store (default: the launcher's)")
+    parser.add_argument("--loss-scale", help="--loss-scale of both runs (fp16), e.g. dynamic:300000 to skip steps")
+    parser.add_argument("--reference", choices=["single", "ddp"], default="single",
+                        help="compare with one process on the concatenated batch, or with DDP on the same ranks")
     args = parser.parse_args()
-    device = ["--device", args.device, "--precision", "fp32"]
+    device = ["--device", args.device, "--precision", args.precision]
+    if args.loss_scale:
+        device += ["--loss-scale", args.loss_scale]
     if args.device != "cpu":
         probe = subprocess.run([args.strata, "run", "--device", args.device], capture_output=True, text=True)
         if probe.returncode != 0 and any(why in probe.stderr for why in ("cannot use CUDA", "without the CUDA backend")):
@@ -51,7 +81,8 @@ def main() -> int:
             return 77
     os.makedirs(args.work_dir, exist_ok=True)
     strategy = args.strategy.replace(":", "-")
-    tag = f"{strategy}-{args.optimizer}-n{args.nproc}k{args.grad_accum}-{args.device}"
+    tag = (f"{strategy}-{args.optimizer}-n{args.nproc}x{args.nnodes}k{args.grad_accum}-{args.device}-{args.precision}"
+           + "".join(f"-{o.replace('=', '')}" for o in args.strategy_opt))
     # Adam divides by the gradients' running RMS, which amplifies float32 reduction-order differences at a high lr.
     device += ["--optimizer", args.optimizer]
     lr = "0.05" if args.optimizer == "sgd" else "0.002"
@@ -64,14 +95,23 @@ def main() -> int:
         name, level = args.strategy.split(":")
         # Units of >= 20000 elements: the bundled CNN (421642 parameters) in several units, some padded.
         options = ["--strategy", name, "--strategy-opt", f"shard={level}", "--strategy-opt", "unit_params=20000"]
-    single = train(args.strata, os.path.join(args.work_dir, f"single-{tag}"),
-                   args.batch * args.nproc * args.grad_accum, ["--threads", "1"] + device, lr)
+        for extra in args.strategy_opt:
+            options += ["--strategy-opt", extra]
+    tag += f"-{args.loss_scale}" if args.loss_scale else ""
+    if args.reference == "single":
+        single = train(args.strata, os.path.join(args.work_dir, f"single-{tag}"),
+                       args.batch * args.nproc * args.nnodes * args.grad_accum, ["--threads", "1"] + device, lr)
+    else:
+        single = train(args.strata, os.path.join(args.work_dir, f"ddp-reference-{tag}"), args.batch,
+                       ["--nproc", str(args.nproc), "--grad-accum", str(args.grad_accum), "--threads", "1",
+                        "--strategy", "ddp"] + device, lr, port=args.master_port)
     ranks = train(args.strata, os.path.join(args.work_dir, f"ranks-{tag}"), args.batch,
                   ["--nproc", str(args.nproc), "--grad-accum", str(args.grad_accum), "--threads", "1"] + options
-                  + device, lr)
+                  + device, lr, args.nnodes if args.nnodes > 1 else None, args.master_port)
     worst = max((float(np.linalg.norm(ranks[k] - v) / np.linalg.norm(v)), k) for k, v in single.items())
-    print(f"{args.strategy} with {args.optimizer}, {args.nproc} ranks x {args.grad_accum} micro-batches vs one "
-          f"process: worst relative error {worst[0]:.2e} ({worst[1]})")
+    print(f"{args.strategy} {' '.join(args.strategy_opt)} with {args.optimizer}, {args.nnodes} node(s) x "
+          f"{args.nproc} ranks x {args.grad_accum} micro-batches, {args.precision}, vs "
+          f"{'one process' if args.reference == 'single' else 'DDP'}: worst relative error {worst[0]:.2e} ({worst[1]})")
     return 0 if worst[0] <= args.tolerance else 1
 
 

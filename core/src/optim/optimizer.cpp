@@ -179,7 +179,7 @@ double Optimizer::gradNorm() const {
       });
     });
   }
-  return std::sqrt(total);
+  return std::sqrt(sumOverRanks_ ? sumOverRanks_(total) : total);
 }
 
 void Optimizer::update(std::size_t s, double lr, double gradScale) {

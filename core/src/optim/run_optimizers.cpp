@@ -30,4 +30,13 @@ std::unique_ptr<SliceOptimizer> RunOptimizers::create(std::vector<ParameterSlice
   return std::make_unique<Optimizer>(std::move(slices), options_);
 }
 
+std::unique_ptr<SliceOptimizer> RunOptimizers::createSharded(std::vector<ParameterSlice> slices,
+                                                             std::function<double(double)> sumOverRanks) {
+  STRATA_CHECK(static_cast<bool>(sumOverRanks), "a sharded optimizer needs the sum over the ranks");
+  auto optimizer = std::make_unique<Optimizer>(std::move(slices), options_);
+  optimizer->setLossScaler(scaler_);
+  optimizer->setNormReduction(std::move(sumOverRanks));
+  return optimizer;
+}
+
 }  // namespace strata

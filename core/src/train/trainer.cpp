@@ -110,6 +110,7 @@ Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(parts), op
   context_ =
       std::make_unique<TrainerContext>(parts_.program, options_.optimizer, parts_.lossScaler, parts_.group,
                                        parts_.store, parts_.place, options_.strategyOptions, micro, options_.timeout);
+  context_->setSubgroupFactory(parts_.subgroups);
   // A constructor that throws runs no destructor: tear the strategy down here (also when its own setup fails half
   // way), or its hooks outlive the plan they were installed on (ASan found that on resuming from a damaged
   // checkpoint).

@@ -1,5 +1,9 @@
 #include "strata/train/trainer_context.h"
 
+#include <algorithm>
+
+#include "strata/error.h"
+
 namespace strata {
 
 TrainerContext::TrainerContext(TrainableProgram& program, const OptimizerOptions& optimizer, LossScaler* lossScaler,
@@ -22,6 +26,22 @@ std::vector<Tensor> TrainerContext::buffers() {
     result.push_back(tensor);
   }
   return result;
+}
+
+ProcessGroup* TrainerContext::subgroup(const std::vector<int>& ranks) {
+  if (!makeSubgroup_ || group_ == nullptr) {
+    return nullptr;
+  }
+  STRATA_CHECK(std::is_sorted(ranks.begin(), ranks.end()) && !ranks.empty() && ranks.front() >= 0 &&
+                   ranks.back() < place_.worldSize && std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end() &&
+                   std::find(ranks.begin(), ranks.end(), place_.rank) != ranks.end(),
+               "subgroup: ranks must be distinct, ascending, below the world size {} and include rank {}",
+               place_.worldSize, place_.rank);
+  std::unique_ptr<ProcessGroup>& group = subgroups_[ranks];
+  if (group == nullptr) {
+    group = makeSubgroup_(ranks);
+  }
+  return group.get();
 }
 
 }  // namespace strata

@@ -114,6 +114,40 @@ TEST_P(GlooProcessGroupTest, AllGatherIntoASeparateAndIntoTheSameBuffer) {
   });
 }
 
+// Note [16-bit reductions]: bf16 and fp16 travel and add in 16 bits; small integers (exact in both) sum exactly.
+TEST_P(GlooProcessGroupTest, SixteenBitReduceScatterAllReduceAndAllGather) {
+  const int world = GetParam();
+  for (DType dtype : {DType::BFloat16, DType::Float16}) {
+    const auto narrow = [&](float v) { return dtype == DType::BFloat16 ? floatToBFloat16(v) : floatToHalf(v); };
+    const auto widen = [&](const Tensor& t, std::int64_t i) {
+      const std::uint16_t bits = t.data<std::uint16_t>()[i];
+      return dtype == DType::BFloat16 ? bfloat16ToFloat(bits) : halfToFloat(bits);
+    };
+    runRanks(world, [&](ProcessGroup& pg) {
+      constexpr std::int64_t kPart = 5;
+      const int r = pg.rank();
+      Tensor input = Tensor::empty(dtype, {kPart * world});
+      for (std::int64_t i = 0; i < input.numel(); ++i) {
+        input.data<std::uint16_t>()[i] = narrow(static_cast<float>(10 * r + i));
+      }
+      Tensor average = Tensor::empty(dtype, {kPart});
+      pg.reduceScatter(input, average, ReduceOp::Average)->wait(30s);
+      Tensor all = input.clone();
+      pg.allReduce(all, ReduceOp::Sum)->wait(30s);
+      Tensor gathered = Tensor::empty(dtype, {kPart * world});
+      pg.allGather(average, gathered)->wait(30s);
+      const double rankSum = 10.0 * world * (world - 1) / 2.0;
+      for (std::int64_t j = 0; j < kPart; ++j) {
+        EXPECT_EQ(widen(average, j), static_cast<float>((rankSum + world * (r * kPart + j)) / world)) << j;
+      }
+      for (std::int64_t i = 0; i < all.numel(); ++i) {
+        EXPECT_EQ(widen(all, i), static_cast<float>(rankSum + world * i)) << i;
+        EXPECT_EQ(widen(gathered, i), static_cast<float>((rankSum + world * i) / world)) << i;
+      }
+    });
+  }
+}
+
 TEST_P(GlooProcessGroupTest, BroadcastFromRootOneAndBarrier) {
   const int world = GetParam();
   runRanks(world, [&](ProcessGroup& pg) {

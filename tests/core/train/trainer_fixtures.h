@@ -2,6 +2,7 @@
 // In-process stand-ins for what `strata train` wires into a Trainer: a two-layer MLP, batches cut from fixed
 // tensors, a recorder that keeps what it is told, and checkpoints in memory.
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -10,6 +11,8 @@
 
 #include <thread>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "strata/comm/gloo_process_group.h"
@@ -208,13 +211,15 @@ struct RankOutcome {
 inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, const std::string& strategyName,
                                                  const std::map<std::string, std::string>& strategyOptions,
                                                  TrainerOptions options, const std::pair<Tensor, Tensor>& rows,
-                                                 std::int64_t batch, CheckpointStore* checkpoints = nullptr) {
+                                                 std::int64_t batch, CheckpointStore* checkpoints = nullptr,
+                                                 int nodes = 1) {
   auto store = std::make_shared<InMemoryStore>();
   std::vector<std::unique_ptr<LoadedStrategy>> strategies;
   std::vector<std::unique_ptr<TrainingPlan>> plans;
   for (int r = 0; r < world; ++r) {
     strategies.push_back(loadStrategy(strategyName));
-    const StrategyRequirements requirements = strategies.back()->requirements(StrategyQuery{strategyOptions, world, 1});
+    const StrategyRequirements requirements =
+        strategies.back()->requirements(StrategyQuery{strategyOptions, world, nodes});
     plans.push_back(std::make_unique<TrainingPlan>(mlpPlan(dir, batch, requirements.units)));
     options.accumulation = requirements.accumulation;
   }
@@ -227,15 +232,25 @@ inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, 
         GlooProcessGroup group(store, r, world, ProcessGroupOptions{.timeout = std::chrono::seconds(60)});
         RowBatches batches(rows.first, rows.second, batch, r, world);
         RankOutcome& outcome = outcomes[static_cast<std::size_t>(r)];
-        Trainer trainer(TrainerParts{.program = *plans[r],
-                                     .train = batches,
-                                     .strategy = *strategies[r],
-                                     .recorder = outcome.records,
-                                     .checkpoints = checkpoints,
-                                     .group = &group,
-                                     .store = store.get(),
-                                     .place = RankPlace{r, world, r, 1}},
-                        options);
+        Trainer trainer(
+            TrainerParts{.program = *plans[r],
+                         .train = batches,
+                         .strategy = *strategies[r],
+                         .recorder = outcome.records,
+                         .checkpoints = checkpoints,
+                         .group = &group,
+                         .store = store.get(),
+                         .place = RankPlace{r, world, r % (world / nodes), nodes},
+                         // Subgroups over the same store, as the CLI builds them (Note [Subgroups]).
+                         .subgroups = [&, r](const std::vector<int>& members) -> std::unique_ptr<ProcessGroup> {
+                           const auto at = std::find(members.begin(), members.end(), r);
+                           GlooOptions gloo;
+                           gloo.groupName = fmt::format("sub-{}", fmt::join(members, "-"));
+                           return std::make_unique<GlooProcessGroup>(
+                               store, static_cast<int>(at - members.begin()), static_cast<int>(members.size()),
+                               ProcessGroupOptions{.timeout = std::chrono::seconds(60)}, gloo);
+                         }},
+            options);
         trainer.run();
         trainer.withFullWeights([&] { outcome.parameters = parametersOf(*plans[r]); });
       } catch (const std::exception& e) {

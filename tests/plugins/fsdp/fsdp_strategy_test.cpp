@@ -1,6 +1,7 @@
 // FSDP (plugins/fsdp) with ranks as threads: every sharding level trains like one process on the concatenated
 // batch, whatever the padding, accumulation or optimizer; checkpoints reshard to another world size.
 #include <cmath>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -140,6 +141,87 @@ TEST(FsdpStateTest, ACheckpointOfThreeRanksResumesOnTwo) {
   }
 }
 
+// shard=hybrid on 2 nodes x 2 thread ranks (sharded within a node, replicated across): one process's result.
+// With one rank per node nothing is sharded, and it is DDP.
+TEST(FsdpHybridTest, TwoNodesTrainLikeOneProcess) {
+  testing::TempDir dir;
+  const auto rows = testing::separableRows(48, 4);
+  for (const auto& [world, micro, accumulate, kind] :
+       {std::tuple{4, 1, "local", OptimizerKind::Adam}, std::tuple{4, 3, "sharded", OptimizerKind::Sgd},
+        std::tuple{2, 1, "local", OptimizerKind::Sgd}}) {
+    const std::vector<float> expected = referenceRun(dir, rows, optionsFor(kind, 4, 1));
+    const std::vector<testing::RankOutcome> ranks = testing::trainThreadRanks(
+        dir, world, "fsdp", {{"shard", "hybrid"}, {"units", "module"}, {"accumulate", accumulate}},
+        optionsFor(kind, 4, micro), rows, kRowsPerStep / (world * micro), nullptr, 2);
+    for (int r = 0; r < world; ++r) {
+      expectNear(ranks[r].parameters, expected, 1e-5, fmt::format("{} ranks, rank {}", world, r));
+    }
+    if (world == 4) {
+      EXPECT_GT(ranks[0].records.figures.strategyFigures.at("reduce_scatter_s"), 0.0);
+      EXPECT_GT(ranks[0].records.figures.strategyFigures.at("all_reduce_s"), 0.0);  // across the nodes
+    }
+  }
+}
+
+// Note [16-bit collectives]: reduce_dtype=bf16|fp16 gathers bf16/fp16-rounded weights and reduces gradients in 16
+// bits, so the result leaves one process's by about 16-bit rounding, not more: closer than 5e-3, yet not equal.
+TEST(FsdpReduceDtypeTest, SixteenBitCollectivesStayNearOneProcess) {
+  testing::TempDir dir;
+  const auto rows = testing::separableRows(48, 6);
+  const TrainerOptions options = optionsFor(OptimizerKind::Sgd, 4, 1);
+  const std::vector<float> expected = referenceRun(dir, rows, options);
+  for (const char* shard : {"full", "grad_op", "none"}) {
+    for (const char* dtype : {"bf16", "fp16"}) {
+      const std::vector<testing::RankOutcome> ranks = testing::trainThreadRanks(
+          dir, 3, "fsdp", {{"shard", shard}, {"units", "module"}, {"reduce_dtype", dtype}}, options, rows, 4);
+      double worst = 0;
+      for (std::size_t i = 0; i < expected.size(); ++i) {
+        worst = std::max(
+            worst, std::abs(static_cast<double>(ranks[0].parameters[i]) - expected[i]) / (1.0 + std::abs(expected[i])));
+      }
+      EXPECT_LT(worst, 5e-3) << shard << " " << dtype;
+      EXPECT_GT(worst, 0.0) << shard << " " << dtype << ": no 16-bit rounding shows, so 16 bits were not used";
+      for (int r = 1; r < 3; ++r) {
+        EXPECT_EQ(ranks[r].parameters, ranks[0].parameters) << shard << " " << dtype << ": ranks differ";
+      }
+    }
+  }
+}
+
+// Note [Sharded optimizers]: gradient clipping on shards uses the norm over every rank's shard, so it clips exactly
+// as one process clipping the whole gradient does (a norm of the local shard alone would clip differently).
+TEST(FsdpShardedOptimizerTest, ClipsByTheGlobalNorm) {
+  testing::TempDir dir;
+  const auto rows = testing::separableRows(48, 8);
+  for (const auto& [shard, world, kind] :
+       {std::tuple{"full", 3, OptimizerKind::Adam}, std::tuple{"grad_op", 2, OptimizerKind::Sgd}}) {
+    TrainerOptions options = optionsFor(kind, 4, 1);
+    options.optimizer.maxGradNorm = 0.05;  // below the gradients' norm: every step clips
+    const std::vector<float> expected = referenceRun(dir, rows, options);
+    const std::vector<testing::RankOutcome> ranks = testing::trainThreadRanks(
+        dir, world, "fsdp", {{"shard", shard}, {"units", "module"}}, options, rows, kRowsPerStep / world);
+    for (int r = 0; r < world; ++r) {
+      expectNear(ranks[r].parameters, expected, 1e-5, fmt::format("{} on {} ranks, rank {}", shard, world, r));
+    }
+  }
+}
+
+// Note [Offload on the CPU]: offloading to host memory on the CPU backend changes nothing, and the run says so.
+TEST(FsdpOffloadTest, IsANoOpOnTheCpuThatTheSummaryRecords) {
+  testing::TempDir dir;
+  const auto rows = testing::separableRows(48, 3);
+  const TrainerOptions options = optionsFor(OptimizerKind::Adam, 3, 1);
+  const std::vector<float> expected = referenceRun(dir, rows, options);
+  for (const char* offload : {"optimizer", "params"}) {
+    const std::vector<testing::RankOutcome> ranks = testing::trainThreadRanks(
+        dir, 2, "fsdp", {{"shard", "full"}, {"units", "module"}, {"offload", offload}}, options, rows, 6);
+    for (int r = 0; r < 2; ++r) {
+      expectNear(ranks[r].parameters, expected, 1e-5, std::string(offload) + ", rank " + std::to_string(r));
+      EXPECT_EQ(ranks[r].records.figures.strategyFigures.at("fsdp_offload_noop"), 1.0) << offload;
+    }
+  }
+}
+
 TEST(FsdpOptionsTest, BadOptionsSayWhatIsKnown) {
   auto strategy = testing::loadStrategy("fsdp");
   const auto message = [&](std::map<std::string, std::string> options) {
@@ -150,11 +232,32 @@ TEST(FsdpOptionsTest, BadOptionsSayWhatIsKnown) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message({{"shard", "ful"}}).find("unknown --strategy-opt shard=ful (known: full, grad_op, none)"),
+  EXPECT_NE(message({{"shard", "ful"}}).find("unknown --strategy-opt shard=ful (known: full, grad_op, none, hybrid)"),
             std::string::npos);
   EXPECT_NE(message({{"unit_params", "0"}}).find("unit_params=0 must be a positive integer"), std::string::npos);
-  EXPECT_NE(message({{"shard", "hybrid"}}).find("not implemented yet"), std::string::npos);
-  EXPECT_NE(message({{"offload", "params"}}).find("not implemented yet"), std::string::npos);
+  EXPECT_NE(message({{"shard", "hybrid"}})
+                .find("shard=hybrid shards within a node and replicates across nodes, so "
+                      "it needs --nnodes 2 or more"),
+            std::string::npos);
+  const auto hybridMessage = [&](std::map<std::string, std::string> options, int world, int nodes) {
+    try {
+      strategy->requirements(StrategyQuery{std::move(options), world, nodes});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(hybridMessage({{"shard", "hybrid"}}, 4, 2), "no error");
+  EXPECT_NE(hybridMessage({{"shard", "hybrid"}}, 5, 2).find("the same ranks on every node"), std::string::npos);
+  EXPECT_NE(hybridMessage({{"shard", "hybrid"}, {"accumulate", "sharded"}}, 2, 2).find("use accumulate=local"),
+            std::string::npos);
+  EXPECT_NE(message({{"reduce_dtype", "int8"}}).find("reduce_dtype=int8 (known: fp32, bf16, fp16)"), std::string::npos);
+  EXPECT_NE(message({{"offload", "disk"}}).find("offload=disk (known: none, optimizer, params)"), std::string::npos);
+  EXPECT_NE(
+      message({{"offload", "params"}, {"shard", "none"}}).find("offload=params needs shard=full or shard=grad_op"),
+      std::string::npos);
+  EXPECT_NE(message({{"accumulate", "sharded"}, {"shard", "none"}}).find("accumulate=sharded needs shard=full"),
+            std::string::npos);
   EXPECT_NE(message({{"bucket_mb", "4"}}).find("unknown --strategy-opt 'bucket_mb'"), std::string::npos);
   EXPECT_NE(message({{"units", "layer"}}).find("units=layer (known: size, module)"), std::string::npos);
 }

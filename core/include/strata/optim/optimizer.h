@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,9 @@ class Optimizer final : public SliceOptimizer {
   // The gradients are multiplied by scaler->scale() (TrainingPlan::setLossScale); nullptr: they are not.
   void setLossScaler(LossScaler* scaler) { scaler_ = scaler; }
   LossScaler* lossScaler() const { return scaler_; }
+  // The norm for clipping and loss scaling from the sum of squares of every rank's slices: `sumOverRanks` takes
+  // this optimizer's and returns the group's (Note [Sharded optimizers] in strata/sdk/optimizer.h).
+  void setNormReduction(std::function<double(double)> sumOverRanks) { sumOverRanks_ = std::move(sumOverRanks); }
   bool lastStepSkipped() const { return lastStepSkipped_; }
   std::int64_t steps() const override { return steps_; }
   void setSteps(std::int64_t steps) override { steps_ = steps; }
@@ -65,6 +69,7 @@ class Optimizer final : public SliceOptimizer {
   std::vector<Tensor> state_;
   std::int64_t steps_ = 0;
   LossScaler* scaler_ = nullptr;
+  std::function<double(double)> sumOverRanks_;
   bool lastStepSkipped_ = false;
 };
 

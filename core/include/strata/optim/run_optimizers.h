@@ -20,6 +20,9 @@ class RunOptimizers final : public OptimizerFactory {
   // Refuses runs with gradient clipping or loss scaling: both need a verdict over all gradients (the global norm,
   // an overflow anywhere) that a slice cannot give; the strategy would have to reduce it across its slices.
   std::unique_ptr<SliceOptimizer> create(std::vector<ParameterSlice> slices) override;
+  // With clipping and the loss scaler, the norm summed over the ranks by `sumOverRanks` (Note [Sharded optimizers]).
+  std::unique_ptr<SliceOptimizer> createSharded(std::vector<ParameterSlice> slices,
+                                                std::function<double(double)> sumOverRanks) override;
   const OptimizerOptions& options() const { return options_; }
 
  private:

@@ -56,6 +56,7 @@ struct TrainerParts {
   Store* store = nullptr;                  // nullptr in a single-process run
   LossScaler* lossScaler = nullptr;        // fp16 dynamic loss scaling
   RankPlace place{};
+  SubgroupFactory subgroups = nullptr;  // none: StrategyContext::subgroup answers nullptr
 };
 
 // Runs training: epochs of optimizer steps over micro-batches, the strategy's hooks around forward, backward and

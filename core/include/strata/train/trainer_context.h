@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +21,9 @@ struct RankPlace {
   int localRank = 0;
   int nodes = 1;
 };
+
+// Builds a process group over some of the job's ranks (Note [Subgroups] in strata/sdk/context.h).
+using SubgroupFactory = std::function<std::unique_ptr<ProcessGroup>(const std::vector<int>& ranks)>;
 
 // What the Trainer hands its strategy (the SDK's StrategyContext), plus the per-rank figures the strategy reports.
 class TrainerContext final : public StrategyContext {
@@ -42,6 +46,8 @@ class TrainerContext final : public StrategyContext {
   int gradAccumulation() const override { return gradAccumulation_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void addFigure(const std::string& key, double value) override { figures_[key] += value; }
+  ProcessGroup* subgroup(const std::vector<int>& ranks) override;
+  void setSubgroupFactory(SubgroupFactory factory) { makeSubgroup_ = std::move(factory); }
 
   const std::map<std::string, double>& figures() const { return figures_; }
 
@@ -56,6 +62,8 @@ class TrainerContext final : public StrategyContext {
   int gradAccumulation_;
   std::chrono::milliseconds timeout_;
   std::map<std::string, double> figures_;
+  SubgroupFactory makeSubgroup_;
+  std::map<std::vector<int>, std::unique_ptr<ProcessGroup>> subgroups_;
 };
 
 }  // namespace strata

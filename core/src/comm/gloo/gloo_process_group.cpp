@@ -13,6 +13,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <spdlog/spdlog.h>
 
+#include "element_sum.h"
 #include "gloo_store_adapter.h"
 #include "ring_reduce_scatter.h"
 #include "strata/comm/collective_arrivals.h"
@@ -27,24 +28,34 @@ double seconds(std::chrono::nanoseconds d) {
 }
 
 template <typename T>
-gloo::AllreduceOptions::Func sumFunction() {
-  return static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>);
+void sumElements(void* out, const void* a, const void* b, std::size_t n) {
+  detail::addElements(static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
 }
 
 template <typename T>
-void scale(T* data, std::int64_t n, T factor) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    data[i] *= factor;
+gloo::AllreduceOptions::Func sumFunction() {
+  if constexpr (detail::kSixteenBit<T>) {
+    return &sumElements<T>;  // Note [16-bit reductions] in element_sum.h
+  } else {
+    return static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>);
   }
 }
 
-// Runs f.template operator()<T>() with T the C++ type of dtype (float or double).
+// Runs f.template operator()<T>() with T the C++ type of dtype: float, double, or the 16-bit storage types.
 template <typename F>
 void dispatchFloat(DType dtype, F&& f) {
-  if (dtype == DType::Float32) {
-    f.template operator()<float>();
-  } else {
-    f.template operator()<double>();
+  switch (dtype) {
+    case DType::Float32:
+      f.template operator()<float>();
+      break;
+    case DType::Float16:
+      f.template operator()<Half>();
+      break;
+    case DType::BFloat16:
+      f.template operator()<BFloat16Bits>();
+      break;
+    default:
+      f.template operator()<double>();
   }
 }
 
@@ -52,7 +63,7 @@ void dispatchFloat(DType dtype, F&& f) {
 
 GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options,
                                    GlooOptions glooOptions)
-    : CheckedProcessGroup({"gloo", {DType::Float32, DType::Float64}}),
+    : CheckedProcessGroup({"gloo", {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16}}),
       store_(std::move(store)),
       rank_(rank),
       size_(size),
@@ -176,7 +187,7 @@ WorkHandle GlooProcessGroup::doAllReduce(Tensor tensor, ReduceOp op) {
       opts.setTimeout(options_.timeout);
       gloo::allreduce(opts);
       if (op == ReduceOp::Average) {
-        scale(data, tensor.numel(), static_cast<T>(1) / static_cast<T>(size_));
+        detail::scaleElements(data, tensor.numel(), 1.0 / size_);
       }
     });
   });
@@ -192,7 +203,7 @@ WorkHandle GlooProcessGroup::doReduceScatter(Tensor input, Tensor output, Reduce
       detail::ringReduceScatter<T>(context_, input.data<T>(), output.data<T>(),
                                    static_cast<std::size_t>(output.numel()), tag, options_.timeout);
       if (op == ReduceOp::Average) {
-        scale(output.data<T>(), output.numel(), static_cast<T>(1) / static_cast<T>(size_));
+        detail::scaleElements(output.data<T>(), output.numel(), 1.0 / size_);
       }
     });
   });

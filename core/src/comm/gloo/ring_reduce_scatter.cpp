@@ -7,6 +7,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "element_sum.h"
 #include "strata/error.h"
 #include "strata/tensor.h"
 
@@ -19,6 +20,17 @@ namespace {
 constexpr std::uint8_t kReduceScatterSlotPrefix = 0x40;
 
 using Clock = std::chrono::steady_clock;
+
+template <typename T>
+DType scratchType() {
+  if constexpr (std::is_same_v<T, Half>) {
+    return DType::Float16;
+  } else if constexpr (std::is_same_v<T, BFloat16Bits>) {
+    return DType::BFloat16;
+  } else {
+    return dtypeOf<T>();
+  }
+}
 
 void waitFor(gloo::transport::UnboundBuffer& buffer, bool receiving, Clock::time_point deadline, int peer) {
   const auto left = std::max(std::chrono::milliseconds(1),
@@ -49,7 +61,8 @@ void ringReduceScatter(const std::shared_ptr<gloo::Context>& context, const T* i
   const auto partIndex = [size](int k) { return static_cast<std::size_t>(((k % size) + size) % size); };
 
   // Partial sums arrive in `incoming` and leave from `outgoing`: two parts of scratch, whatever the group size.
-  Tensor scratch = Tensor::empty(dtypeOf<T>(), {static_cast<std::int64_t>(2 * part)}, MemoryCategory::Communication);
+  Tensor scratch =
+      Tensor::empty(scratchType<T>(), {static_cast<std::int64_t>(2 * part)}, MemoryCategory::Communication);
   T* incoming = scratch.data<T>();
   T* outgoing = incoming + part;
   // The input is only ever sent from (Gloo's buffers take non-const pointers).
@@ -68,9 +81,7 @@ void ringReduceScatter(const std::shared_ptr<gloo::Context>& context, const T* i
     waitFor(sending, false, deadline, right);
     const T* local = input + partIndex(rank - step - 2) * part;
     T* sum = step == size - 2 ? output : outgoing;  // the last part to arrive is part rank: the result
-    for (std::size_t i = 0; i < part; ++i) {
-      sum[i] = incoming[i] + local[i];
-    }
+    addElements(sum, incoming, local, part);
   }
 }
 
@@ -78,5 +89,10 @@ template void ringReduceScatter<float>(const std::shared_ptr<gloo::Context>&, co
                                        std::uint32_t, std::chrono::milliseconds);
 template void ringReduceScatter<double>(const std::shared_ptr<gloo::Context>&, const double*, double*, std::size_t,
                                         std::uint32_t, std::chrono::milliseconds);
+
+template void ringReduceScatter<Half>(const std::shared_ptr<gloo::Context>&, const Half*, Half*, std::size_t,
+                                      std::uint32_t, std::chrono::milliseconds);
+template void ringReduceScatter<BFloat16Bits>(const std::shared_ptr<gloo::Context>&, const BFloat16Bits*, BFloat16Bits*,
+                                              std::size_t, std::uint32_t, std::chrono::milliseconds);
 
 }  // namespace strata::detail

@@ -40,6 +40,15 @@ class StrategyContext {
   virtual std::chrono::milliseconds timeout() const = 0;
   // Adds to a per-rank figure reported in summary.json ("communication_s", "collective_s", or the strategy's own).
   virtual void addFigure(const std::string& key, double value) = 0;
+  // Note [Subgroups]: collectives over some of the job's ranks (global ranks, ascending, this rank among them),
+  // e.g. within a node and across nodes for fsdp shard=hybrid. Every member asks for the same set, and members ask
+  // for their sets in the same order, before any collective on them. The context builds each set once and owns the
+  // group. nullptr where it cannot build one (a single-process run). Added after ABI 2 without a version bump: it is
+  // the last virtual, so plugins built without it still match.
+  virtual ProcessGroup* subgroup(const std::vector<int>& ranks) {
+    (void)ranks;
+    return nullptr;
+  }
 };
 
 }  // namespace strata

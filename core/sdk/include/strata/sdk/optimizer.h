@@ -5,6 +5,7 @@
 // only.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,6 +41,16 @@ class OptimizerFactory {
   // The run's update rule over `slices` only. Gradient clipping needs the global norm, so a run with
   // --clip-grad-norm refuses sliced optimizers (the strategy must reduce the norm itself).
   virtual std::unique_ptr<SliceOptimizer> create(std::vector<ParameterSlice> slices) = 0;
+  // Note [Sharded optimizers]: the run's update rule over `slices` when the slices of a group of ranks together hold
+  // every gradient once (a sharding strategy's shards). Clipping and fp16 loss scaling need the norm over all
+  // gradients: the optimizer passes the sum of squares of its own slices to `sumOverRanks`, which returns the sum
+  // over the group (the strategy all-reduces it; inf and NaN carry an overflow to every rank), so every rank clips
+  // alike and skips an overflowed step alike. Added after ABI 2 as the last virtual, without a version bump.
+  virtual std::unique_ptr<SliceOptimizer> createSharded(std::vector<ParameterSlice> slices,
+                                                        std::function<double(double)> sumOverRanks) {
+    (void)sumOverRanks;
+    return create(std::move(slices));
+  }
 };
 
 }  // namespace strata
