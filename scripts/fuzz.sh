@@ -16,7 +16,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
-targets=(store_protocol_fuzzer tensor_proto_fuzzer idx_dataset_fuzzer cifar10_dataset_fuzzer onnx_importer_fuzzer)
+targets=(store_protocol_fuzzer tensor_proto_fuzzer idx_dataset_fuzzer cifar10_dataset_fuzzer onnx_importer_fuzzer
+  ps_message_fuzzer)
 
 usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
