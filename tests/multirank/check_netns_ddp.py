@@ -15,6 +15,7 @@ without delay, where netem is missing) and fails unless some packet was dropped.
 """
 import argparse
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -42,6 +43,9 @@ def main() -> int:
     parser.add_argument("--netem", default="", help='netem arguments for the link, e.g. "delay 5ms loss 1%%"')
     parser.add_argument("--loss", default="", help="percent of packets nftables drops on the link (no delay)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds each run may take")
+    parser.add_argument("--strategy-args", default="--strategy ddp",
+                        help="the strategy flags of both runs; {key} is a CURVE secret made with `strata ps-keygen`")
+    parser.add_argument("--two-node-args", default="", help="flags of the two-node run only (e.g. server_nodes=)")
     args = parser.parse_args()
 
     env = dict(os.environ, NETNS_PREFIX=args.prefix)
@@ -54,9 +58,12 @@ def main() -> int:
     work = os.path.join(args.work_dir, f"netns-{args.prefix}")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    key = os.path.join(work, "job.key")
+    if "{key}" in args.strategy_args:
+        subprocess.run([args.strata, "ps-keygen", key], check=True)
     common = ["train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", "16", "--epochs", "2",
-              "--seed", "1", "--lr", "0.05", "--momentum", "0.9", "--strategy", "ddp", "--threads", "1",
-              "--timeout", "60", "--master-port", args.master_port]
+              "--seed", "1", "--lr", "0.05", "--momentum", "0.9", "--threads", "1", "--timeout", "60",
+              "--master-port", args.master_port] + shlex.split(args.strategy_args.replace("{key}", key))
 
     def run(command, what):
         start = time.monotonic()
@@ -102,7 +109,8 @@ def main() -> int:
         for rank in (0, 1):
             out = os.path.join(work, f"node{rank}")
             command = netns + ["exec", str(rank), args.strata] + common + [
-                "--nnodes", "2", "--node-rank", str(rank), "--nproc", "1", "--master-addr", master, "--out", out]
+                "--nnodes", "2", "--node-rank", str(rank), "--nproc", "1", "--master-addr", master, "--out", out
+            ] + shlex.split(args.two_node_args)
             if rank == 0:
                 command += ["--export", out + ".onnx"]
             log = open(os.path.join(work, f"node{rank}.log"), "w")
