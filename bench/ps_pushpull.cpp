@@ -73,8 +73,8 @@ double pushPullSeconds(std::size_t bytes, int rounds, bool auth, const std::stri
     h.sequence = sequence;
     h.lr = 0.01;
     const auto header = ps::encodeHeader(h);
-    socket.send(zmq::message_t(header.data(), header.size()), data.empty() ? zmq::send_flags::none
-                                                                            : zmq::send_flags::sndmore);
+    socket.send(zmq::message_t(header.data(), header.size()),
+                data.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
     for (std::size_t i = 0; i < data.size(); ++i) {
       socket.send(data[i], i + 1 < data.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
@@ -150,8 +150,9 @@ int main(int argc, char** argv) {
     zmq_curve_keypair(publicKey, secretKey);
     std::ofstream(keyFile) << secretKey << "\n";
   }
-  fmt::print("| size | copy (2 x N) | push+pull, auth off | push+pull, CURVE | all-reduce (Gloo, 2 ranks) | "
-             "off / copy | off / all-reduce |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+  fmt::print(
+      "| size | copy (2 x N) | push+pull, auth off | push+pull, CURVE | all-reduce (Gloo, 2 ranks) | "
+      "off / copy | off / all-reduce |\n| --- | --- | --- | --- | --- | --- | --- |\n");
   for (double mb : sizesMb) {
     const auto bytes = static_cast<std::size_t>(mb * 1024 * 1024);
     const double copy = copySeconds(bytes, rounds);

@@ -54,7 +54,8 @@ TEST(CheckedProcessGroupTest, ErrorsNameTheCollectiveTheRankAndTheProblem) {
 
     e = errorOf([&] { pg.allReduce(Tensor::zeros(DType::Int64, {4}), ReduceOp::Sum); });
     EXPECT_MENTIONS(e, "gloo allReduce " + where);
-    EXPECT_MENTIONS(e, "tensor int64[4] (cpu) has dtype int64; gloo collectives take float32, float64, float16 or bfloat16");
+    EXPECT_MENTIONS(
+        e, "tensor int64[4] (cpu) has dtype int64; gloo collectives take float32, float64, float16 or bfloat16");
 
     e = errorOf([&] { pg.reduceScatter(floats(4), Tensor::zeros(DType::Float64, {2}), ReduceOp::Average); });
     EXPECT_MENTIONS(e, "input float32[4] (cpu) and output float64[2] (cpu) must have the same dtype");
