@@ -179,8 +179,15 @@ std::vector<std::int64_t> toInt64Vector(const Tensor& tensor) {
   visitDType(tensor.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* data = tensor.data<T>();
-    for (std::int64_t i = 0; i < n; ++i)
-      values[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(asDouble(data[i]));
+    for (std::int64_t i = 0; i < n; ++i) {
+      // Converting a value outside int64's range is undefined behaviour (found by onnx_importer_fuzzer): refuse it.
+      const double value = asDouble(data[i]);
+      STRATA_CHECK(std::isfinite(value) && value >= -0x1p63 && value < 0x1p63,
+                   "value {} at index {} of a {} tensor read as integers (a shape, axes or indices) is outside int64's "
+                   "range",
+                   value, i, dtypeName(tensor.dtype()));
+      values[static_cast<std::size_t>(i)] = static_cast<std::int64_t>(value);
+    }
   });
   return values;
 }
