@@ -158,19 +158,14 @@ std::optional<ServerCheckpoint> readServerCheckpointHeader(const std::string& pa
     c.lastSequence.push_back(r.value<std::uint64_t>());
     c.clock.push_back(r.value<std::int64_t>());
   }
+  c.tensorsOffset = static_cast<std::uint64_t>(in.tellg());
   return c;
 }
 
 void readServerCheckpointTensors(const std::string& path, ServerCheckpoint& into) {
   std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(into.tensorsOffset));
   Reader r(path, in);
-  {
-    // Skip the header by reading it again.
-    Writer w;
-    writeHeader(w, into);
-    std::vector<char> skip(w.buffer().size());
-    r.bytes(skip.data(), skip.size());
-  }
   for (auto* list : {&into.values, &into.buffers, &into.optimizerState}) {
     const auto count = r.value<std::uint64_t>();
     if (count != list->size()) {

@@ -30,6 +30,7 @@ struct ServerCheckpoint {
   std::vector<Tensor> values;               // per segment
   std::vector<Tensor> buffers;
   std::vector<Tensor> optimizerState;
+  std::uint64_t tensorsOffset = 0;  // set by readServerCheckpointHeader: where the tensors start in the file
 };
 
 // Writes atomically to `path` (via path.tmp); throws Error naming the file.
