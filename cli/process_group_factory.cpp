@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include "strata/comm/collective_arrivals.h"
 #include "strata/comm/gloo_process_group.h"
 #include "strata/comm/staging_process_group.h"
 #include "strata/comm/tcp_store.h"
@@ -113,6 +114,17 @@ std::unique_ptr<ProcessGroup> createSubgroup(const std::shared_ptr<Store>& store
     return gloo;
   }
   return std::make_unique<StagingProcessGroup>(std::move(gloo));
+}
+
+std::function<std::string()> describeSilentRanksOf(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
+                                                   std::chrono::milliseconds timeout) {
+  if (store == nullptr || rank.worldSize <= 1) {
+    return nullptr;
+  }
+  return [store, size = rank.worldSize, timeout] {
+    return describeSilentRanks(*store, GlooProcessGroup::keyPrefix(GlooOptions{}.groupName), size,
+                               heartbeatPeriodFor(timeout));
+  };
 }
 
 }  // namespace strata::cli

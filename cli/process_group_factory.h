@@ -1,7 +1,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "launcher.h"
@@ -21,5 +23,10 @@ std::unique_ptr<ProcessGroup> createProcessGroup(const std::shared_ptr<Store>& s
 std::unique_ptr<ProcessGroup> createSubgroup(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
                                              Device device, std::chrono::milliseconds timeout,
                                              const std::vector<int>& ranks);
+
+// Which of the job's ranks are silent, from the heartbeats of the job's Gloo group (an NCCL group keeps none, and
+// the answer says so); nullptr without a store.
+std::function<std::string()> describeSilentRanksOf(const std::shared_ptr<Store>& store, const RankEnvironment& rank,
+                                                   std::chrono::milliseconds timeout);
 
 }  // namespace strata::cli

@@ -356,7 +356,8 @@ void train(const TrainOptions& options) {
                    .subgroups =
                        [&](const std::vector<int>& ranks) {
                          return createSubgroup(store, rankEnv, device, trainer.timeout, ranks);
-                       }},
+                       },
+                   .describeSilentRanks = describeSilentRanksOf(store, rankEnv, trainer.timeout)},
       trainer);
   if (trainer.resume) {
     fmt::print("resumed from {} after epoch {} (step {})\n", checkpoints.describe(), run.startEpoch(), run.stepsDone());

@@ -115,6 +115,9 @@ std::string describeSilentRanks(Store& store, const std::string& prefix, int siz
       return beats;
     };
     const std::vector<std::int64_t> before = counts();
+    if (std::all_of(before.begin(), before.end(), [](std::int64_t beats) { return beats == 0; })) {
+      return "no rank keeps a heartbeat under '" + prefix + "'";
+    }
     const auto window = heartbeatPeriod * 3;
     std::this_thread::sleep_for(window);
     const std::vector<std::int64_t> after = counts();

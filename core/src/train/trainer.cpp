@@ -6,6 +6,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -161,8 +162,12 @@ std::vector<double> Trainer::sumOverRanks(const std::string& key, const std::vec
   std::vector<double> sums(values.size(), 0.0);
   for (int r = 0; r < parts_.place.worldSize; ++r) {
     // Note [Departed ranks]: a worker the strategy could lose adds nothing.
-    const std::optional<std::string> text =
-        getUnlessDeparted(*parts_.store, fmt::format("{}/{}", key, r), r, options_.timeout);
+    std::optional<std::string> text;
+    try {
+      text = getUnlessDeparted(*parts_.store, fmt::format("{}/{}", key, r), r, options_.timeout);
+    } catch (const Error&) {
+      failWaitingForFigures(key);
+    }
     if (!text) {
       continue;
     }
@@ -174,6 +179,21 @@ std::vector<double> Trainer::sumOverRanks(const std::string& key, const std::vec
     }
   }
   return sums;
+}
+
+void Trainer::failWaitingForFigures(const std::string& key) {
+  // The first rank that did not write may itself be waiting for a stopped one (in a collective or the store), so
+  // every missing rank is named, and the heartbeats say which of them is silent.
+  std::vector<int> missing;
+  for (int r = 0; r < parts_.place.worldSize; ++r) {
+    if (!parts_.store->check({fmt::format("{}/{}", key, r)}) && !parts_.store->check({departedKey(r)})) {
+      missing.push_back(r);
+    }
+  }
+  const std::string silent = parts_.describeSilentRanks ? "; " + parts_.describeSilentRanks() : "";
+  fail("{} {} of {} did not write '{}/<rank>' within {:g} s (and {} not departed){}",
+       missing.size() == 1 ? "rank" : "ranks", fmt::join(missing, ", "), parts_.place.worldSize, key,
+       std::chrono::duration<double>(options_.timeout).count(), missing.size() == 1 ? "has" : "have", silent);
 }
 
 RunTotals Trainer::run() {

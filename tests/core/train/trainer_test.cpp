@@ -2,9 +2,11 @@
 
 #include <cmath>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "strata/allocator.h"
+#include "strata/comm/in_memory_store.h"
 #include "trainer_fixtures.h"
 
 namespace strata {
@@ -186,6 +188,34 @@ TEST_F(TrainerTest, DdpThreadRanksEqualOneProcessOnTheConcatenatedBatch) {
   EXPECT_TRUE(records[1].steps.empty());  // only the lead records
   for (std::size_t i = 0; i < wholeRecords.steps.size(); ++i) {
     EXPECT_NEAR(records[0].steps[i].loss, wholeRecords.steps[i].loss, 1e-5) << "logged step " << i;
+  }
+}
+
+// A rank whose figures never come ends the run on the lead rank with every missing rank named and what the
+// heartbeats say of them (a rank waiting for a stopped one writes nothing either).
+TEST_F(TrainerTest, MissingFiguresNameEveryMissingRankAndTheSilentOnes) {
+  TrainingPlan plan = testing::mlpPlan(dir_, 8);
+  RowBatches batches(train_.first, train_.second, 8);
+  KeptRecords records;
+  auto single = loadStrategy("single");
+  InMemoryStore store;
+  store.setString("trainer/log/2/2", "0,0,0");  // rank 2 wrote its figures; ranks 1 and 3 never do
+  TrainerOptions options = sgdOptions(1);
+  options.timeout = std::chrono::milliseconds(300);
+  Trainer trainer(TrainerParts{.program = plan,
+                               .train = batches,
+                               .strategy = *single,
+                               .recorder = records,
+                               .store = &store,
+                               .place = RankPlace{0, 4, 0, 1},
+                               .describeSilentRanks = [] { return std::string("rank 3 of 4 is silent (test)"); }},
+                  options);
+  try {
+    trainer.run();
+    FAIL() << "the run ended although ranks 1 and 3 never wrote their figures";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("ranks 1, 3 of 4 did not write 'trainer/log/2/<rank>' within 0.3 s "
+                                               "(and have not departed); rank 3 of 4 is silent (test)"));
   }
 }
 

@@ -62,6 +62,9 @@ class GlooProcessGroup final : public CheckedProcessGroup {
 
   void setStep(std::int64_t step) override { step_.store(step); }
 
+  // The prefix of this group's keys in the store ("gloo/<groupName>/"), where its heartbeats are counted.
+  static std::string keyPrefix(const std::string& groupName) { return "gloo/" + groupName + "/"; }
+
  protected:
   std::string deviceProblem(Device device) const override;
   WorkHandle doAllReduce(Tensor tensor, ReduceOp op) override;

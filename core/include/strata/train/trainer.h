@@ -57,6 +57,9 @@ struct TrainerParts {
   LossScaler* lossScaler = nullptr;        // fp16 dynamic loss scaling
   RankPlace place{};
   SubgroupFactory subgroups = nullptr;  // none: StrategyContext::subgroup answers nullptr
+  // "rank 2 of 4 is silent (...)" from the job's heartbeats (describeSilentRanks), for the lead rank's errors when
+  // a rank's figures never come; none: the error names the ranks that did not write them, and no more.
+  std::function<std::string()> describeSilentRanks = nullptr;
 };
 
 // Runs training: epochs of optimizer steps over micro-batches, the strategy's hooks around forward, backward and
@@ -96,6 +99,8 @@ class Trainer {
   // Sums `values` over the ranks through the store under `key` (the lead rank gets the sums; the others get their
   // own values back).
   std::vector<double> sumOverRanks(const std::string& key, const std::vector<double>& values);
+  // Throws naming every rank whose figures under `key` are missing, and the silent ones among them.
+  [[noreturn]] void failWaitingForFigures(const std::string& key);
   bool lead() const { return parts_.place.rank == 0; }
 
   TrainerParts parts_;

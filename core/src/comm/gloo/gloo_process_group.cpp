@@ -68,7 +68,7 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
       rank_(rank),
       size_(size),
       options_(options),
-      prefix_(fmt::format("gloo/{}/", glooOptions.groupName)) {
+      prefix_(keyPrefix(glooOptions.groupName)) {
   STRATA_CHECK(store_ != nullptr, "GlooProcessGroup needs a store");
   STRATA_CHECK(size_ > 0 && rank_ >= 0 && rank_ < size_, "GlooProcessGroup: rank {} is not in a group of {}", rank_,
                size_);
