@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Strata: train ONNX models with pluggable distributed strategies"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata 0.1.0");
+  strata::cli::addCompareCommand(app);
   strata::cli::addInspectCommand(app);
   strata::cli::addPluginsCommand(app);
   strata::cli::addRoleCommand(app);

@@ -67,11 +67,33 @@ RunFiles::RunFiles(Setup setup)
     gpu_->monitor.emplace(setup_.device.index, std::chrono::milliseconds(100));
   }
 #endif
+  if (setup_.samplePeriod.count() > 0 && !setup_.runDir.empty()) {
+    ResourceSampler::Options sampling{.file = setup_.runDir / "timeseries" / fmt::format("rank-{}.jsonl", setup_.rank),
+                                      .rank = setup_.rank,
+                                      .device = setup_.device,
+                                      .period = setup_.samplePeriod,
+                                      .gpu = nullptr};
+#ifdef STRATA_HAS_CUDA
+    if (gpu_->monitor) {
+      sampling.gpu = [this]() -> std::optional<GpuReading> {
+        const std::optional<cuda::GpuSample> sample = gpu_->monitor->latest();
+        return sample ? std::optional(GpuReading{sample->utilization, sample->memoryUsedBytes}) : std::nullopt;
+      };
+    }
+#endif
+    sampler_ = std::make_unique<ResourceSampler>(std::move(sampling));
+  }
 }
 
 RunFiles::~RunFiles() = default;
 
 // One line redrawn in place on a terminal; plain lines (every logEvery steps) otherwise.
+void RunFiles::stepDone(std::int64_t step) {
+  if (sampler_) {
+    sampler_->setStep(step);
+  }
+}
+
 void RunFiles::progress(const StepRecord& r) {
   // The loss is read at log points only (Note [Reading the loss]): "-" until the first.
   const std::string loss = std::isnan(r.loss) ? std::string("-") : fmt::format("{:.4f}", r.loss);

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "resource_sampler.h"
 #include "run_outputs.h"
 #include "strata/comm/store.h"
 #include "strata/device.h"
@@ -31,11 +32,14 @@ class RunFiles final : public RunRecorder {
     nlohmann::json runFields = nlohmann::json::object();
     // Fields added to summary.json after training (the plan's layout and CUDA graph reports, the loss scaler).
     std::function<void(nlohmann::json&)> finalFields;
+    // Note [Resource sampling]: RUN_DIR/timeseries/rank-<r>.jsonl every period; 0 turns it off.
+    std::chrono::milliseconds samplePeriod{500};
   };
 
   explicit RunFiles(Setup setup);
   ~RunFiles() override;
 
+  void stepDone(std::int64_t step) override;
   void progress(const StepRecord& record) override;
   void step(const StepRecord& record) override;
   void epoch(const EpochRecord& record) override;
@@ -53,6 +57,7 @@ class RunFiles final : public RunRecorder {
   std::optional<MetricsLog> metrics_;
   struct GpuSampling;
   std::unique_ptr<GpuSampling> gpu_;
+  std::unique_ptr<ResourceSampler> sampler_;  // after gpu_: it reads the GPU monitor until it stops
 };
 
 }  // namespace strata::cli

@@ -67,6 +67,7 @@ struct TrainOptions {
   std::string cudaGraph = "off";
   double timeoutS = 300;
   std::string slowRank;  // R:F
+  double sampleEveryS = 0.5;
   LaunchOptions launch;
 };
 
@@ -330,6 +331,7 @@ void train(const TrainOptions& options) {
   recording.timeout = trainer.timeout;
   recording.logEvery = options.logEvery;
   recording.device = device;
+  recording.samplePeriod = std::chrono::milliseconds(static_cast<std::int64_t>(options.sampleEveryS * 1000.0));
   recording.runFields = {{"model", modelPath},
                          {"strategy", options.strategy},
                          {"strategy_options", strategyOptions},  // e.g. mode=async, lr_staleness=on
@@ -413,6 +415,9 @@ void addTrainCommand(CLI::App& app) {
   c->add_option("--export", o->exportPath, "write the trained model as .onnx");
   c->add_flag("--augment", o->augment, "random crop and flip (CIFAR-10)");
   c->add_option("--log-every", o->logEvery, "log a metrics line every N steps")->check(CLI::PositiveNumber);
+  c->add_option("--sample-every", o->sampleEveryS,
+                "seconds between samples of memory and utilisation in RUN_DIR/timeseries/rank-R.jsonl (0: off)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--synthetic-samples", o->syntheticSamples, "training samples of --data synthetic");
   addDeviceOptions(*c, o->device);
   addLossScaleOption(*c, o->device);

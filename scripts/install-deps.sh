@@ -16,6 +16,8 @@ packages=(
   # runtimes, llvm-symbolizer for the reports), the two-namespace network tests (iproute2's ip and tc; nftables for
   # packet loss where the kernel has no netem) and the checkpoint durability test (strace).
   clang-14 libclang-rt-14-dev llvm-14 iproute2 nftables strace
+  # `strata compare`'s test renders report.html in a headless browser and checks the screenshot (python3-pil).
+  chromium python3-pil
 )
 
 missing=()

@@ -109,9 +109,15 @@ void GpuMonitor::sampleLoop(std::chrono::milliseconds interval) {
       summary_.utilizationMax = std::max(summary_.utilizationMax, static_cast<double>(utilization.gpu));
       summary_.memoryUsedMaxBytes = std::max(summary_.memoryUsedMaxBytes, static_cast<std::int64_t>(memory.used));
       summary_.memoryTotalBytes = static_cast<std::int64_t>(memory.total);
+      latest_ = GpuSample{static_cast<double>(utilization.gpu), static_cast<std::int64_t>(memory.used)};
     }
     std::this_thread::sleep_for(interval);
   }
+}
+
+std::optional<GpuSample> GpuMonitor::latest() {
+  std::lock_guard lock(mutex_);
+  return latest_;
 }
 
 GpuUsageSummary GpuMonitor::stop() {

@@ -378,6 +378,7 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
     if (logged) {
       closeWindow(record, true);
     }
+    parts_.recorder.stepDone(record.step);
     if (lead()) {
       parts_.recorder.progress(record);
     }

@@ -58,6 +58,8 @@ class RunRecorder {
   virtual void started(std::int64_t /*epoch*/) {}
   // Every step on the lead rank (a progress line; the loss is the last logged one).
   virtual void progress(const StepRecord& /*record*/) {}
+  // Every rank, after each optimizer step (`step` steps done).
+  virtual void stepDone(std::int64_t /*step*/) {}
   virtual void step(const StepRecord& record) = 0;
   virtual void epoch(const EpochRecord& record) = 0;
   virtual void finish(const RunTotals& totals, const RankFigures& mine) = 0;

@@ -22,6 +22,12 @@ struct GpuUsageSummary {
   std::int64_t memoryTotalBytes = 0;
 };
 
+// One NVML sample: the device's utilisation (percent) and used memory (every process's).
+struct GpuSample {
+  double utilization = 0.0;
+  std::int64_t memoryUsedBytes = 0;
+};
+
 // Samples one GPU's utilisation and memory in a background thread through NVML, which is loaded with dlopen at
 // run time: machines without the NVIDIA driver (and its libnvidia-ml.so.1) build and run Strata, and the summary
 // then says why it has no figures.
@@ -35,6 +41,8 @@ class GpuMonitor {
 
   // Stops sampling (idempotent) and summarises.
   GpuUsageSummary stop();
+  // The last sample; nullopt before the first (or without NVML). For time series (RunFiles' resource sampler).
+  std::optional<GpuSample> latest();
 
  private:
   void sampleLoop(std::chrono::milliseconds interval);
@@ -43,6 +51,7 @@ class GpuMonitor {
   std::mutex mutex_;
   GpuUsageSummary summary_;
   double utilizationSum_ = 0.0;
+  std::optional<GpuSample> latest_;
   void* device_ = nullptr;  // nvmlDevice_t
   std::thread thread_;
 };

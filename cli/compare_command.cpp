@@ -1,0 +1,136 @@
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "compare_report.h"
+#include "compare_results.h"
+#include "compare_runner.h"
+#include "strata/error.h"
+
+namespace fs = std::filesystem;
+
+namespace strata::cli {
+namespace {
+
+struct CompareOptions {
+  std::vector<std::string> models;
+  std::vector<std::string> strategies;
+  std::vector<int> worldSizes;
+  std::string specFile;
+  std::string out;
+  std::string resume;
+  bool noPredict = false;
+  bool reportOnly = false;
+  int masterPort = 29500;
+  std::vector<std::string> trainArgs;  // after --
+};
+
+// "AMD EPYC 9R14 (avx512f avx2), 2 cores": what the figures were measured on.
+nlohmann::json describeHost() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string model = "unknown CPU";
+  std::set<std::string> isa;
+  for (std::string line; std::getline(cpuinfo, line);) {
+    const auto value = [&] { return line.substr(line.find(':') + 2); };
+    if (line.starts_with("model name") && model == "unknown CPU") {
+      model = value();
+    } else if (line.starts_with("flags") && isa.empty()) {
+      for (const char* flag : {"avx512f", "avx512_bf16", "avx512_vnni", "avx2", "fma", "amx_tile"}) {
+        if ((" " + value() + " ").find(fmt::format(" {} ", flag)) != std::string::npos) {
+          isa.insert(flag);
+        }
+      }
+    }
+  }
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return {{"cpu", model},
+          {"isa", isa},
+          {"cores", cores},
+          {"description", fmt::format("{} ({}), {} cores", model, fmt::join(isa, " "), cores)}};
+}
+
+CompareSpec specFrom(const CompareOptions& o, const std::vector<std::string>& trainArgs) {
+  CompareSpec spec;
+  if (!o.specFile.empty()) {
+    std::ifstream in(o.specFile);
+    STRATA_CHECK(in.good(), "{}: cannot read the comparison spec", o.specFile);
+    try {
+      spec = compareSpecFromJson(nlohmann::json::parse(in), o.specFile);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: not valid JSON: {}", o.specFile, e.what());
+    }
+  }
+  spec.models.insert(spec.models.end(), o.models.begin(), o.models.end());
+  spec.strategies.insert(spec.strategies.end(), o.strategies.begin(), o.strategies.end());
+  spec.worldSizes.insert(spec.worldSizes.end(), o.worldSizes.begin(), o.worldSizes.end());
+  spec.trainArgs.insert(spec.trainArgs.end(), trainArgs.begin(), trainArgs.end());
+  for (const std::string& model : spec.models) {
+    STRATA_CHECK(fs::is_regular_file(model), "model '{}' not found", model);
+  }
+  return spec;
+}
+
+void compare(const CompareOptions& o, const std::vector<std::string>& trainArgs) {
+  CompareRunOptions run;
+  run.predict = !o.noPredict;
+  run.masterPort = o.masterPort;
+  std::optional<ComparisonRunner> runner;
+  if (!o.resume.empty()) {
+    STRATA_CHECK(
+        o.specFile.empty() && o.strategies.empty() && o.worldSizes.empty() && o.models.empty() && trainArgs.empty(),
+        "--resume {} takes the comparison as it was started; give no spec, models, strategies, world "
+        "sizes or train arguments with it",
+        o.resume);
+    runner.emplace(ComparisonRunner::resume(o.resume, run));
+  } else {
+    STRATA_CHECK(!o.out.empty(), "strata compare needs --out DIR (or --resume DIR)");
+    run.out = o.out;
+    STRATA_CHECK(!fs::exists(fs::path(o.out) / "comparison.json"),
+                 "{} already holds a comparison: continue it with --resume {}, or choose another --out", o.out, o.out);
+    runner.emplace(specFrom(o, trainArgs), run);
+  }
+  const fs::path out = o.resume.empty() ? fs::path(o.out) : fs::path(o.resume);
+  int failed = 0;
+  if (!o.reportOnly) {
+    fmt::print("comparing {} configuration(s) in {}\n", runner->configurations().size(), out.string());
+    failed = runner->runAll();
+  }
+  writeComparisonReport(out, comparisonResults(*runner), describeHost());
+  fmt::print("report: {} ({} and results.csv, results.json)\n", (out / "report.html").string(),
+             (out / "report.md").string());
+  if (failed > 0) {
+    fmt::print("{} configuration(s) failed (see the report); rerun them with: strata compare --resume {}\n", failed,
+               out.string());
+  }
+  STRATA_CHECK(failed == 0, "{} of {} configurations failed", failed, runner->configurations().size());
+}
+
+}  // namespace
+
+void addCompareCommand(CLI::App& app) {
+  auto o = std::make_shared<CompareOptions>();
+  CLI::App* c = app.add_subcommand(
+      "compare",
+      "run every configuration (models x strategies x world sizes) as a strata train run and write a report; "
+      "arguments after -- go to every run (e.g. -- --data synthetic --epochs 2)");
+  c->add_option("--model", o->models, ".onnx file to compare on (repeatable; default: the bundled CNN)");
+  c->add_option("--strategy", o->strategies,
+                "a strategy and its options, e.g. ddp, \"fsdp shard=full\", \"ps mode=async\" (repeatable)");
+  c->add_option("--world-size", o->worldSizes, "ranks per run (repeatable)")->check(CLI::PositiveNumber);
+  c->add_option("--spec", o->specFile, "JSON comparison spec (docs/compare.md); flags add to it");
+  c->add_option("--out", o->out, "directory of the comparison: runs/, report.html, report.md, results.*");
+  c->add_option("--resume", o->resume, "continue the comparison in DIR, rerunning what did not finish");
+  c->add_flag("--no-predict", o->noPredict, "do not run strata plan before each configuration");
+  c->add_flag("--report-only", o->reportOnly, "write the report from the runs so far without running anything");
+  c->add_option("--master-port", o->masterPort, "the port of each run's store (runs go one at a time)");
+  c->add_option("train-args", o->trainArgs, "after --: arguments of every strata train run");
+  c->callback([o] { compare(*o, o->trainArgs); });
+}
+
+}  // namespace strata::cli

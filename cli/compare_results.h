@@ -1,0 +1,22 @@
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "compare_runner.h"
+
+namespace strata::cli {
+
+// Everything the report says of one configuration, read from its run directory: the figures of summary.json
+// (copied, never recomputed, so the report equals the run), per-rank memory and communication, the loss and
+// accuracy curves of metrics.jsonl, the resource time series, and the prediction of `strata plan` beside the
+// measurement with its error. A configuration that failed keeps its reason and whatever figures it left.
+nlohmann::json configurationResult(const CompareConfiguration& c, const RunState& state,
+                                   const std::filesystem::path& runDir);
+
+// Every configuration's result, in the comparison's order.
+nlohmann::json comparisonResults(const ComparisonRunner& runner);
+
+}  // namespace strata::cli
