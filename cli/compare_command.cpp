@@ -27,6 +27,7 @@ struct CompareOptions {
   std::string resume;
   bool noPredict = false;
   bool reportOnly = false;
+  bool dryRun = false;
   int masterPort = 29500;
   std::vector<std::string> trainArgs;  // after --
 };
@@ -76,6 +77,27 @@ CompareSpec specFrom(const CompareOptions& o, const std::vector<std::string>& tr
   return spec;
 }
 
+// 'a b' -> a b; "fsdp shard=full" -> 'fsdp shard=full': a command line a user can paste.
+std::string shellQuoted(const std::vector<std::string>& args) {
+  std::string line = "strata";
+  for (const std::string& a : args) {
+    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                                         "-_=.,/:+@%") == std::string::npos;
+    std::string quoted = "'";
+    for (const char c : a) {
+      quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    line += " " + (plain ? a : quoted + "'");
+  }
+  return line;
+}
+
+void printPlan(const ComparisonRunner& runner) {
+  for (const CompareConfiguration& c : runner.configurations()) {
+    fmt::print("{}:\n  {}\n", c.name, shellQuoted(trainArguments(c, runner.runDir(c), 29500)));
+  }
+}
+
 void compare(const CompareOptions& o, const std::vector<std::string>& trainArgs) {
   CompareRunOptions run;
   run.predict = !o.noPredict;
@@ -89,13 +111,17 @@ void compare(const CompareOptions& o, const std::vector<std::string>& trainArgs)
         o.resume);
     runner.emplace(ComparisonRunner::resume(o.resume, run));
   } else {
-    STRATA_CHECK(!o.out.empty(), "strata compare needs --out DIR (or --resume DIR)");
+    STRATA_CHECK(!o.out.empty() || o.dryRun, "strata compare needs --out DIR (or --resume DIR)");
     run.out = o.out;
-    STRATA_CHECK(!fs::exists(fs::path(o.out) / "comparison.json"),
+    STRATA_CHECK(o.dryRun || !fs::exists(fs::path(o.out) / "comparison.json"),
                  "{} already holds a comparison: continue it with --resume {}, or choose another --out", o.out, o.out);
     runner.emplace(specFrom(o, trainArgs), run);
   }
   const fs::path out = o.resume.empty() ? fs::path(o.out) : fs::path(o.resume);
+  if (o.dryRun) {
+    printPlan(*runner);
+    return;
+  }
   int failed = 0;
   if (!o.reportOnly) {
     fmt::print("comparing {} configuration(s) in {}\n", runner->configurations().size(), out.string());
@@ -127,6 +153,7 @@ void addCompareCommand(CLI::App& app) {
   c->add_option("--out", o->out, "directory of the comparison: runs/, report.html, report.md, results.*");
   c->add_option("--resume", o->resume, "continue the comparison in DIR, rerunning what did not finish");
   c->add_flag("--no-predict", o->noPredict, "do not run strata plan before each configuration");
+  c->add_flag("--dry-run", o->dryRun, "print each configuration's strata train command and run nothing");
   c->add_flag("--report-only", o->reportOnly, "write the report from the runs so far without running anything");
   c->add_option("--master-port", o->masterPort, "the port of each run's store (runs go one at a time)");
   c->add_option("train-args", o->trainArgs, "after --: arguments of every strata train run");

@@ -158,7 +158,7 @@ std::vector<CompareConfiguration> expandConfigurations(const CompareSpec& spec) 
     if (!listed.name.empty()) {
       c.name = slug(listed.name);
     } else if (!listed.trainArgs.empty()) {
-      c.name += "-" + slug(fmt::format("{}", fmt::join(listed.trainArgs, " ")));
+      c.name = fmt::format("{}-{}", c.name, slug(fmt::format("{}", fmt::join(listed.trainArgs, " "))));
     }
     runs.push_back(std::move(c));
   }
