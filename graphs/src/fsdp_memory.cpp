@@ -94,11 +94,15 @@ class Replay {
     setup();
     peak_ = current_;
     totalPeak_ = total_;
-    for (int micro = 0; micro < options_.microBatches; ++micro) {
-      microBatch(micro);
-    }
-    if (!sharded_) {
-      allocateFullOptimizer();  // optimizers().full() is created on the first step
+    // Note [Two steps]: the first optimizer step creates optimizers().full() (unsharded levels), so only the
+    // second step's forward and backward run beside the optimizer state; the total peak is that step's.
+    for (int stepIndex = 0; stepIndex < 2; ++stepIndex) {
+      for (int micro = 0; micro < options_.microBatches; ++micro) {
+        microBatch(micro);
+      }
+      if (!sharded_ && stepIndex == 0) {
+        allocateFullOptimizer();  // optimizers().full() is created on the first step
+      }
     }
     FsdpMemoryPrediction prediction;
     prediction.peak = peak_;
