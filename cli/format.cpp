@@ -34,10 +34,20 @@ std::string humanBytes(std::int64_t bytes) {
 }
 
 std::int64_t parseByteSize(const std::string& text, const std::string& flag) {
-  static const std::map<std::string, double> kUnits = {
-      {"", 1.0},           {"b", 1.0},          {"k", 1024.0},          {"kib", 1024.0},        {"kb", 1e3},
-      {"m", 1048576.0},    {"mib", 1048576.0},  {"mb", 1e6},            {"g", 1073741824.0},    {"gib", 1073741824.0},
-      {"gb", 1e9},         {"t", 1099511627776.0}, {"tib", 1099511627776.0}, {"tb", 1e12}};
+  static const std::map<std::string, double> kUnits = {{"", 1.0},
+                                                       {"b", 1.0},
+                                                       {"k", 1024.0},
+                                                       {"kib", 1024.0},
+                                                       {"kb", 1e3},
+                                                       {"m", 1048576.0},
+                                                       {"mib", 1048576.0},
+                                                       {"mb", 1e6},
+                                                       {"g", 1073741824.0},
+                                                       {"gib", 1073741824.0},
+                                                       {"gb", 1e9},
+                                                       {"t", 1099511627776.0},
+                                                       {"tib", 1099511627776.0},
+                                                       {"tb", 1e12}};
   std::size_t end = 0;
   double value = -1;
   try {
@@ -50,9 +60,10 @@ std::int64_t parseByteSize(const std::string& text, const std::string& flag) {
   std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
   const auto found = kUnits.find(unit);
   if (end == 0 || found == kUnits.end() || !std::isfinite(value) || value <= 0 || value * found->second > 9.0e18) {
-    fail("{} {}: expected a positive size such as 24GiB, 512MiB, 16GB or a number of bytes (KiB/MiB/GiB/TiB and "
-         "K/M/G/T are powers of 1024, KB/MB/GB/TB powers of 1000)",
-         flag, text);
+    fail(
+        "{} {}: expected a positive size such as 24GiB, 512MiB, 16GB or a number of bytes (KiB/MiB/GiB/TiB and "
+        "K/M/G/T are powers of 1024, KB/MB/GB/TB powers of 1000)",
+        flag, text);
   }
   return static_cast<std::int64_t>(std::llround(value * found->second));
 }

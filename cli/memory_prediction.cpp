@@ -37,7 +37,7 @@ FsdpMemoryPrediction predictStrategyMemory(const MemoryQuery& query, TrainingPla
                                           .microBatches = query.gradAccum,
                                           .optimizerStates = states};
     return query.strategy != "ps" ? predictDdpMemory(program, groups, options)
-                                   : predictPsWorkerMemory(program, groups, options);
+                                  : predictPsWorkerMemory(program, groups, options);
   }
   STRATA_CHECK(query.strategy == "fsdp", "memory prediction: no prediction for strategy '{}'", query.strategy);
   FsdpMemoryOptions defaults;

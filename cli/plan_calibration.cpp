@@ -95,8 +95,7 @@ ComputeCalibration calibrateCompute(TrainingPlan& plan, const std::vector<Tensor
   result.steps = steps;
   result.forwardBackwardS = median(computeTimes);
   result.optimizerS = median(optimizerTimes);
-  result.workspaceBytes =
-      stats.snapshot().peak[static_cast<std::size_t>(MemoryCategory::Workspace)] - workspaceBefore;
+  result.workspaceBytes = stats.snapshot().peak[static_cast<std::size_t>(MemoryCategory::Workspace)] - workspaceBefore;
   return result;
 }
 

@@ -13,9 +13,9 @@
 namespace strata::cli {
 
 struct ComputeCalibration {
-  int steps = 0;                   // timed steps (after warm-up); 0: not timed
-  double forwardBackwardS = 0;     // median forward + loss + backward of one micro-batch
-  double optimizerS = 0;           // median optimizer update over every parameter
+  int steps = 0;                    // timed steps (after warm-up); 0: not timed
+  double forwardBackwardS = 0;      // median forward + loss + backward of one micro-batch
+  double optimizerS = 0;            // median optimizer update over every parameter
   std::int64_t workspaceBytes = 0;  // the peak of the workspace category over the steps (kernel scratch, oneDNN's
                                     // reordered weights): measured, not replayed
 };

@@ -78,10 +78,8 @@ std::vector<Configuration> configurations(const PlanOptions& options) {
   if (options.servers != 1) {
     servers.emplace_back("servers", std::to_string(options.servers));
   }
-  std::vector<Configuration> all = {{"ddp", {}},
-                                    {"fsdp", {{"shard", "full"}}},
-                                    {"fsdp", {{"shard", "grad_op"}}},
-                                    {"fsdp", {{"shard", "none"}}}};
+  std::vector<Configuration> all = {
+      {"ddp", {}}, {"fsdp", {{"shard", "full"}}}, {"fsdp", {{"shard", "grad_op"}}}, {"fsdp", {{"shard", "none"}}}};
   if (options.nnodes > 1) {
     all.push_back({"fsdp", {{"shard", "hybrid"}}});
   }
@@ -124,8 +122,9 @@ void checkPlanOptions(const PlanOptions& options) {
   }
   parseOptimizerKind(options.optimizer);
   if (options.strategy.empty() && !options.strategyOptions.empty()) {
-    fail("plan: --strategy-opt describes one configuration; add --strategy NAME (without it every strategy is "
-         "predicted with its defaults)");
+    fail(
+        "plan: --strategy-opt describes one configuration; add --strategy NAME (without it every strategy is "
+        "predicted with its defaults)");
   }
   if (!options.strategy.empty() && !hasMemoryPrediction(options.strategy)) {
     fail("plan --strategy {}: no prediction for this strategy (known: single, ddp, fsdp, ps)", options.strategy);
@@ -221,7 +220,9 @@ void plan(const PlanOptions& options) {
                                    : std::optional(parseByteSize(options.deviceMemory, "plan --device-memory"));
   const int ranksPerNode = options.worldSize / options.nnodes;
   const int threads = options.threads > 0 ? options.threads : std::max(1, detail::availableCores() / ranksPerNode);
-  applyThreads(ModelOptions{.threads = threads});
+  ModelOptions threading;
+  threading.threads = threads;
+  applyThreads(threading);
   const std::string modelPath = options.modelPath.empty() ? defaultModelPath() : options.modelPath;
   const Graph graph = importOnnx(modelPath);
   const std::vector<TensorMeta> inputMetas = defaultInputMetas(graph, options.batchSize);

@@ -102,7 +102,8 @@ StepTimePrediction psStep(const MemoryQuery& query, const ParameterGroups& group
   }
   const int n = std::max(2, c.ranks);
   const double link = c.allReduce.bytesPerS * 2.0 * (n - 1) / n;
-  const double perWorker = 2 * c.allReduce.latencyS + (link > 0 ? 2.0 * static_cast<double>(bytes) / link : 0) / servers;
+  const double perWorker =
+      2 * c.allReduce.latencyS + (link > 0 ? 2.0 * static_cast<double>(bytes) / link : 0) / servers;
   const double serverUpdate = compute.optimizerS / servers;
   StepTimePrediction p;
   p.computeS = query.gradAccum * compute.forwardBackwardS;

@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "format.h"
-#include "strata/error.h"
 #include "memory_prediction.h"
+#include "strata/error.h"
 #include "strata/optim/optimizer.h"
 #include "strategy_options.h"
 
@@ -98,11 +98,11 @@ void printStrategyMemory(const StrategyInspection& options, Graph model, const s
                  p.paddingElements);
     }
     levels[row] = {{"peak_bytes", predictedCategoriesJson(p)},
-                        {"model_state_bytes", p.modelState()},
-                        {"total_peak_bytes", p.totalPeak},
-                        {"units", p.units},
-                        {"largest_unit_elements", p.largestUnitElements},
-                        {"padding_elements", p.paddingElements}};
+                   {"model_state_bytes", p.modelState()},
+                   {"total_peak_bytes", p.totalPeak},
+                   {"units", p.units},
+                   {"largest_unit_elements", p.largestUnitElements},
+                   {"padding_elements", p.paddingElements}};
   }
   fmt::print(
       "  model state: parameters + gradients + optimizer state, each at its peak; peak: every predicted category at "
