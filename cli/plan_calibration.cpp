@@ -2,10 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <thread>
 #include <vector>
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <spdlog/spdlog.h>
 
 #include "strata/allocator.h"
 #include "strata/comm/gloo_process_group.h"
@@ -52,15 +59,52 @@ Tensor syntheticTensor(const TensorMeta& meta, std::int64_t classes) {
   return t;
 }
 
+// Note [Collective fit]: latency from the small size, bandwidth from the large one beyond that latency. On a
+// loaded machine the small size's median can exceed the large one's; the bandwidth is then the large size over its
+// whole time (latency included), which overestimates the cost of large collectives rather than calling them free.
 CollectiveFit fit(double smallS, double largeS, std::int64_t smallBytes, std::int64_t largeBytes) {
   CollectiveFit f;
-  const double slope = std::max((largeS - smallS) / static_cast<double>(largeBytes - smallBytes), 1e-15);
-  f.bytesPerS = 1.0 / slope;
-  f.latencyS = std::max(0.0, smallS - slope * static_cast<double>(smallBytes));
+  f.latencyS = smallS;
+  const double beyond = largeS - smallS;
+  f.bytesPerS = beyond > 0.1 * largeS ? static_cast<double>(largeBytes - smallBytes) / beyond
+                                      : static_cast<double>(largeBytes) / std::max(largeS, 1e-9);
+  if (beyond <= 0.1 * largeS) {
+    f.latencyS = 0;
+  }
   return f;
 }
 
 }  // namespace
+
+ConcurrentRanks::ConcurrentRanks(int copies, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/proc/self/exe"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> pointers;
+  for (std::string& arg : argv) {
+    pointers.push_back(arg.data());
+  }
+  pointers.push_back(nullptr);
+  for (int i = 0; i < copies; ++i) {
+    pid_t pid = 0;
+    const int status = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, pointers.data(), environ);
+    if (status != 0) {
+      spdlog::warn("plan: cannot start a concurrent calibration rank ({}); the compute is measured alone",
+                   std::strerror(status));
+      return;
+    }
+    pids_.push_back(pid);
+  }
+}
+
+ConcurrentRanks::~ConcurrentRanks() {
+  for (int pid : pids_) {
+    ::kill(pid, SIGTERM);
+  }
+  for (int pid : pids_) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+}
 
 double CollectiveFit::seconds(std::int64_t bytes) const {
   return latencyS + (bytesPerS > 0 ? static_cast<double>(bytes) / bytesPerS : 0.0);
@@ -76,7 +120,6 @@ ComputeCalibration calibrateCompute(TrainingPlan& plan, const std::vector<Tensor
   Optimizer optimizer(plan.parameters(), optimizerOptions);
   MemoryStats& stats = allocatorFor(plan.parameters().device()).stats();
   stats.resetPeaks();
-  const std::int64_t workspaceBefore = stats.snapshot().current[static_cast<std::size_t>(MemoryCategory::Workspace)];
   const int warmup = steps > 0 ? 2 : 1;
   std::vector<double> computeTimes;
   std::vector<double> optimizerTimes;
@@ -95,7 +138,8 @@ ComputeCalibration calibrateCompute(TrainingPlan& plan, const std::vector<Tensor
   result.steps = steps;
   result.forwardBackwardS = median(computeTimes);
   result.optimizerS = median(optimizerTimes);
-  result.workspaceBytes = stats.snapshot().peak[static_cast<std::size_t>(MemoryCategory::Workspace)] - workspaceBefore;
+  // What a run's peak sees: the workspace already alive when the trainer resets the peaks, and the steps'.
+  result.workspaceBytes = stats.snapshot().peak[static_cast<std::size_t>(MemoryCategory::Workspace)];
   return result;
 }
 
@@ -128,7 +172,8 @@ CollectiveCalibration calibrateCollectives(int ranks, std::int64_t largeBytes, i
             Tensor full = Tensor::zeros(DType::Float32, {elements}, MemoryCategory::Communication);
             Tensor part = Tensor::zeros(DType::Float32, {elements / ranks}, MemoryCategory::Communication);
             std::vector<double> times;
-            for (int i = 0; i < repeats + 1; ++i) {
+            const int runs = which == 0 ? 3 * repeats : repeats;  // small ones are cheap and noisier
+            for (int i = 0; i < runs + 1; ++i) {
               group.barrier()->wait(timeout);
               const Clock::time_point start = Clock::now();
               WorkHandle work = kind == 0   ? group.allReduce(full, ReduceOp::Sum)
@@ -158,6 +203,7 @@ CollectiveCalibration calibrateCollectives(int ranks, std::int64_t largeBytes, i
       std::rethrow_exception(error);
     }
   }
+  result.measuredS = measured;
   result.allReduce = fit(measured[0], measured[1], result.smallBytes, result.largeBytes);
   result.allGather = fit(measured[2], measured[3], result.smallBytes, result.largeBytes);
   result.reduceScatter = fit(measured[4], measured[5], result.smallBytes, result.largeBytes);

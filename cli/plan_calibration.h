@@ -5,6 +5,7 @@
 // latency + bytes / bandwidth.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "strata/graphs/training_plan.h"
@@ -25,6 +26,23 @@ struct ComputeCalibration {
 ComputeCalibration calibrateCompute(TrainingPlan& plan, const std::vector<TensorMeta>& inputMetas,
                                     const OptimizerOptions& optimizer, int steps);
 
+// Note [Calibrating beside the other ranks]: a job's local ranks compute at the same time on the node's cores
+// (and memory bandwidth): measured alone, one rank's step was 20 ms, beside another copy 33 ms on the 2-core build
+// machine. So the calibration runs ranks-per-node - 1 other copies of the step (`strata plan --calibration-load`,
+// processes like the job's ranks) while it times its own. They are stopped (SIGTERM) and reaped when this object
+// goes.
+class ConcurrentRanks {
+ public:
+  // Starts `copies` processes running `args` (argv[0] excluded) of this binary.
+  ConcurrentRanks(int copies, const std::vector<std::string>& args);
+  ~ConcurrentRanks();
+  ConcurrentRanks(const ConcurrentRanks&) = delete;
+  ConcurrentRanks& operator=(const ConcurrentRanks&) = delete;
+
+ private:
+  std::vector<int> pids_;
+};
+
 // seconds(bytes) = latencyS + bytes / bytesPerS, bytes being the full tensor's (the all-reduced buffer, the
 // reduce-scatter's input, the all-gather's output).
 struct CollectiveFit {
@@ -37,6 +55,8 @@ struct CollectiveCalibration {
   int ranks = 1;
   std::int64_t smallBytes = 0;
   std::int64_t largeBytes = 0;
+  // Median seconds of all-reduce, all-gather and reduce-scatter at the small and the large size, in that order.
+  std::vector<double> measuredS;
   CollectiveFit allReduce;
   CollectiveFit allGather;
   CollectiveFit reduceScatter;

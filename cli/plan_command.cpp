@@ -43,6 +43,8 @@ struct PlanOptions {
   std::vector<std::string> pluginDirs;
   bool noCalibrate = false;
   int calibrationSteps = 5;
+  int calibrationLoad =
+      0;  // internal: run this many untimed steps and exit (Note [Calibrating beside the other ranks])
   std::string jsonPath;
 };
 
@@ -135,8 +137,9 @@ void checkPlanOptions(const PlanOptions& options) {
 }
 
 // Note [Data batches in the plan]: the DataLoader keeps `prefetch` (2) batches ready while the trainer holds the
-// current one and a worker fills the next, all in the allocator's `other` category; the plan counts four batches.
-constexpr int kBatchesAlive = 4;
+// current one, all in the allocator's `other` category; the plan counts three batches (measured: three, and a few
+// bytes of the trainer's scalars).
+constexpr int kBatchesAlive = 3;
 
 std::int64_t dataBatchBytes(const std::vector<TensorMeta>& inputMetas, const TensorMeta& labelMeta) {
   std::int64_t bytes = static_cast<std::int64_t>(labelMeta.bytes());
@@ -171,6 +174,9 @@ void writeJson(const PlanOptions& options, const std::string& modelPath, int thr
   fitJson(collectives ? &collectives->allReduce : nullptr, "allreduce");
   fitJson(collectives ? &collectives->allGather : nullptr, "allgather");
   fitJson(collectives ? &collectives->reduceScatter : nullptr, "reduce_scatter");
+  calibration["collective_sizes_bytes"] =
+      collectives ? Json::array({collectives->smallBytes, collectives->largeBytes}) : Json(nullptr);
+  calibration["collective_medians_s"] = collectives ? Json(collectives->measuredS) : Json(nullptr);
   calibration["collective_ranks"] = collectives ? Json(collectives->ranks) : Json(nullptr);
   calibration["transport"] = collectives ? Json("gloo tcp loopback") : Json(nullptr);
   Json configurations = Json::array();
@@ -213,7 +219,41 @@ void writeJson(const PlanOptions& options, const std::string& modelPath, int thr
   }
 }
 
+// The steps a concurrent calibration rank runs (Note [Calibrating beside the other ranks]).
+void calibrationLoad(const PlanOptions& options, const std::string& modelPath) {
+  Graph graph = importOnnx(modelPath);
+  const std::vector<TensorMeta> inputMetas = defaultInputMetas(graph, options.batchSize);
+  MemoryQuery query = queryOf(options, Configuration{"single", {}});
+  const std::unique_ptr<TrainingPlan> trainingPlan = buildPredictionPlan(query, std::move(graph), inputMetas);
+  calibrateCompute(*trainingPlan, inputMetas, query.optimizer, options.calibrationLoad);
+}
+
+// The arguments of a concurrent calibration rank: the same model, batch, threads and optimizer.
+std::vector<std::string> calibrationLoadArgs(const PlanOptions& options, const std::string& modelPath, int threads) {
+  return {"plan",
+          modelPath,
+          "--world-size",
+          "1",
+          "--batch-size",
+          std::to_string(options.batchSize),
+          "--threads",
+          std::to_string(threads),
+          "--optimizer",
+          options.optimizer,
+          "--momentum",
+          fmt::format("{}", options.momentum),
+          "--calibration-load",
+          std::to_string(3 * (options.calibrationSteps + 2) + 4)};
+}
+
 void plan(const PlanOptions& options) {
+  if (options.calibrationLoad > 0) {
+    ModelOptions threading;
+    threading.threads = std::max(1, options.threads);
+    applyThreads(threading);
+    calibrationLoad(options, options.modelPath.empty() ? defaultModelPath() : options.modelPath);
+    return;
+  }
   checkPlanOptions(options);
   const std::optional<std::int64_t> deviceMemory =
       options.deviceMemory.empty() ? std::nullopt
@@ -250,8 +290,14 @@ void plan(const PlanOptions& options) {
     if (!calibrated) {
       // The workspace is measured on one (or, calibrating, a few) real steps; the rest is replayed.
       const std::int64_t largest = trainingPlan->parameters().totalElements() * 4;
-      compute = calibrateCompute(*trainingPlan, inputMetas, queryOf(options, all[indices.front()]).optimizer,
-                                 options.noCalibrate ? 0 : options.calibrationSteps);
+      {
+        std::optional<ConcurrentRanks> others;
+        if (!options.noCalibrate && ranksPerNode > 1) {
+          others.emplace(ranksPerNode - 1, calibrationLoadArgs(options, modelPath, threads));
+        }
+        compute = calibrateCompute(*trainingPlan, inputMetas, queryOf(options, all[indices.front()]).optimizer,
+                                   options.noCalibrate ? 0 : options.calibrationSteps);
+      }
       dataBytes = dataBatchBytes(inputMetas, trainingPlan->labelMeta());
       if (!options.noCalibrate) {
         collectives = calibrateCollectives(std::max(2, options.worldSize),
@@ -344,6 +390,7 @@ void addPlanCommand(CLI::App& app) {
   c->add_option("--plugin-dir", o->pluginDirs, "directory searched first for strategy plugins (repeatable)");
   c->add_flag("--no-calibrate", o->noCalibrate, "memory only: no timed steps or collectives (step_time_s null)");
   c->add_option("--calibration-steps", o->calibrationSteps, "timed training steps of the calibration");
+  c->add_option("--calibration-load", o->calibrationLoad)->group("");  // internal: a concurrent calibration rank
   c->add_option("--json", o->jsonPath, "also write the prediction as JSON to this file");
   c->callback([o] { plan(*o); });
 }

@@ -373,9 +373,21 @@ class Replay {
     const std::int64_t scratch = collectiveBytes(unit, 2 * unit.shard);
     allocate(MemoryCategory::Communication, scratch);
     free(MemoryCategory::Communication, scratch);
+    // Note [Scratch beside backward]: for the total, the scratch stays alive until the plugin waits for the
+    // reduction, beside the backward nodes that run meanwhile (one at a time: the worker runs one collective).
+    if (heldScratch_ == 0) {
+      heldScratch_ = scratch;
+      scratchUnit_ = static_cast<std::size_t>(&unit - units_.data());
+      total_ += scratch;
+      totalPeak_ = std::max(totalPeak_, total_);
+    }
   }
 
   void finishReduce(ReplayUnit& unit) {
+    if (heldScratch_ > 0 && scratchUnit_ == static_cast<std::size_t>(&unit - units_.data())) {
+      total_ -= heldScratch_;
+      heldScratch_ = 0;
+    }
     free(MemoryCategory::Communication, unit.reduceBuffers);
     unit.reduceBuffers = 0;
     if (sharded_ && unit.gradients) {
@@ -418,6 +430,8 @@ class Replay {
   std::array<std::int64_t, kMemoryCategoryCount> peak_{};
   std::int64_t total_ = 0;
   std::int64_t totalPeak_ = 0;
+  std::int64_t heldScratch_ = 0;  // Note [Scratch beside backward]
+  std::size_t scratchUnit_ = 0;
 };
 
 }  // namespace
