@@ -64,6 +64,11 @@ RankEnvironment rankEnvironment();
 std::optional<int> launchIfNeeded(const LaunchOptions& options, const RoleLaunch& roles = {},
                                   std::vector<std::string> args = {});
 
+namespace detail {
+// The cores this process may run on (its affinity mask); the launcher gives each of N local ranks 1/N of them.
+int availableCores();
+}  // namespace detail
+
 // CPU threads per rank from STRATA_THREADS (set by the launcher: cores / local ranks); 0 when unset.
 int threadsFromEnvironment();
 

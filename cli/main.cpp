@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "strata 0.1.0");
   strata::cli::addCompareCommand(app);
   strata::cli::addInspectCommand(app);
+  strata::cli::addPlanCommand(app);
   strata::cli::addPluginsCommand(app);
   strata::cli::addRoleCommand(app);
   strata::cli::addRunCommand(app);

@@ -5,38 +5,27 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "device_selection.h"
 #include "format.h"
+#include "memory_prediction.h"
 #include "strata/error.h"
-#include "strata/graphs/fsdp_memory.h"
-#include "strata/graphs/training_plan.h"
 #include "strata/optim/optimizer.h"
-#include "strata/plugin_host.h"
 #include "strategy_options.h"
 
 namespace strata::cli {
 namespace {
 
-std::vector<std::filesystem::path> toPaths(const std::vector<std::string>& dirs) {
-  return {dirs.begin(), dirs.end()};
-}
-
-// The plugin's answer to the run's options: its unit partition, after it has checked every key and value.
-StrategyRequirements requirementsOf(const StrategyInspection& options) {
-  const std::unique_ptr<LoadedStrategy> strategy = PluginHost(toPaths(options.pluginDirs)).load(options.strategy);
-  return strategy->requirements(
-      StrategyQuery{parseStrategyOptions(options.strategyOptions), options.worldSize, options.nnodes});
-}
-
-nlohmann::json categoriesJson(const FsdpMemoryPrediction& p) {
-  nlohmann::json peaks;
-  for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
-    const auto category = static_cast<MemoryCategory>(c);
-    if (category != MemoryCategory::Workspace && category != MemoryCategory::Other) {
-      peaks[std::string(memoryCategoryName(category))] = p.peak[c];
-    }
-  }
-  return peaks;
+MemoryQuery queryOf(const StrategyInspection& options) {
+  MemoryQuery query;
+  query.strategy = options.strategy;
+  query.options = parseStrategyOptions(options.strategyOptions);
+  query.worldSize = options.worldSize;
+  query.nnodes = options.nnodes;
+  query.pluginDirs = options.pluginDirs;
+  query.optimizer.kind = parseOptimizerKind(options.optimizer);
+  query.optimizer.momentum = options.momentum;
+  query.gradAccum = options.gradAccum;
+  query.precision = options.precision;
+  return query;
 }
 
 }  // namespace
@@ -71,72 +60,49 @@ void checkStrategyInspection(const StrategyInspection& options) {
   if (options.precision != "fp32" && options.precision != "bf16" && options.precision != "fp16") {
     fail("inspect: --precision {} (expected fp32, bf16 or fp16)", options.precision);
   }
-  parseOptimizerKind(options.optimizer);
-  requirementsOf(options);
+  strategyRequirements(queryOf(options));
 }
 
 void printStrategyMemory(const StrategyInspection& options, Graph model, const std::vector<TensorMeta>& inputMetas) {
   if (options.strategy.empty()) {
     return;
   }
-  const std::map<std::string, std::string> strategyOptions = parseStrategyOptions(options.strategyOptions);
-  TrainingPlanOptions planOptions;
-  planOptions.inputMetas = inputMetas;
-  planOptions.units = requirementsOf(options).units;
-  planOptions.mixedPrecision = mixedPrecisionOf(DeviceOptions{.precision = options.precision});
-  planOptions.seededLoss = options.gradAccum > 1;
-  TrainingPlan plan(std::move(model), planOptions);
-  OptimizerOptions optimizer;
-  optimizer.kind = parseOptimizerKind(options.optimizer);
-  optimizer.momentum = options.momentum;
-  FsdpMemoryOptions defaults;
-  defaults.ranks = options.worldSize;
-  defaults.microBatches = options.gradAccum;
-  defaults.optimizerStates = optimizerStatesPerSlice(optimizer);
-  const FsdpMemoryOptions chosen = fsdpMemoryOptions(strategyOptions, defaults);
-
-  const Program& program = plan.executor().program();
-  const ParameterGroups& groups = plan.parameters();
+  const MemoryQuery query = queryOf(options);
+  const std::map<std::string, std::string>& strategyOptions = query.options;
+  const std::unique_ptr<TrainingPlan> plan = buildPredictionPlan(query, std::move(model), inputMetas);
   fmt::print(
       "{} on {} rank(s), {} with {} state tensor(s) per parameter, {} micro-batch(es): predicted per-rank "
       "memory (training peaks)\n",
-      options.strategy, options.worldSize, options.optimizer, defaults.optimizerStates, options.gradAccum);
+      options.strategy, options.worldSize, options.optimizer, optimizerStatesPerSlice(query.optimizer),
+      options.gradAccum);
   fmt::print("  {:<8} {:>11} {:>11} {:>11} {:>12} {:>12} {:>11} {:>11}\n", "shard", "parameters", "gradients",
              "optimizer", "model state", "activations", "comm", "peak");
   // Rows: the three levels over the whole job; with --nnodes > 1 also hybrid (full over the ranks of one node).
-  struct Row {
-    std::string name;
-    FsdpLevel level;
-    int ranks;
-  };
-  std::vector<Row> rows = {{"full", FsdpLevel::Full, options.worldSize},
-                           {"grad_op", FsdpLevel::GradOp, options.worldSize},
-                           {"none", FsdpLevel::None, options.worldSize}};
+  std::vector<std::string> rows = {"full", "grad_op", "none"};
   if (options.nnodes > 1) {
-    rows.push_back({"hybrid", FsdpLevel::Full, options.worldSize / options.nnodes});
+    rows.push_back("hybrid");
   }
   const auto chosenShard = strategyOptions.count("shard") != 0 ? strategyOptions.at("shard") : "full";
   nlohmann::json levels;
-  for (const Row& row : rows) {
-    FsdpMemoryOptions levelOptions = chosen;
-    levelOptions.level = row.level;
-    levelOptions.ranks = row.ranks;
-    const FsdpMemoryPrediction p = predictFsdpMemory(program, groups, levelOptions);
-    fmt::print("  {:<8} {:>11} {:>11} {:>11} {:>12} {:>12} {:>11} {:>11}{}\n", row.name,
+  for (const std::string& row : rows) {
+    MemoryQuery level = query;
+    level.options["shard"] = row;
+    const FsdpMemoryPrediction p = predictStrategyMemory(level, *plan);
+    fmt::print("  {:<8} {:>11} {:>11} {:>11} {:>12} {:>12} {:>11} {:>11}{}\n", row,
                humanBytes(p.peakOf(MemoryCategory::Parameters)), humanBytes(p.peakOf(MemoryCategory::Gradients)),
                humanBytes(p.peakOf(MemoryCategory::OptimizerState)), humanBytes(p.modelState()),
                humanBytes(p.peakOf(MemoryCategory::Activations)), humanBytes(p.peakOf(MemoryCategory::Communication)),
-               humanBytes(p.totalPeak), row.name == chosenShard ? "  <- shard=" + row.name : "");
-    if (row.name == "full") {
+               humanBytes(p.totalPeak), row == chosenShard ? "  <- shard=" + row : "");
+    if (row == "full") {
       fmt::print("  units: {}, largest {} elements, padding {} elements\n", p.units, p.largestUnitElements,
                  p.paddingElements);
     }
-    levels[row.name] = {{"peak_bytes", categoriesJson(p)},
-                        {"model_state_bytes", p.modelState()},
-                        {"total_peak_bytes", p.totalPeak},
-                        {"units", p.units},
-                        {"largest_unit_elements", p.largestUnitElements},
-                        {"padding_elements", p.paddingElements}};
+    levels[row] = {{"peak_bytes", predictedCategoriesJson(p)},
+                   {"model_state_bytes", p.modelState()},
+                   {"total_peak_bytes", p.totalPeak},
+                   {"units", p.units},
+                   {"largest_unit_elements", p.largestUnitElements},
+                   {"padding_elements", p.paddingElements}};
   }
   fmt::print(
       "  model state: parameters + gradients + optimizer state, each at its peak; peak: every predicted category at "

@@ -94,11 +94,15 @@ class Replay {
     setup();
     peak_ = current_;
     totalPeak_ = total_;
-    for (int micro = 0; micro < options_.microBatches; ++micro) {
-      microBatch(micro);
-    }
-    if (!sharded_) {
-      allocateFullOptimizer();  // optimizers().full() is created on the first step
+    // Note [Two steps]: the first optimizer step creates optimizers().full() (unsharded levels), so only the
+    // second step's forward and backward run beside the optimizer state; the total peak is that step's.
+    for (int stepIndex = 0; stepIndex < 2; ++stepIndex) {
+      for (int micro = 0; micro < options_.microBatches; ++micro) {
+        microBatch(micro);
+      }
+      if (!sharded_ && stepIndex == 0) {
+        allocateFullOptimizer();  // optimizers().full() is created on the first step
+      }
     }
     FsdpMemoryPrediction prediction;
     prediction.peak = peak_;
@@ -369,9 +373,21 @@ class Replay {
     const std::int64_t scratch = collectiveBytes(unit, 2 * unit.shard);
     allocate(MemoryCategory::Communication, scratch);
     free(MemoryCategory::Communication, scratch);
+    // Note [Scratch beside backward]: for the total, the scratch stays alive until the plugin waits for the
+    // reduction, beside the backward nodes that run meanwhile (one at a time: the worker runs one collective).
+    if (heldScratch_ == 0) {
+      heldScratch_ = scratch;
+      scratchUnit_ = static_cast<std::size_t>(&unit - units_.data());
+      total_ += scratch;
+      totalPeak_ = std::max(totalPeak_, total_);
+    }
   }
 
   void finishReduce(ReplayUnit& unit) {
+    if (heldScratch_ > 0 && scratchUnit_ == static_cast<std::size_t>(&unit - units_.data())) {
+      total_ -= heldScratch_;
+      heldScratch_ = 0;
+    }
     free(MemoryCategory::Communication, unit.reduceBuffers);
     unit.reduceBuffers = 0;
     if (sharded_ && unit.gradients) {
@@ -414,6 +430,8 @@ class Replay {
   std::array<std::int64_t, kMemoryCategoryCount> peak_{};
   std::int64_t total_ = 0;
   std::int64_t totalPeak_ = 0;
+  std::int64_t heldScratch_ = 0;  // Note [Scratch beside backward]
+  std::size_t scratchUnit_ = 0;
 };
 
 }  // namespace
