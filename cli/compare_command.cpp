@@ -71,9 +71,6 @@ CompareSpec specFrom(const CompareOptions& o, const std::vector<std::string>& tr
   spec.strategies.insert(spec.strategies.end(), o.strategies.begin(), o.strategies.end());
   spec.worldSizes.insert(spec.worldSizes.end(), o.worldSizes.begin(), o.worldSizes.end());
   spec.trainArgs.insert(spec.trainArgs.end(), trainArgs.begin(), trainArgs.end());
-  for (const std::string& model : spec.models) {
-    STRATA_CHECK(fs::is_regular_file(model), "model '{}' not found", model);
-  }
   return spec;
 }
 
@@ -116,6 +113,12 @@ void compare(const CompareOptions& o, const std::vector<std::string>& trainArgs)
     STRATA_CHECK(o.dryRun || !fs::exists(fs::path(o.out) / "comparison.json"),
                  "{} already holds a comparison: continue it with --resume {}, or choose another --out", o.out, o.out);
     runner.emplace(specFrom(o, trainArgs), run);
+  }
+  if (!o.dryRun) {
+    for (const CompareConfiguration& c : runner->configurations()) {
+      STRATA_CHECK(c.model.empty() || fs::is_regular_file(c.model), "configuration {}: model '{}' not found", c.name,
+                   c.model);
+    }
   }
   const fs::path out = o.resume.empty() ? fs::path(o.out) : fs::path(o.resume);
   if (o.dryRun) {

@@ -17,6 +17,8 @@ import torchvision
 
 
 def vgg16(size):
+    if size < 32:
+        raise SystemExit(f"vgg16 needs inputs of at least 32x32 (its five poolings leave nothing of {size}x{size})")
     model = torchvision.models.vgg16(num_classes=10)
     if size < 224:
         features = size // 32

@@ -84,6 +84,10 @@ def main():
                     fail(f"{series}: categories do not add up to memory_bytes: {s}")
             if samples[-1]["step"] != summary["steps"] or any(a["step"] > b["step"] for a, b in zip(samples, samples[1:])):
                 fail(f"{series}: steps do not rise to the run's {summary['steps']}")
+        # strata plan ran before each configuration: its memory prediction is within the 5%.
+        prediction = r["prediction"]
+        if not prediction or prediction["memory_error"] is None or abs(prediction["memory_error"]) > 0.05:
+            fail(f"{name}: the prediction is missing or off by more than 5%: {prediction}")
         if not r["loss_curve"] or not r["accuracy_curve"]:
             fail(f"{name}: no loss or accuracy curve")
         if not (args.out / "figures" / f"memory-{name}.svg").is_file():
