@@ -78,8 +78,9 @@ CompareSpec specFrom(const CompareOptions& o, const std::vector<std::string>& tr
 std::string shellQuoted(const std::vector<std::string>& args) {
   std::string line = "strata";
   for (const std::string& a : args) {
-    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-                                                         "-_=.,/:+@%") == std::string::npos;
+    const bool plain = !a.empty() && a.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                         "-_=.,/:+@%") == std::string::npos;
     std::string quoted = "'";
     for (const char c : a) {
       quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);

@@ -298,21 +298,28 @@ std::vector<std::string> answer(const nlohmann::json& results) {
     const nlohmann::json& fastest = **std::min_element(ok.begin(), ok.end(), by("train_time_s"));
     const nlohmann::json& leanest = **std::min_element(ok.begin(), ok.end(), by("training_peak_memory_bytes"));
     const nlohmann::json& best = **std::max_element(ok.begin(), ok.end(), by("test_accuracy"));
+    const nlohmann::json& worst = **std::min_element(ok.begin(), ok.end(), by("test_accuracy"));
+    const bool sameAccuracy = best.value("test_accuracy", 0.0) - worst.value("test_accuracy", 0.0) < 0.0005;
+    const std::string accuracy = ok.size() > 1 && sameAccuracy
+                                     ? fmt::format("accuracy: the same in every configuration ({} %)",
+                                                   orDash(best["test_accuracy"], "{:.2f}", 100.0))
+                                     : fmt::format("most accurate: {} ({} %)", configTitle(best),
+                                                   orDash(best["test_accuracy"], "{:.2f}", 100.0));
     std::string text = fmt::format(
-        "**{}**: fastest: {} ({:.1f} s, {} MiB per rank); least memory: {} ({} MiB per rank, {:.1f} s); most "
-        "accurate: {} ({} %).",
-        model, configTitle(fastest), fastest["train_time_s"].get<double>(),
+        "**{}**: fastest: {} ({:.1f} s, {} MiB per rank); least memory: {} ({} MiB per rank, {:.1f} s); {}.", model,
+        configTitle(fastest), fastest["train_time_s"].get<double>(),
         mib(fastest["training_peak_memory_bytes"].get<double>()), configTitle(leanest),
-        mib(leanest["training_peak_memory_bytes"].get<double>()), leanest["train_time_s"].get<double>(),
-        configTitle(best), orDash(best["test_accuracy"], "{:.2f}", 100.0));
-    if (&fastest != &leanest) {
-      const double memorySaved = 1.0 - leanest["training_peak_memory_bytes"].get<double>() /
-                                           fastest["training_peak_memory_bytes"].get<double>();
+        mib(leanest["training_peak_memory_bytes"].get<double>()), leanest["train_time_s"].get<double>(), accuracy);
+    const double fastestBytes = fastest["training_peak_memory_bytes"].get<double>();
+    const double leanestBytes = leanest["training_peak_memory_bytes"].get<double>();
+    if (&fastest != &leanest && leanestBytes < 0.99 * fastestBytes) {
+      const double memorySaved = 1.0 - leanestBytes / fastestBytes;
       text += fmt::format(" The trade-off: {} needs {:.0f}% less memory per rank than {} and takes {:.2f}x its time.",
                           configTitle(leanest), 100.0 * memorySaved, configTitle(fastest),
                           leanest["train_time_s"].get<double>() / fastest["train_time_s"].get<double>());
     } else {
-      text += fmt::format(" {} is both the fastest and the leanest here.", configTitle(fastest));
+      text +=
+          fmt::format(" {} is the fastest and needs no more memory than any other (within 1%).", configTitle(fastest));
     }
     lines.push_back(text);
   }
