@@ -124,15 +124,15 @@ std::vector<Table> tables(const nlohmann::json& results) {
   }
   {
     Table t("Time and accuracy (the study's Tables III/IV form)",
-            "Test accuracy (%) after the last epoch, on the whole test split.");
-    t.headers = {"model"};
-    for (const auto& s : setups) {
-      t.headers.push_back(fmt::format("{} x{} time (s)", s.first, s.second));
-      t.headers.push_back(fmt::format("{} x{} acc. (%)", s.first, s.second));
-    }
+            "Training time (s) and test accuracy (%) after the last epoch, on the whole test split.");
+    t.headers = {"configuration"};
     for (const std::string& m : models) {
-      std::vector<std::string> row = {m};
-      for (const auto& s : setups) {
+      t.headers.push_back(m + " time (s)");
+      t.headers.push_back(m + " acc. (%)");
+    }
+    for (const auto& s : setups) {
+      std::vector<std::string> row = {fmt::format("{}, {} rank(s)", s.first, s.second)};
+      for (const std::string& m : models) {
         row.push_back(timeCell(find(results, m, s)));
         row.push_back(accuracyCell(find(results, m, s)));
       }
@@ -218,7 +218,6 @@ std::vector<Figure> figures(const nlohmann::json& results) {
   std::vector<Figure> out;
   std::vector<ChartSeries> loss;
   std::vector<ChartSeries> accuracy;
-  std::vector<std::pair<std::string, std::pair<double, double>>> scatter;
   for (const nlohmann::json& r : results) {
     const std::string name = fmt::format("{} ({})", configTitle(r), r["model"].get<std::string>());
     loss.push_back({name, pointsOf(r["loss_curve"])});
@@ -228,24 +227,35 @@ std::vector<Figure> figures(const nlohmann::json& results) {
       a *= 100;
     }
     accuracy.push_back({name, acc});
-    if (done(r) && r["train_time_s"].is_number()) {
-      scatter.push_back(
-          {name, {r["train_time_s"].get<double>(), r["training_peak_memory_bytes"].get<double>() / (1 << 20)}});
-    }
   }
   out.push_back({"Training loss", "loss.svg",
                  svgLineChart({.title = "Training loss (logged steps)", .xLabel = "step", .yLabel = "loss"}, loss)});
   out.push_back(
       {"Test accuracy", "accuracy.svg",
        svgLineChart({.title = "Test accuracy after each epoch", .xLabel = "epoch", .yLabel = "%"}, accuracy)});
-  std::vector<std::pair<double, double>> xy;
-  for (const auto& s : scatter)
-    xy.push_back(s.second);
-  out.push_back({"Time and memory", "pareto.svg",
-                 svgScatter({.title = "Training time vs peak memory per rank (* and dashed: the Pareto front)",
-                             .xLabel = "training time (s)",
-                             .yLabel = "peak MiB per rank"},
-                            scatter, paretoFront(xy))});
+  // One scatter per model: a front across models would compare unlike work.
+  for (const std::string& model : modelsOf(results)) {
+    std::vector<std::pair<std::string, std::pair<double, double>>> scatter;
+    std::vector<std::size_t> front;
+    for (const nlohmann::json& r : results) {
+      if (r["model"] == model && done(r) && r["train_time_s"].is_number()) {
+        if (r.value("pareto_front", false)) {
+          front.push_back(scatter.size());
+        }
+        scatter.push_back(
+            {configTitle(r),
+             {r["train_time_s"].get<double>(), r["training_peak_memory_bytes"].get<double>() / (1 << 20)}});
+      }
+    }
+    std::sort(front.begin(), front.end(),
+              [&](std::size_t a, std::size_t b) { return scatter[a].second < scatter[b].second; });
+    out.push_back(
+        {"Time and memory: " + model, fmt::format("pareto-{}.svg", model),
+         svgScatter({.title = model + ": training time vs peak memory per rank (* and dashed: the Pareto front)",
+                     .xLabel = "training time (s)",
+                     .yLabel = "peak MiB per rank"},
+                    scatter, front)});
+  }
   for (const nlohmann::json& r : results) {
     std::vector<ChartSeries> memory;
     std::vector<ChartSeries> cpu;
@@ -321,6 +331,14 @@ std::vector<std::string> answer(const nlohmann::json& results) {
       text +=
           fmt::format(" {} is the fastest and needs no more memory than any other (within 1%).", configTitle(fastest));
     }
+    std::vector<std::string> front;
+    for (const nlohmann::json* r : ok) {
+      if (r->value("pareto_front", false)) {
+        front.push_back(configTitle(*r));
+      }
+    }
+    text += fmt::format(" On the time/memory Pareto front (nothing else both faster and leaner): {}.",
+                        fmt::join(front, "; "));
     lines.push_back(text);
   }
   return lines;

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
+
+#include "svg_chart.h"
 
 namespace fs = std::filesystem;
 
@@ -163,12 +166,34 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
   return r;
 }
 
+void markParetoFronts(nlohmann::json& results) {
+  std::map<std::string, std::vector<std::size_t>> byModel;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    nlohmann::json& r = results[i];
+    r["pareto_front"] = false;
+    if (r["status"] == "done" && r.value("train_time_s", nlohmann::json()).is_number()) {
+      byModel[r["model"].get<std::string>()].push_back(i);
+    }
+  }
+  for (const auto& [model, members] : byModel) {
+    std::vector<std::pair<double, double>> points;
+    for (const std::size_t i : members) {
+      points.emplace_back(results[i]["train_time_s"].get<double>(),
+                          results[i]["training_peak_memory_bytes"].get<double>());
+    }
+    for (const std::size_t k : paretoFront(points)) {
+      results[members[k]]["pareto_front"] = true;
+    }
+  }
+}
+
 nlohmann::json comparisonResults(const ComparisonRunner& runner) {
   nlohmann::json results = nlohmann::json::array();
   for (std::size_t i = 0; i < runner.configurations().size(); ++i) {
     const CompareConfiguration& c = runner.configurations()[i];
     results.push_back(configurationResult(c, runner.states()[i], runner.runDir(c)));
   }
+  markParetoFronts(results);
   return results;
 }
 

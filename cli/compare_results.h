@@ -16,7 +16,11 @@ namespace strata::cli {
 nlohmann::json configurationResult(const CompareConfiguration& c, const RunState& state,
                                    const std::filesystem::path& runDir);
 
-// Every configuration's result, in the comparison's order.
+// Sets "pareto_front" on each result: true where no other finished configuration of the same model is both
+// faster (train_time_s) and leaner (training_peak_memory_bytes).
+void markParetoFronts(nlohmann::json& results);
+
+// Every configuration's result, in the comparison's order, with the Pareto fronts marked.
 nlohmann::json comparisonResults(const ComparisonRunner& runner);
 
 }  // namespace strata::cli

@@ -155,6 +155,9 @@ std::vector<CompareConfiguration> expandConfigurations(const CompareSpec& spec) 
     args.insert(args.end(), listed.trainArgs.begin(), listed.trainArgs.end());
     const std::string model = listed.model.empty() && !spec.models.empty() ? spec.models.front() : listed.model;
     CompareConfiguration c = configuration(model, listed.label, listed.worldSize, std::move(args), where);
+    if (!listed.trainArgs.empty()) {  // "ps mode=async (--slow-rank 3:2)": told apart from the grid's runs
+      c.label = fmt::format("{} ({})", c.label, fmt::join(listed.trainArgs, " "));
+    }
     if (!listed.name.empty()) {
       c.name = slug(listed.name);
     } else if (!listed.trainArgs.empty()) {

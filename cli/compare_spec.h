@@ -9,8 +9,9 @@ namespace strata::cli {
 
 // One `strata train` run of a comparison.
 struct CompareConfiguration {
-  std::string name;   // its run directory under OUT/runs/, unique: "default_cnn-fsdp-shard-full-n2"
-  std::string label;  // "fsdp shard=full" (strategy and options, as the user wrote them)
+  std::string name;  // its run directory under OUT/runs/, unique: "default_cnn-fsdp-shard-full-n2"
+  std::string
+      label;  // "fsdp shard=full", with a listed configuration's own arguments: "ps mode=async (--slow-rank 3:2)"
   std::string model;  // the .onnx file; empty: the bundled CNN
   std::string strategy;
   std::vector<std::string> strategyOptions;  // "shard=full"

@@ -15,7 +15,7 @@ constexpr const char* kColours[] = {"#0072B2", "#E69F00", "#009E73", "#D55E00",
                                     "#CC79A7", "#56B4E9", "#F0E442", "#000000"};
 
 constexpr int kLeft = 70;
-constexpr int kRight = 170;  // the legend
+constexpr int kRight = 260;  // the legend
 constexpr int kTop = 30;
 constexpr int kBottom = 45;
 
@@ -92,7 +92,7 @@ std::string legend(const ChartOptions& o, std::size_t i, const std::string& name
   const int lx = o.width - kRight + 12;
   const int ly = kTop + 14 * static_cast<int>(i) + 8;
   return fmt::format(R"svg(<rect x="{}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>)svg", lx,
-                     ly - 9, kColours[i % std::size(kColours)], lx + 14, ly, escapeXml(name.substr(0, 26)));
+                     ly - 9, kColours[i % std::size(kColours)], lx + 14, ly, escapeXml(name.substr(0, 42)));
 }
 
 }  // namespace

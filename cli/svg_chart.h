@@ -16,7 +16,7 @@ struct ChartOptions {
   std::string title;
   std::string xLabel;
   std::string yLabel;
-  int width = 640;
+  int width = 900;
   int height = 320;
   double yMinimum = 0.0;  // the y axis starts here unless the data go lower
 };

@@ -42,7 +42,7 @@ def main():
         check_screenshot(args.screenshot)
         return
     for name in ["report.md", "report.html", "results.csv", "results.json", "comparison.json",
-                 "figures/pareto.svg", "figures/loss.svg"]:
+                 "figures/pareto-default_cnn.svg", "figures/loss.svg"]:
         if not (args.out / name).is_file() or (args.out / name).stat().st_size == 0:
             fail(f"{name} is missing or empty")
     html = (args.out / "report.html").read_text()
@@ -92,6 +92,19 @@ def main():
             fail(f"{name}: no loss or accuracy curve")
         if not (args.out / "figures" / f"memory-{name}.svg").is_file():
             fail(f"{name}: no memory figure")
+    # The Pareto front: the finished configurations no other one beats in both time and memory.
+    finished = [r for r in results if r["status"] == "done"]
+    for r in results:
+        if r["status"] != "done":
+            if r["pareto_front"]:
+                fail(f"{r['name']}: on the Pareto front although it did not finish")
+            continue
+        beaten = any(q is not r and q["train_time_s"] <= r["train_time_s"] and
+                     q["training_peak_memory_bytes"] <= r["training_peak_memory_bytes"] and
+                     (q["train_time_s"], q["training_peak_memory_bytes"]) !=
+                     (r["train_time_s"], r["training_peak_memory_bytes"]) for q in finished)
+        if r["pareto_front"] != (not beaten):
+            fail(f"{r['name']}: pareto_front {r['pareto_front']}, but beaten={beaten}")
     print(f"check_compare: {len(results)} configurations agree with their summary.json")
 
 

@@ -241,8 +241,9 @@ RunTotals Trainer::run() {
   mine.rank = parts_.place.rank;
   mine.computeS = computeSeconds_;
   mine.strategyFigures = context_->figures();
+  // Since the last epoch's evaluation nothing has trained: what is held now (the evaluation plan's reordered weights
+  // among it) is the run's, not training's. In later epochs such buffers are held while training, and counted then.
   const MemorySnapshot last = allocatorFor(parts_.program.parameters().device()).stats().snapshot();
-  mergePeaks(trainingPeaks_, last);
   mergePeaks(runPeaks_, last);
   mine.memory = runPeaks_;
   mine.trainingMemory = trainingPeaks_;
