@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -71,6 +72,16 @@ CompareSpec specFrom(const CompareOptions& o, const std::vector<std::string>& tr
   spec.strategies.insert(spec.strategies.end(), o.strategies.begin(), o.strategies.end());
   spec.worldSizes.insert(spec.worldSizes.end(), o.worldSizes.begin(), o.worldSizes.end());
   spec.trainArgs.insert(spec.trainArgs.end(), trainArgs.begin(), trainArgs.end());
+  // Absolute, so that --resume works from any directory.
+  const auto absolute = [](std::string& model) {
+    if (!model.empty()) {
+      model = fs::absolute(model).lexically_normal().string();
+    }
+  };
+  std::for_each(spec.models.begin(), spec.models.end(), absolute);
+  for (CompareConfiguration& c : spec.configurations) {
+    absolute(c.model);
+  }
   return spec;
 }
 
@@ -115,7 +126,7 @@ void compare(const CompareOptions& o, const std::vector<std::string>& trainArgs)
                  "{} already holds a comparison: continue it with --resume {}, or choose another --out", o.out, o.out);
     runner.emplace(specFrom(o, trainArgs), run);
   }
-  if (!o.dryRun) {
+  if (!o.dryRun && !o.reportOnly) {
     for (const CompareConfiguration& c : runner->configurations()) {
       STRATA_CHECK(c.model.empty() || fs::is_regular_file(c.model), "configuration {}: model '{}' not found", c.name,
                    c.model);
