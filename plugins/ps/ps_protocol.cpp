@@ -16,7 +16,7 @@ struct LayoutEntry {
 static_assert(sizeof(LayoutEntry) == 16);
 
 bool knownKind(std::uint16_t kind) {
-  return kind >= static_cast<std::uint16_t>(Kind::Init) && kind <= static_cast<std::uint16_t>(Kind::Idle);
+  return kind >= static_cast<std::uint16_t>(Kind::Init) && kind <= static_cast<std::uint16_t>(Kind::RestoreState);
 }
 
 bool decodeLayout(Frame frame, FlatLayout& layout, std::string& why) {
@@ -76,6 +76,12 @@ const char* kindName(Kind kind) {
       return "stats";
     case Kind::Idle:
       return "idle";
+    case Kind::StateRequest:
+      return "state-request";
+    case Kind::State:
+      return "state";
+    case Kind::RestoreState:
+      return "restore-state";
   }
   return "unknown";
 }
@@ -152,7 +158,7 @@ Verdict validateRequest(const std::vector<Frame>& frames, const ServerView& view
   v.headerDecoded = true;
   const Kind kind = static_cast<Kind>(header->kind);
   if (kind != Kind::Init && kind != Kind::Pull && kind != Kind::Push && kind != Kind::StatsRequest &&
-      kind != Kind::Idle) {
+      kind != Kind::Idle && kind != Kind::StateRequest && kind != Kind::RestoreState) {
     v.error = fmt::format("a {} message is a reply, not a request", kindName(kind));
     return v;
   }
@@ -193,6 +199,39 @@ Verdict validateRequest(const std::vector<Frame>& frames, const ServerView& view
     segments = v.segments;
     layout = &*v.layout;
     firstData = 2;
+  }
+  if (kind == Kind::StateRequest || kind == Kind::RestoreState) {
+    if (header->worker != 0) {
+      v.error = fmt::format("{} from worker {}: only worker 0 saves and restores the servers' optimizer state",
+                            kindName(kind), header->worker);
+      return v;
+    }
+    if (!view.initialized) {
+      v.error = fmt::format("{} before the server was initialised", kindName(kind));
+      return v;
+    }
+    const std::size_t expected = kind == Kind::StateRequest ? 0 : 1 + view.stateSizes.size();
+    if (frames.size() - 1 != expected) {
+      v.error = fmt::format("a {} carries {} frames, this one has {}", kindName(kind), expected, frames.size() - 1);
+      return v;
+    }
+    if (kind == Kind::RestoreState) {
+      if (frames[1].size() > kMaxStateJsonBytes) {
+        v.error = fmt::format("state description of {} bytes (at most {})", frames[1].size(), kMaxStateJsonBytes);
+        return v;
+      }
+      for (std::size_t i = 0; i < view.stateSizes.size(); ++i) {
+        if (frames[2 + i].size() != view.stateSizes[i]) {
+          v.error = fmt::format(
+              "optimizer state frame {} has {} bytes, this server's has {} (another optimizer or "
+              "server count?)",
+              i, frames[2 + i].size(), view.stateSizes[i]);
+          return v;
+        }
+      }
+    }
+    v.ok = true;
+    return v;
   }
   if (kind == Kind::Pull || kind == Kind::StatsRequest || kind == Kind::Idle) {
     if (frames.size() != 1) {

@@ -37,7 +37,14 @@ enum class Kind : std::uint16_t {
   StatsRequest = 6,  // worker -> server: the server's figures
   Stats = 7,         // server -> worker: one JSON frame
   Idle = 8,          // worker -> server: no more pushes this epoch, do not hold the others for me (answered: Idle)
+  // Note [PS checkpoints]: the run's checkpoint carries the servers' optimizer state.
+  StateRequest = 9,   // worker 0 -> server: the optimizer state (answered: State)
+  State = 10,         // server -> worker 0: one JSON frame (optimizer steps, byte sizes), then each state tensor
+  RestoreState = 11,  // worker 0 -> server: a State's frames, to load (answered: State, the state now held)
 };
+
+// The largest JSON frame of a State or RestoreState.
+inline constexpr std::size_t kMaxStateJsonBytes = 4096;
 
 const char* kindName(Kind kind);
 
@@ -70,9 +77,10 @@ struct ServerView {
   int servers = 1;
   int workers = 1;
   bool initialized = false;
-  FlatLayout layout;              // valid when initialized
-  std::vector<Segment> segments;  // this server's keys, valid when initialized
-  bool holdsBuffers = false;      // server 0
+  FlatLayout layout;                    // valid when initialized
+  std::vector<Segment> segments;        // this server's keys, valid when initialized
+  bool holdsBuffers = false;            // server 0
+  std::vector<std::size_t> stateSizes;  // the bytes of each optimizer state tensor, valid when initialized
 };
 
 struct Verdict {

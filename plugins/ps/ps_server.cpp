@@ -7,6 +7,7 @@
 #include <limits>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "ps_checkpoint.h"
 #include "ps_transport.h"
@@ -278,6 +279,20 @@ void PsServer::handleRequest() {
     case Kind::StatsRequest:
       reply(identity, header, Kind::Stats, 0);
       return;
+    case Kind::StateRequest:
+      reply(identity, header, Kind::State, 0);
+      return;
+    case Kind::RestoreState:
+      try {
+        restoreState(frames);
+      } catch (const std::exception& e) {
+        ++rejected_;
+        fmt::print("ps-server {}: rejected a restore-state from worker 0: {}\n", view_.index, e.what());
+        replyError(identity, &header, e.what());
+        return;
+      }
+      reply(identity, header, Kind::State, 0);
+      return;
     case Kind::Idle:
       // A worker done with its epoch's steps (shared steps) no longer holds the others back in SSP.
       worker.idle = true;
@@ -337,6 +352,24 @@ void PsServer::allocate() {
     }
   }
   optimizer_ = context_.createOptimizer(std::move(slices));
+  view_.stateSizes.clear();
+  for (const Tensor& state : optimizer_->state()) {
+    view_.stateSizes.push_back(state.bytes());
+  }
+}
+
+// Note [PS checkpoints]: worker 0 hands back what a State reply gave it when the run was saved (frames: identity,
+// header, the JSON description, each state tensor; sizes checked by validateRequest).
+void PsServer::restoreState(const std::vector<zmq::message_t>& frames) {
+  const nlohmann::json description = nlohmann::json::parse(frames[2].to_string());  // throws on bad JSON
+  const std::int64_t steps = description.at("optimizer_steps").get<std::int64_t>();
+  STRATA_CHECK(steps >= 0, "optimizer_steps {} is negative", steps);
+  std::vector<Tensor> state = optimizer_->state();
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    std::memcpy(state[i].rawData(), frames[3 + i].data(), state[i].bytes());
+  }
+  optimizer_->setSteps(steps);
+  fmt::print("ps-server {}: optimizer state restored ({} tensors, {} steps)\n", view_.index, state.size(), steps);
 }
 
 void PsServer::initialize(const Verdict& verdict, const std::vector<zmq::message_t>& frames, std::size_t firstData) {
@@ -598,6 +631,16 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
     }
   } else if (kind == Kind::Stats) {
     data.emplace_back(statsJson());
+  } else if (kind == Kind::State) {
+    // Copies: async pushes may change the state before ZeroMQ has sent it.
+    nlohmann::json description = {{"optimizer_steps", optimizer_->steps()},
+                                  {"version", version_},
+                                  {"server", view_.index},
+                                  {"state_bytes", view_.stateSizes}};
+    data.emplace_back(description.dump());
+    for (const Tensor& state : optimizer_->state()) {
+      data.emplace_back(state.rawData(), state.bytes());
+    }
   }
   header.frames = static_cast<std::uint32_t>(data.size());
   frames.push_back(bytesFrame(encodeHeader(header)));

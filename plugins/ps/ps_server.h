@@ -59,6 +59,7 @@ class PsServer {
   void replyError(zmq::message_t& identity, const Header* request, const std::string& message);
   void initialize(const Verdict& verdict, const std::vector<zmq::message_t>& frames, std::size_t firstData);
   void overwrite(const std::vector<zmq::message_t>& frames, std::size_t firstData);
+  void restoreState(const std::vector<zmq::message_t>& frames);
   void applySync(WorkerState& worker, const std::vector<zmq::message_t>& frames);
   int applyAsync(WorkerState& worker, const std::vector<zmq::message_t>& frames);
   void releaseHeld();

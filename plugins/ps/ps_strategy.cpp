@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "ps_client.h"
 #include "ps_keys.h"
@@ -178,10 +179,13 @@ class PsStrategy final : public Strategy {
     takeValues(receivePulls());
   }
 
-  // Note [PS checkpoints]: the trainer's checkpoint holds the parameters (rank 0's, which are the servers' in
-  // sync mode) and no optimizer state; on resume rank 0 re-initialises the servers with them, so the servers'
-  // momentum or Adam moments start again from zero. The servers' own checkpoints (checkpoint_every) are not
-  // written yet.
+  // Note [PS checkpoints]: the run's checkpoint holds the parameters (rank 0's, which are the servers' in sync mode)
+  // and each server's optimizer state (momentum, Adam's moments and step count), fetched by rank 0 with a
+  // StateRequest when the trainer saves. On resume rank 0 re-initialises the servers with the parameters and hands
+  // each its state back (RestoreState), so a resumed sync run continues exactly as an uninterrupted one. A
+  // checkpoint taken with another number of servers or another optimizer cannot be split again: its optimizer
+  // state is dropped with a warning. (The servers' own checkpoints, checkpoint_every, are for their restarts
+  // within a job.)
   void saveState(StrategyContext& context, StateWriter& writer) override {
     if (context.rank() != 0) {
       return;
@@ -190,7 +194,21 @@ class PsStrategy final : public Strategy {
     for (std::size_t i = 0; i < parameters.size(); ++i) {
       writer.putTensor("param/" + parameters.info(i).name, parameters.parameter(i));
     }
-    writer.putText("ps/optimizer_state", "on the servers; not checkpointed (Note [PS checkpoints])");
+    for (int s = 0; s < options_.servers; ++s) {
+      client_->send(s, Kind::StateRequest, -1, 0, 0, {});
+    }
+    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    writer.putText("ps/servers", std::to_string(options_.servers));
+    for (int s = 0; s < options_.servers; ++s) {
+      std::vector<zmq::message_t>& data = replies[static_cast<std::size_t>(s)].data;
+      STRATA_CHECK(!data.empty(), "ps: ps-server {} answered the state request without its state", s);
+      writer.putText(fmt::format("ps/server/{}/state", s), data[0].to_string());
+      for (std::size_t k = 1; k < data.size(); ++k) {
+        Tensor bytes = Tensor::empty(DType::UInt8, {static_cast<std::int64_t>(data[k].size())}, MemoryCategory::Other);
+        std::memcpy(bytes.rawData(), data[k].data(), data[k].size());
+        writer.putTensor(fmt::format("ps/server/{}/state/{}", s, k - 1), bytes);
+      }
+    }
   }
 
   void loadState(StrategyContext& context, StateReader& reader) override {
@@ -202,6 +220,7 @@ class PsStrategy final : public Strategy {
     if (context.rank() == 0) {
       sendInit(/*overwrite=*/true);
       takeValues(client_->receiveAll(options_.timeout));
+      restoreServerState(reader);
       context.store()->setString("ps/restored", "1");
       return;
     }
@@ -210,6 +229,42 @@ class PsStrategy final : public Strategy {
       client_->send(s, Kind::Pull, 0, 0, 0, {});
     }
     takeValues(receivePulls());
+  }
+
+  // Note [PS checkpoints]: hands each server the optimizer state the checkpoint holds for it.
+  void restoreServerState(StateReader& reader) {
+    if (!reader.has("ps/servers")) {
+      fmt::print(stderr,
+                 "warning: ps: the checkpoint holds no optimizer state of the servers (written before it did): "
+                 "momentum and moments start again from zero\n");
+      return;
+    }
+    const std::string saved = reader.getText("ps/servers");
+    if (saved != std::to_string(options_.servers)) {
+      fmt::print(stderr,
+                 "warning: ps: the checkpoint's optimizer state belongs to {} servers, this run has {}: momentum and "
+                 "moments start again from zero\n",
+                 saved, options_.servers);
+      return;
+    }
+    for (int s = 0; s < options_.servers; ++s) {
+      const std::string description = reader.getText(fmt::format("ps/server/{}/state", s));
+      std::vector<std::int64_t> sizes;
+      try {
+        sizes = nlohmann::json::parse(description).at("state_bytes").get<std::vector<std::int64_t>>();
+      } catch (const nlohmann::json::exception& e) {
+        fail("ps: the checkpoint's state of ps-server {} is damaged: {}", s, e.what());
+      }
+      std::vector<zmq::message_t> frames;
+      frames.emplace_back(description);
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        Tensor bytes = Tensor::empty(DType::UInt8, {sizes[k]}, MemoryCategory::Other);
+        reader.getTensor(fmt::format("ps/server/{}/state/{}", s, k), bytes);
+        frames.emplace_back(bytes.rawData(), bytes.bytes());
+      }
+      client_->send(s, Kind::RestoreState, -1, 0, 0, std::move(frames));
+    }
+    client_->receiveAll(options_.timeout);  // an Error reply (another optimizer's sizes) throws, naming the server
   }
 
   void teardown() override { client_.reset(); }

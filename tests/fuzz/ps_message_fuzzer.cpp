@@ -29,6 +29,7 @@ ServerView initialised(FlatLayout layout, int index, int servers, bool buffers) 
   view.layout = layout;
   view.segments = strata::ps::partitionKeys(layout, servers).at(static_cast<std::size_t>(index));
   view.initialized = true;
+  view.stateSizes = {16, 8};
   return view;
 }
 
@@ -38,6 +39,17 @@ void check(const std::vector<Frame>& frames, const ServerView& view) {
     return;
   }
   const auto kind = static_cast<Kind>(verdict.header.kind);
+  if (kind == Kind::RestoreState) {  // must fit the optimizer state exactly
+    if (frames.size() != 2 + view.stateSizes.size() || frames[1].size() > strata::ps::kMaxStateJsonBytes) {
+      __builtin_trap();
+    }
+    for (std::size_t i = 0; i < view.stateSizes.size(); ++i) {
+      if (frames[2 + i].size() != view.stateSizes[i]) {
+        __builtin_trap();
+      }
+    }
+    return;
+  }
   if (kind != Kind::Push && kind != Kind::Init) {
     return;
   }

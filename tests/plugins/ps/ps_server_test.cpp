@@ -7,6 +7,7 @@
 #include <set>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "ps_keys.h"
 #include "ps_test_support.h"
@@ -123,6 +124,35 @@ TEST(PsProtocolTest, RejectsMalformedRequestsWithTheReason) {
   EXPECT_TRUE(validate({header(Kind::Pull, 1, 0)}, view).ok);
 }
 
+// Note [PS checkpoints]: only worker 0 saves and restores the servers' optimizer state, and a restore must fit it.
+TEST(PsProtocolTest, ChecksStateRequestsAndRestores) {
+  ServerView view = initializedView();
+  view.stateSizes = {16};
+  const std::string json = R"({"optimizer_steps":3,"state_bytes":[16]})";
+  const std::vector<std::byte> description(reinterpret_cast<const std::byte*>(json.data()),
+                                           reinterpret_cast<const std::byte*>(json.data()) + json.size());
+  const auto momentum = bytesOf(std::vector<float>{1, 2, 3, 4});
+  const std::vector<std::pair<Frames, std::string>> cases = {
+      {{header(Kind::StateRequest, 1, 0)}, "only worker 0 saves and restores"},
+      {{header(Kind::StateRequest, 0, 1), momentum}, "a state-request carries 0 frames"},
+      {{header(Kind::RestoreState, 0, 1), description}, "a restore-state carries 2 frames"},
+      {{header(Kind::RestoreState, 0, 2), description, bytesOf(std::vector<float>{1, 2, 3})},
+       "optimizer state frame 0 has 12 bytes, this server's has 16"},
+      {{header(Kind::RestoreState, 0, 2), std::vector<std::byte>(5000), momentum}, "state description of 5000 bytes"},
+      {{header(Kind::State, 0, 0)}, "is a reply"},
+  };
+  for (const auto& [frames, reason] : cases) {
+    const Verdict verdict = validate(frames, view);
+    EXPECT_FALSE(verdict.ok) << reason;
+    EXPECT_NE(verdict.error.find(reason), std::string::npos) << "expected '" << reason << "', got: " << verdict.error;
+  }
+  EXPECT_TRUE(validate({header(Kind::StateRequest, 0, 0)}, view).ok);
+  EXPECT_TRUE(validate({header(Kind::RestoreState, 0, 2), description, momentum}, view).ok);
+  view.initialized = false;
+  EXPECT_NE(validate({header(Kind::StateRequest, 0, 0)}, view).error.find("before the server was initialised"),
+            std::string::npos);
+}
+
 TEST(PsProtocolTest, ChecksAnInitsLayout) {
   ServerView view;
   view.workers = 1;
@@ -201,6 +231,43 @@ TEST(PsServerTest, SyncAveragesEveryWorkersPushAndAResendIsNotAppliedTwice) {
   ASSERT_EQ(again.size(), 3U);
   EXPECT_EQ(headerOf(again).modelVersion, 1);
   EXPECT_EQ(floatsOf(again[1]), (std::vector<float>{0, 1, 2, 3}));
+}
+
+// Note [PS checkpoints]: what a State reply gives, a RestoreState puts back (a resumed run's momentum).
+TEST(PsServerTest, OptimizerStateRoundTripsThroughStateAndRestoreState) {
+  ServerThread server(1, {{"auth", "off"}}, OptimizerOptions{.momentum = 0.9});
+  RawClient worker0(server.endpoint());
+  worker0.send(initFrames());
+  ASSERT_EQ(worker0.receive().size(), 3U);
+  worker0.send({header(Kind::Push, 0, 2), bytesOf(std::vector<float>{1, 2, 3, 4}), bytesOf(std::vector<float>{0, 0})});
+  ASSERT_EQ(worker0.receive().size(), 3U);
+  worker0.send({header(Kind::StateRequest, 0, 0, 2)});
+  const auto state = worker0.receive();
+  ASSERT_EQ(state.size(), 3U);  // header, description, the one momentum buffer
+  EXPECT_EQ(headerOf(state).kind, static_cast<std::uint16_t>(Kind::State));
+  const nlohmann::json description = nlohmann::json::parse(state[1].to_string());
+  EXPECT_EQ(description["optimizer_steps"], 1);
+  EXPECT_EQ(description["state_bytes"], nlohmann::json::array({16}));
+  EXPECT_EQ(floatsOf(state[2]), (std::vector<float>{1, 2, 3, 4}));  // the first step's buffer is the gradient
+
+  const std::string restored = R"({"optimizer_steps":7,"state_bytes":[16]})";
+  std::vector<std::byte> restoredBytes(reinterpret_cast<const std::byte*>(restored.data()),
+                                       reinterpret_cast<const std::byte*>(restored.data()) + restored.size());
+  worker0.send({header(Kind::RestoreState, 0, 2, 3), restoredBytes, bytesOf(std::vector<float>{5, 5, 5, 5})});
+  const auto after = worker0.receive();
+  ASSERT_EQ(after.size(), 3U);
+  EXPECT_EQ(nlohmann::json::parse(after[1].to_string())["optimizer_steps"], 7);
+  EXPECT_EQ(floatsOf(after[2]), (std::vector<float>{5, 5, 5, 5}));
+  // The next push uses the restored buffer: 0.9 * 5 + 1 = 5.5, times lr 0.5 off the values (0.5, 1, 1.5, 2).
+  worker0.send({header(Kind::Push, 0, 2, 4), bytesOf(std::vector<float>{1, 1, 1, 1}), bytesOf(std::vector<float>{0, 0})});
+  const auto pushed = worker0.receive();
+  ASSERT_EQ(pushed.size(), 3U);
+  EXPECT_EQ(floatsOf(pushed[1]), (std::vector<float>{-2.25F, -1.75F, -1.25F, -0.75F}));
+  worker0.send({header(Kind::RestoreState, 0, 2, 5), std::vector<std::byte>{std::byte{'x'}},
+                bytesOf(std::vector<float>{5, 5, 5, 5})});
+  const auto refused = worker0.receive();
+  ASSERT_EQ(refused.size(), 2U);
+  EXPECT_EQ(headerOf(refused).kind, static_cast<std::uint16_t>(Kind::Error));
 }
 
 TEST(PsServerTest, SspHoldsAWorkerMoreThanKPushesAhead) {

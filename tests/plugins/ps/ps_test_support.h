@@ -26,8 +26,9 @@ namespace strata::ps::testing {
 
 class TestRoleContext final : public RoleContext {
  public:
-  TestRoleContext(Store& store, int workers, std::map<std::string, std::string> options)
-      : store_(store), workers_(workers), options_(std::move(options)) {}
+  TestRoleContext(Store& store, int workers, std::map<std::string, std::string> options,
+                  OptimizerOptions optimizer = {})
+      : store_(store), workers_(workers), options_(std::move(options)), optimizer_(optimizer) {}
   const std::string& role() const override { return role_; }
   int index() const override { return 0; }
   int count() const override { return 1; }
@@ -38,7 +39,7 @@ class TestRoleContext final : public RoleContext {
   std::string hostAddress() const override { return "127.0.0.1"; }
   bool stopRequested() const override { return false; }
   std::unique_ptr<SliceOptimizer> createOptimizer(std::vector<ParameterSlice> slices) override {
-    return std::make_unique<Optimizer>(std::move(slices), OptimizerOptions{});  // plain SGD
+    return std::make_unique<Optimizer>(std::move(slices), optimizer_);  // plain SGD unless told otherwise
   }
 
  private:
@@ -46,13 +47,14 @@ class TestRoleContext final : public RoleContext {
   Store& store_;
   int workers_;
   std::map<std::string, std::string> options_;
+  OptimizerOptions optimizer_;
 };
 
 // One server on its own thread, serving until destroyed.
 class ServerThread {
  public:
-  ServerThread(int workers, std::map<std::string, std::string> options)
-      : context_(store_, workers, options), server_(parsePsOptions(options), context_) {
+  ServerThread(int workers, std::map<std::string, std::string> options, OptimizerOptions optimizer = {})
+      : context_(store_, workers, options, optimizer), server_(parsePsOptions(options), context_) {
     server_.start();
     endpoint_ = store_.getString(roleEndpointKey("ps-server", 0), std::chrono::seconds(5));
     thread_ = std::thread([this] {
