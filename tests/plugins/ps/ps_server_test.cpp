@@ -259,7 +259,8 @@ TEST(PsServerTest, OptimizerStateRoundTripsThroughStateAndRestoreState) {
   EXPECT_EQ(nlohmann::json::parse(after[1].to_string())["optimizer_steps"], 7);
   EXPECT_EQ(floatsOf(after[2]), (std::vector<float>{5, 5, 5, 5}));
   // The next push uses the restored buffer: 0.9 * 5 + 1 = 5.5, times lr 0.5 off the values (0.5, 1, 1.5, 2).
-  worker0.send({header(Kind::Push, 0, 2, 4), bytesOf(std::vector<float>{1, 1, 1, 1}), bytesOf(std::vector<float>{0, 0})});
+  worker0.send(
+      {header(Kind::Push, 0, 2, 4), bytesOf(std::vector<float>{1, 1, 1, 1}), bytesOf(std::vector<float>{0, 0})});
   const auto pushed = worker0.receive();
   ASSERT_EQ(pushed.size(), 3U);
   EXPECT_EQ(floatsOf(pushed[1]), (std::vector<float>{-2.25F, -1.75F, -1.25F, -0.75F}));
