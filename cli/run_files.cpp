@@ -6,8 +6,10 @@
 #include <cstdio>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "strata/comm/departures.h"
+#include "strata/error.h"
 #include "strata/memory_category.h"
 #ifdef STRATA_HAS_CUDA
 #include "strata/cuda/gpu_monitor.h"
@@ -194,10 +196,25 @@ void RunFiles::release() {
   if (setup_.store == nullptr || setup_.worldSize == 1) {
     return;
   }
+  // Note [Leaving the store]: rank 0 serves the store, so it leaves last. It says it is done, then waits until every
+  // other rank has said it read that: a rank still waiting when rank 0's process ends would lose its answer (on a
+  // lossy link the answer may still be in flight, and the rank's heartbeat meets a closed socket first).
   if (lead()) {
     setup_.store->setString("summary/done", "1");
+    for (int r = 1; r < setup_.worldSize; ++r) {
+      try {
+        getUnlessDeparted(*setup_.store, fmt::format("summary/left/{}", r), r, setup_.timeout);
+      } catch (const Error& e) {  // the run is over and its files are written: say so, do not fail it
+        spdlog::warn("rank 0 leaves the store before rank {} said it was done: {}", r, e.what());
+      }
+    }
   } else {
-    setup_.store->getString("summary/done", setup_.timeout);  // rank 0 serves the store: stay until it is done
+    setup_.store->getString("summary/done", setup_.timeout);
+    try {
+      setup_.store->setString(fmt::format("summary/left/{}", setup_.rank), "1");
+    } catch (const std::exception&) {
+      // Rank 0 saw the key and left before its answer came back (a closed socket drops what it had unsent): fine.
+    }
   }
 }
 

@@ -46,7 +46,7 @@ class RunFiles final : public RunRecorder {
   void finish(const RunTotals& totals, const RankFigures& mine) override;
 
   // After the last collective of the run: the lead tells the other ranks that it no longer needs the store it
-  // serves, and they wait for that before exiting.
+  // serves, they wait for that and say they have seen it, and the lead waits for them (Note [Leaving the store]).
   void release();
 
  private:
