@@ -93,7 +93,13 @@ Reply PsClient::receiveFrom(int server, std::chrono::milliseconds timeout) {
   return std::move(replies[static_cast<std::size_t>(server)]);
 }
 
-std::vector<Reply> PsClient::receive(const std::vector<std::size_t>& servers, std::chrono::milliseconds timeout) {
+std::vector<Reply> PsClient::receiveUntilRestart(const std::vector<std::size_t>& servers,
+                                                 std::chrono::milliseconds timeout) {
+  return receive(servers, timeout, /*stopOnRestart=*/true);
+}
+
+std::vector<Reply> PsClient::receive(const std::vector<std::size_t>& servers, std::chrono::milliseconds timeout,
+                                     bool stopOnRestart) {
   std::vector<Reply> replies(sockets_.size());
   std::vector<bool> done(sockets_.size(), true);
   for (std::size_t s : servers) {
@@ -121,12 +127,20 @@ std::vector<Reply> PsClient::receive(const std::vector<std::size_t>& servers, st
     }
     if (now - lastLook >= kSilence) {
       lastLook = now;
+      bool restarted = false;
       for (std::size_t s = 0; s < sockets_.size(); ++s) {
         if (!done[s] && reconnectIfRestarted(s)) {
           replies[s].restarted = true;
           done[s] = true;
           --remaining;
+          restarted = true;
         }
+      }
+      if (restarted && stopOnRestart) {
+        for (std::size_t s = 0; s < sockets_.size(); ++s) {
+          replies[s].pending = !done[s];
+        }
+        return replies;
       }
       continue;
     }

@@ -22,6 +22,7 @@ struct Reply {
   Header header;
   std::vector<zmq::message_t> data;
   bool restarted = false;  // the server was restarted: no answer, the request must be replayed
+  bool pending = false;    // receiveUntilRestart returned before this server answered
 };
 
 class PsClient {
@@ -37,12 +38,17 @@ class PsClient {
   // not been restarted, throws, naming it.
   std::vector<Reply> receiveAll(std::chrono::milliseconds timeout);
   Reply receiveFrom(int server, std::chrono::milliseconds timeout);
+  // Like receiveAll over `servers`, but returns as soon as one of them turns out restarted: the caller must replay
+  // to it at once, since another server's answer may wait for a worker that waits for that replay (Note [PS
+  // recovery]). Servers that had neither answered nor restarted by then are marked pending.
+  std::vector<Reply> receiveUntilRestart(const std::vector<std::size_t>& servers, std::chrono::milliseconds timeout);
   int restartsSeen() const { return restartsSeen_; }
 
  private:
   void connect(std::size_t server);
   bool reconnectIfRestarted(std::size_t server);
-  std::vector<Reply> receive(const std::vector<std::size_t>& servers, std::chrono::milliseconds timeout);
+  std::vector<Reply> receive(const std::vector<std::size_t>& servers, std::chrono::milliseconds timeout,
+                             bool stopOnRestart = false);
 
   PsOptions options_;
   int worker_;

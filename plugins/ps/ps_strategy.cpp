@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,12 +133,7 @@ class PsStrategy final : public Strategy {
       push.sequence = client_->send(s, Kind::Push, at.step, version, lr, framesOf(push));
       retained_[static_cast<std::size_t>(s)].push_back(std::move(push));
     }
-    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
-    for (int s = 0; s < options_.servers; ++s) {
-      if (replies[static_cast<std::size_t>(s)].restarted) {
-        replies[static_cast<std::size_t>(s)] = replay(s, /*thenPull=*/false);
-      }
-    }
+    std::vector<Reply> replies = receiveReplaying([&](int s) { return replay(s, /*thenPull=*/false); });
     takeValues(replies);
     const int staleness = replies[0].header.staleness;
     context_->addFigure("ps_pushes", 1);
@@ -158,14 +154,11 @@ class PsStrategy final : public Strategy {
     for (int s = 0; s < options_.servers; ++s) {
       client_->send(s, Kind::Idle, -1, 0, 0, {});
     }
-    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
-    for (int s = 0; s < options_.servers; ++s) {
-      if (replies[static_cast<std::size_t>(s)].restarted) {
-        replay(s, /*thenPull=*/false);
-        client_->send(s, Kind::Idle, -1, 0, 0, {});
-        client_->receiveFrom(s, options_.timeout);
-      }
-    }
+    receiveReplaying([&](int s) {
+      replay(s, /*thenPull=*/false);
+      client_->send(s, Kind::Idle, -1, 0, 0, {});
+      return client_->receiveFrom(s, options_.timeout);
+    });
   }
 
   // async and ssp: evaluate and export the newest values (sync workers already hold them).
@@ -297,11 +290,32 @@ class PsStrategy final : public Strategy {
 
   // Answers to pulls (setup, evaluation, resume), replaying to a restarted server first.
   std::vector<Reply> receivePulls() {
-    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    return receiveReplaying([&](int s) { return replay(s, /*thenPull=*/true); });
+  }
+
+  // Note [PS recovery]: every server's answer to the request just sent, recovering a restarted server with
+  // `recover` (its answer then) as soon as the restart shows. Waiting for the other servers first can deadlock: in
+  // sync mode another server's round may wait for a worker that is itself replaying to the restarted server and
+  // waits there for this worker's replay (seen as a CI hang: worker 0 a step ahead, waiting on server 1).
+  std::vector<Reply> receiveReplaying(const std::function<Reply(int)>& recover) {
+    std::vector<Reply> replies(static_cast<std::size_t>(options_.servers));
+    std::vector<std::size_t> waiting;
     for (int s = 0; s < options_.servers; ++s) {
-      if (replies[static_cast<std::size_t>(s)].restarted) {
-        replies[static_cast<std::size_t>(s)] = replay(s, /*thenPull=*/true);
+      waiting.push_back(static_cast<std::size_t>(s));
+    }
+    while (!waiting.empty()) {
+      std::vector<Reply> got = client_->receiveUntilRestart(waiting, options_.timeout);
+      std::vector<std::size_t> still;
+      for (const std::size_t s : waiting) {
+        if (got[s].restarted) {
+          replies[s] = recover(static_cast<int>(s));
+        } else if (got[s].pending) {
+          still.push_back(s);
+        } else {
+          replies[s] = std::move(got[s]);
+        }
       }
+      waiting = std::move(still);
     }
     return replies;
   }
