@@ -45,6 +45,11 @@ class OpProfiler {
       auto& entry = totals_[e.step.opType];
       entry.first += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
       ++entry.second;
+      if (e.step.kernel != nullptr) {
+        const std::string implementation = e.step.kernel->implementation();
+        if (!implementation.empty())
+          ++implementations_[e.step.opType][implementation];
+      }
     });
   }
 
@@ -60,12 +65,18 @@ class OpProfiler {
     for (const auto& [ms, type] : rows) {
       fmt::print("  {:<24} {:>9.3f}  {:>5.1f}%  ({} nodes)\n", type, ms, 100.0 * ms / total,
                  totals_.at(type).second / runs);
+      // Which implementation each node ran (Note [Layout detours]), so reference kernels show.
+      if (auto it = implementations_.find(type); it != implementations_.end()) {
+        for (const auto& [implementation, count] : it->second)
+          fmt::print("      {} ({} nodes)\n", implementation, count / runs);
+      }
     }
   }
 
  private:
   std::chrono::steady_clock::time_point start_;
   std::map<std::string, std::pair<double, int>> totals_;
+  std::map<std::string, std::map<std::string, int>> implementations_;
 };
 
 Tensor randomTensor(const TensorMeta& meta, std::mt19937_64& rng) {

@@ -148,6 +148,10 @@ class TransposingKernel final : public OpKernel {
   }
 
   bool readsDeviceStep() const override { return inner_->readsDeviceStep(); }
+  std::string implementation() const override {
+    const std::string inner = inner_->implementation();
+    return inner.empty() ? "" : inner + ", transposed from channels-last";
+  }
 
  private:
   Attributes attrs_;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dnnl_context.h"
+#include "dnnl_layout_detour.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
@@ -170,18 +171,25 @@ class BatchNormKernel : public OpKernel {
                     : dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
                           dnnl::normalization_flags::use_shift;
       const dnnl::prop_kind prop = training_ ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-      dnnl::batch_normalization_forward::desc desc(prop, dataDesc, epsilon_, flags);
-      dnnl::batch_normalization_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
+      // Note [Layout detours]: oneDNN normalises plain NCHW with a compiler-vectorised loop (ncsp_bnorm).
+      using PrimitiveDesc = dnnl::batch_normalization_forward::primitive_desc;
+      const PrimitiveDesc pd = pickJitLayout<PrimitiveDesc>(dataDesc, [&](const memory::desc& data) {
+        dnnl::batch_normalization_forward::desc desc(prop, data, epsilon_, flags);
+        return PrimitiveDesc(desc, userScratchpadAttr(), dnnlEngine());
+      });
       primitive_ = dnnl::batch_normalization_forward(pd);
-      scratchpadBytes_ = pd.scratchpad_desc().get_size();
+      implementation_ = pd.impl_info_str();
+      detour_ = LayoutDetour(dataDesc, pd.src_desc(), dataDesc, pd.dst_desc(), pd.scratchpad_desc().get_size());
       const memory::desc channelDesc = plainDesc({channels_});
-      src_ = memory(dataDesc, dnnlEngine(), nullptr);
-      dst_ = memory(dataDesc, dnnlEngine(), nullptr);
       scale_ = memory(channelDesc, dnnlEngine(), nullptr);
       shift_ = memory(channelDesc, dnnlEngine(), nullptr);
       mean_ = memory(channelDesc, dnnlEngine(), nullptr);
       variance_ = memory(channelDesc, dnnlEngine(), nullptr);
     });
+  }
+
+  std::string implementation() const override {
+    return f64_ != nullptr ? "float64 loop" : fmt::format("oneDNN {}{}", implementation_, detourNote(detour_));
   }
 
   void compute(KernelContext& ctx) override {
@@ -197,8 +205,6 @@ class BatchNormKernel : public OpKernel {
       f64_->compute(ctx);
       return;
     }
-    bindDnnl(src_, ctx.input(0));
-    bindDnnl(dst_, ctx.output(0));
     bindDnnl(scale_, ctx.input(1));
     bindDnnl(shift_, ctx.input(2));
     Tensor batchMean;
@@ -212,10 +218,10 @@ class BatchNormKernel : public OpKernel {
       bindDnnl(mean_, ctx.input(3));
       bindDnnl(variance_, ctx.input(4));
     }
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_},     {DNNL_ARG_DST, dst_},
-                                         {DNNL_ARG_SCALE, scale_}, {DNNL_ARG_SHIFT, shift_},
-                                         {DNNL_ARG_MEAN, mean_},   {DNNL_ARG_VARIANCE, variance_}};
-    executeDnnl(primitive_, args, scratchpadBytes_);
+    detour_.execute(
+        primitive_,
+        {{DNNL_ARG_SCALE, scale_}, {DNNL_ARG_SHIFT, shift_}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_}},
+        ctx.input(0), ctx.output(0));
     if (!training_) {
       // Inference: ONNX (opset 14+) declares no statistics outputs; older graphs may still list them.
       for (std::size_t i = 1; i <= 2; ++i) {
@@ -249,8 +255,9 @@ class BatchNormKernel : public OpKernel {
   std::int64_t channels_ = 0;
   std::unique_ptr<BatchNormF64> f64_;  // set for float64, which runs plain loops instead of oneDNN
   dnnl::batch_normalization_forward primitive_;
-  std::size_t scratchpadBytes_ = 0;
-  memory src_, dst_, scale_, shift_, mean_, variance_;
+  std::string implementation_;
+  LayoutDetour detour_;
+  memory scale_, shift_, mean_, variance_;
 };
 
 // ---- InstanceNormalization: y = scale * (x - mean) / sqrt(var + epsilon) + B per (n, c) plane ----

@@ -5,6 +5,7 @@
 
 #include "conv_geometry.h"
 #include "dnnl_context.h"
+#include "dnnl_layout_detour.h"
 
 namespace strata::cpu {
 namespace {
@@ -139,15 +140,12 @@ class WeightCache {
   bool everFilled_ = false;
 };
 
-std::size_t alignUp(std::size_t bytes) {
-  return (bytes + 63) / 64 * 64;
-}
-
 // Note [Conv layouts]: Strata's tensors are plain NCHW, but every float32 convolution lets oneDNN pick its src/dst
-// layouts (blocked nChw16c or channels-last) and reorders around the primitive, with the copies in the shared
-// scratchpad. Measured on a quiet 2-core AVX-512 machine (2026-11-21): ResNet50 forward at 32x32, batch 32 took
-// 23 ms this way against 32 ms when 1x1 stride-1 convolutions ran on NCHW (oneDNN's im2col + sgemm path), and
-// the training step 122 ms against 159 ms. Keeping activations blocked across nodes would also save the reorders.
+// layouts (blocked nChw16c or channels-last) and reorders around the primitive through a LayoutDetour, with the
+// copies in the shared scratchpad (Note [Layout detours]). Measured on a quiet 2-core AVX-512 machine
+// (2026-11-21): ResNet50 forward at 32x32, batch 32 took 23 ms this way against 32 ms when 1x1 stride-1 convolutions
+// ran on NCHW (oneDNN's im2col + sgemm path), and the training step 122 ms against 159 ms. Keeping activations blocked
+// across nodes would also save the reorders.
 class ConvKernel : public OpKernel {
  public:
   explicit ConvKernel(const KernelInit& init) {
@@ -187,40 +185,13 @@ class ConvKernel : public OpKernel {
                                            toDims(s.geometry.padBegin), padEnd);
       dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
       primitive_ = dnnl::convolution_forward(pd);
-      scratchpadBytes_ = pd.scratchpad_desc().get_size();
       weights_ =
           WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape), init.inputs[1].constant != nullptr);
-      src_ = memory(srcDesc, dnnlEngine(), nullptr);
       weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
-      dst_ = memory(dstDesc, dnnlEngine(), nullptr);
       if (hasBias_)
         bias_ = memory(biasDesc, dnnlEngine(), nullptr);
-      // Scratchpad layout: [primitive scratchpads | blocked src | blocked dst].
-      std::size_t offset = 0;
-      if (pd.src_desc() != srcDesc) {
-        dnnl::reorder::primitive_desc rpd(dnnlEngine(), srcDesc, dnnlEngine(), pd.src_desc(), userScratchpadAttr());
-        srcReorder_ = dnnl::reorder(rpd);
-        scratchpadBytes_ = std::max(scratchpadBytes_, rpd.scratchpad_desc().get_size());
-        srcBlocked_ = memory(pd.src_desc(), dnnlEngine(), nullptr);
-        reorderSrc_ = true;
-      }
-      if (pd.dst_desc() != dstDesc) {
-        dnnl::reorder::primitive_desc rpd(dnnlEngine(), pd.dst_desc(), dnnlEngine(), dstDesc, userScratchpadAttr());
-        dstReorder_ = dnnl::reorder(rpd);
-        scratchpadBytes_ = std::max(scratchpadBytes_, rpd.scratchpad_desc().get_size());
-        dstBlocked_ = memory(pd.dst_desc(), dnnlEngine(), nullptr);
-        reorderDst_ = true;
-      }
-      offset = alignUp(scratchpadBytes_);
-      if (reorderSrc_) {
-        srcOffset_ = offset;
-        offset += alignUp(pd.src_desc().get_size());
-      }
-      if (reorderDst_) {
-        dstOffset_ = offset;
-        offset += alignUp(pd.dst_desc().get_size());
-      }
-      totalScratchBytes_ = offset;
+      implementation_ = pd.impl_info_str();
+      detour_ = LayoutDetour(srcDesc, pd.src_desc(), dstDesc, pd.dst_desc(), pd.scratchpad_desc().get_size());
       // Constant weights (the usual case after loading) are reordered now, at plan time, not on the first run.
       if (init.inputs[1].constant != nullptr)
         weights_.get(*init.inputs[1].constant);
@@ -237,28 +208,16 @@ class ConvKernel : public OpKernel {
       return;
     }
     weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
-    bindDnnl(src_, ctx.input(0));
-    bindDnnl(dst_, ctx.output(0));
-    char* scratch = static_cast<char*>(dnnlScratchpad(totalScratchBytes_));
-    if (reorderSrc_) {
-      srcBlocked_.set_data_handle(scratch + srcOffset_);
-      std::unordered_map<int, memory> args{{DNNL_ARG_FROM, src_}, {DNNL_ARG_TO, srcBlocked_}};
-      executeDnnlAt(srcReorder_, args, scratch, scratchpadBytes_);
-    }
-    if (reorderDst_)
-      dstBlocked_.set_data_handle(scratch + dstOffset_);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, reorderSrc_ ? srcBlocked_ : src_},
-                                         {DNNL_ARG_WEIGHTS, weightMemory_},
-                                         {DNNL_ARG_DST, reorderDst_ ? dstBlocked_ : dst_}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_WEIGHTS, weightMemory_}};
     if (hasBias_) {
       bindDnnl(bias_, ctx.input(2));
       args[DNNL_ARG_BIAS] = bias_;
     }
-    executeDnnlAt(primitive_, args, scratch, scratchpadBytes_);
-    if (reorderDst_) {
-      std::unordered_map<int, memory> reorderArgs{{DNNL_ARG_FROM, dstBlocked_}, {DNNL_ARG_TO, dst_}};
-      executeDnnlAt(dstReorder_, reorderArgs, scratch, scratchpadBytes_);
-    }
+    detour_.execute(primitive_, std::move(args), ctx.input(0), ctx.output(0));
+  }
+
+  std::string implementation() const override {
+    return f64_ != nullptr ? "float64 loop" : fmt::format("oneDNN {}{}", implementation_, detourNote(detour_));
   }
 
  private:
@@ -267,21 +226,11 @@ class ConvKernel : public OpKernel {
   std::unique_ptr<ConvSetup> f64_;  // set for float64, which runs convForwardF64 instead of oneDNN
   Shape xShape_, wShape_;
   dnnl::convolution_forward primitive_;
-  std::size_t scratchpadBytes_ = 0;    // the largest of the conv's and the reorders' own scratchpads
-  std::size_t totalScratchBytes_ = 0;  // plus the blocked src/dst copies
-  std::size_t srcOffset_ = 0;
-  std::size_t dstOffset_ = 0;
-  bool reorderSrc_ = false;
-  bool reorderDst_ = false;
-  dnnl::reorder srcReorder_;
-  dnnl::reorder dstReorder_;
+  std::string implementation_;
+  LayoutDetour detour_;
   WeightCache weights_;
-  memory src_;
-  memory srcBlocked_;
   memory weightMemory_;
   memory bias_;
-  memory dst_;
-  memory dstBlocked_;
 };
 
 // ---- ConvTranspose ----

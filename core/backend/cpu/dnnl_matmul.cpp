@@ -199,6 +199,7 @@ class GemmKernel : public OpKernel {
                                                      : dnnl::matmul::desc(aDesc, bDesc, yDesc);
       dnnl::matmul::primitive_desc pd(desc, attr, dnnlEngine());
       primitive_ = dnnl::matmul(pd);
+      implementation_ = "oneDNN " + std::string(pd.impl_info_str());
       scratchpadBytes_ = pd.scratchpad_desc().get_size();
       a_ = memory(aDesc, dnnlEngine(), nullptr);
       b_ = memory(bDesc, dnnlEngine(), nullptr);
@@ -208,6 +209,8 @@ class GemmKernel : public OpKernel {
     });
     useDnnl_ = true;
   }
+
+  std::string implementation() const override { return implementation_.empty() ? "direct loop" : implementation_; }
 
   void compute(KernelContext& ctx) override {
     const Tensor* c = ctx.hasInput(2) ? &ctx.input(2) : nullptr;
@@ -245,6 +248,7 @@ class GemmKernel : public OpKernel {
   }
 
  private:
+  std::string implementation_;  // empty when the direct loop runs
   enum class CMode { None, Bias, Sum };
   GemmSetup setup_;
   DType dtype_ = DType::Float32;
@@ -363,6 +367,7 @@ class MatmulKernel : public OpKernel {
     withDnnlErrors(init.nodeName, "create the MatMul matmul", [&] {
       dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(aDesc, bDesc, yDesc), userScratchpadAttr(), dnnlEngine());
       primitive_ = dnnl::matmul(pd);
+      implementation_ = "oneDNN " + std::string(pd.impl_info_str());
       scratchpadBytes_ = pd.scratchpad_desc().get_size();
       a_ = memory(aDesc, dnnlEngine(), nullptr);
       b_ = memory(bDesc, dnnlEngine(), nullptr);
@@ -370,6 +375,8 @@ class MatmulKernel : public OpKernel {
     });
     useDnnl_ = true;
   }
+
+  std::string implementation() const override { return implementation_.empty() ? "direct loop" : implementation_; }
 
   void compute(KernelContext& ctx) override {
     Tensor& y = ctx.output(0);
@@ -402,6 +409,7 @@ class MatmulKernel : public OpKernel {
   }
 
  private:
+  std::string implementation_;  // empty when the direct loop runs
   MatmulSetup setup_;
   DType dtype_ = DType::Float32;
   bool useDnnl_ = false;

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "dnnl_context.h"
+#include "dnnl_layout_detour.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
@@ -189,21 +190,29 @@ class PoolKernel : public OpKernel {
                                                                    : dnnl::algorithm::pooling_avg_exclude_padding;
     const memory::desc srcDesc = plainDesc(x.shape);
     const memory::desc dstDesc = plainDesc(setup_.output);
+    const memory::desc anyDstDesc(memory::dims(setup_.output.begin(), setup_.output.end()), memory::data_type::f32,
+                                  memory::format_tag::any);
     try {
-      dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, srcDesc, dstDesc,
-                                          memory::dims(g.strides.begin(), g.strides.end()),
-                                          memory::dims(g.kernel.begin(), g.kernel.end()), dilations,
-                                          memory::dims(g.padBegin.begin(), g.padBegin.end()), padEnd);
-      dnnl::pooling_v2_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
+      // Note [Layout detours]: on AVX2 oneDNN pools plain NCHW with a reference loop.
+      const auto pd = pickJitLayout<dnnl::pooling_v2_forward::primitive_desc>(srcDesc, [&](const memory::desc& src) {
+        dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, src, anyDstDesc,
+                                            memory::dims(g.strides.begin(), g.strides.end()),
+                                            memory::dims(g.kernel.begin(), g.kernel.end()), dilations,
+                                            memory::dims(g.padBegin.begin(), g.padBegin.end()), padEnd);
+        return dnnl::pooling_v2_forward::primitive_desc(desc, userScratchpadAttr(), dnnlEngine());
+      });
       primitive_ = dnnl::pooling_v2_forward(pd);
-      scratchpadBytes_ = pd.scratchpad_desc().get_size();
-      src_ = memory(srcDesc, dnnlEngine(), nullptr);
-      dst_ = memory(dstDesc, dnnlEngine(), nullptr);
+      implementation_ = pd.impl_info_str();
+      detour_ = LayoutDetour(srcDesc, pd.src_desc(), dstDesc, pd.dst_desc(), pd.scratchpad_desc().get_size());
       useDnnl_ = true;
     } catch (const dnnl::error&) {
       // Geometry oneDNN rejects (e.g. padding as large as the kernel) runs on the direct loop.
       useDnnl_ = false;
     }
+  }
+
+  std::string implementation() const override {
+    return useDnnl_ ? fmt::format("oneDNN {}{}", implementation_, detourNote(detour_)) : "direct loop";
   }
 
   void compute(KernelContext& ctx) override {
@@ -213,10 +222,7 @@ class PoolKernel : public OpKernel {
     Tensor& y = ctx.output(0);
     Tensor* indices = ctx.hasOutput(1) ? &ctx.output(1) : nullptr;
     if (useDnnl_ && indices == nullptr) {
-      bindDnnl(src_, x);
-      bindDnnl(dst_, y);
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}};
-      executeDnnl(primitive_, args, scratchpadBytes_);
+      detour_.execute(primitive_, {}, x, y);
       return;
     }
     switch (x.dtype()) {
@@ -242,9 +248,8 @@ class PoolKernel : public OpKernel {
   bool empty_ = false;
   bool useDnnl_ = false;
   dnnl::pooling_v2_forward primitive_;
-  std::size_t scratchpadBytes_ = 0;
-  memory src_;
-  memory dst_;
+  std::string implementation_;
+  LayoutDetour detour_;
 };
 
 }  // namespace

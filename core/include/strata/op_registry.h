@@ -71,6 +71,9 @@ class OpKernel {
   // Whether the kernel takes per-run randomness from KernelContext::deviceStep (so a replayed recording draws new
   // values each run); random ops whose kernel does not are never recorded.
   virtual bool readsDeviceStep() const { return false; }
+  // The implementation the kernel runs, for `strata run --profile` (e.g. oneDNN's "jit:avx2" or "direct loop");
+  // empty when there is only one.
+  virtual std::string implementation() const { return {}; }
 };
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const KernelInit&)>;

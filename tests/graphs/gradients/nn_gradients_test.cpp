@@ -247,6 +247,11 @@ std::vector<ConvCase> convCases() {
       {{2, 3, 11, 10}, {8, 3, 7, 7}, attrs({{"pads", Ints{3, 3, 3, 3}}, {"strides", Ints{2, 2}}})},      // stem-like
       {{2, 4, 12}, {6, 4, 3}, attrs({{"pads", Ints{1, 1}}})},                                            // 1-D
       {{1, 4, 4, 5, 4}, {4, 4, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1, 1, 1}}})},                     // 3-D
+      // ResNet's last stages at 32x32, where oneDNN on AVX2 picks im2col + GEMM for the weight gradient and the
+      // kernel runs it batched (Note [Batched weight gradient]; avx2.* runs these with ONEDNN_MAX_CPU_ISA=AVX2).
+      {{4, 32, 2, 2}, {32, 32, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}})},
+      {{4, 32, 2, 2}, {48, 32, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}})},
+      {{3, 24, 1, 1}, {24, 24, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1}}})},
   };
 }
 

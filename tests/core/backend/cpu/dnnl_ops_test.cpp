@@ -492,6 +492,17 @@ TEST(DnnlPoolTest, MaxPoolVariants) {
   checkPool({"MaxPool", {1, 2, 5, 6, 4}, {{2, 2, 2}, {2, 2, 1}, {1, 1, 1}, {0, 1, 0}, {1, 0, 1}}}, 36);  // 3-D
 }
 
+// Channel counts that fill 8- and 16-channel blocks and ones that pad them (Note [Layout detours]).
+TEST(DnnlPoolTest, EveryBlockFill) {
+  for (std::int64_t channels : {5, 8, 16, 24, 32}) {
+    SCOPED_TRACE(channels);
+    checkPool({"MaxPool", {2, channels, 8, 8}, {{2, 2}, {2, 2}, {1, 1}, {0, 0}, {0, 0}}}, 51);
+    checkPool({"MaxPool", {2, channels, 9, 9}, {{3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}}, 52);
+    checkPool({"AveragePool", {2, channels, 8, 8}, {{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, false, false}, 53);
+    checkPool({"MaxPool", {1, channels, 6, 5, 4}, {{2, 2, 2}, {2, 2, 2}, {1, 1, 1}, {0, 0, 0}, {0, 1, 0}}}, 54);
+  }
+}
+
 TEST(DnnlPoolTest, AveragePoolVariants) {
   checkPool({"AveragePool", {2, 3, 8, 8}, {{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, false, false}, 41);
   checkPool({"AveragePool", {2, 3, 8, 8}, {{3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, false, true}, 42);
@@ -652,14 +663,16 @@ TEST(DnnlBatchNormTest, InferenceMatchesFormula) {
   }
 }
 
-TEST(DnnlBatchNormTest, TrainingModeUsesBatchStatisticsAndUpdatesRunningOnes) {
-  const Shape shape{2, 3, 4, 5};
+void checkBatchNormTraining(const Shape& shape) {
+  SCOPED_TRACE(shapeToString(shape));
+  const std::int64_t channels = shape[1];
+  const auto c64 = static_cast<std::size_t>(channels);
   Tensor x = randomTensor(shape, 91);
-  Tensor scale = randomTensor({3}, 92);
-  Tensor bias = randomTensor({3}, 93);
-  Tensor mean = randomTensor({3}, 94);
-  Tensor var = randomTensor({3}, 95);
-  for (std::int64_t c = 0; c < 3; ++c)
+  Tensor scale = randomTensor({channels}, 92);
+  Tensor bias = randomTensor({channels}, 93);
+  Tensor mean = randomTensor({channels}, 94);
+  Tensor var = randomTensor({channels}, 95);
+  for (std::int64_t c = 0; c < channels; ++c)
     var.data<float>()[c] = std::fabs(var.data<float>()[c]) + 0.1f;
   Attributes attrs;
   attrs.set("training_mode", std::int64_t{1});
@@ -667,32 +680,44 @@ TEST(DnnlBatchNormTest, TrainingModeUsesBatchStatisticsAndUpdatesRunningOnes) {
   attrs.set("epsilon", 1e-2f);
   std::vector<Tensor> out = runOpEagerly("BatchNormalization", {&x, &scale, &bias, &mean, &var}, attrs, 3, true);
   ASSERT_EQ(out.size(), 3u);
-  const std::int64_t inner = 20;
-  std::vector<double> bmean(3, 0.0), bvar(3, 0.0);
+  const std::int64_t inner = numElements(Shape(shape.begin() + 2, shape.end()));
+  const auto count = static_cast<double>(shape[0] * inner);
+  std::vector<double> bmean(c64, 0.0), bvar(c64, 0.0);
   for (std::int64_t i = 0; i < x.numel(); ++i)
-    bmean[static_cast<std::size_t>((i / inner) % 3)] += x.data<float>()[i];
+    bmean[static_cast<std::size_t>((i / inner) % channels)] += x.data<float>()[i];
   for (double& m : bmean)
-    m /= 40.0;
+    m /= count;
   for (std::int64_t i = 0; i < x.numel(); ++i) {
-    const auto c = static_cast<std::size_t>((i / inner) % 3);
+    const auto c = static_cast<std::size_t>((i / inner) % channels);
     bvar[c] += (x.data<float>()[i] - bmean[c]) * (x.data<float>()[i] - bmean[c]);
   }
   for (double& v : bvar)
-    v /= 40.0;  // biased, as ONNX's reference (numpy var)
+    v /= count;  // biased, as ONNX's reference (numpy var)
   std::vector<float> expectedY(static_cast<std::size_t>(x.numel()));
   for (std::int64_t i = 0; i < x.numel(); ++i) {
-    const auto c = static_cast<std::size_t>((i / inner) % 3);
+    const auto c = static_cast<std::size_t>((i / inner) % channels);
     expectedY[static_cast<std::size_t>(i)] = static_cast<float>(
         scale.data<float>()[c] * (x.data<float>()[i] - bmean[c]) / std::sqrt(bvar[c] + 1e-2) + bias.data<float>()[c]);
   }
   expectClose(out[0], shape, expectedY);
-  std::vector<float> runningMean(3), runningVar(3);
-  for (std::size_t c = 0; c < 3; ++c) {
+  std::vector<float> runningMean(c64), runningVar(c64);
+  for (std::size_t c = 0; c < c64; ++c) {
     runningMean[c] = static_cast<float>(mean.data<float>()[c] * 0.8 + bmean[c] * 0.2);
     runningVar[c] = static_cast<float>(var.data<float>()[c] * 0.8 + bvar[c] * 0.2);
   }
-  expectClose(out[1], {3}, runningMean);
-  expectClose(out[2], {3}, runningVar);
+  expectClose(out[1], {channels}, runningMean);
+  expectClose(out[2], {channels}, runningVar);
+}
+
+TEST(DnnlBatchNormTest, TrainingModeUsesBatchStatisticsAndUpdatesRunningOnes) {
+  checkBatchNormTraining({2, 3, 4, 5});
+}
+
+// Channel counts that fill 8- and 16-channel blocks and ones that pad them: a kernel that runs on a blocked layout
+// (Note [Layout detours]) must give the same numbers.
+TEST(DnnlBatchNormTest, TrainingModeOnEveryBlockFill) {
+  for (const Shape& shape : {Shape{2, 8, 3, 3}, Shape{2, 20, 4, 5}, Shape{3, 32, 3, 3}, Shape{2, 17, 2, 3, 2}})
+    checkBatchNormTraining(shape);
 }
 
 TEST(DnnlBatchNormTest, RejectsMismatchedParameters) {

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""CPU speed of Strata beside the current PyTorch and ONNX Runtime Training, in one run, on the same .onnx files.
+
+Run it with the peers' interpreter (issue 18; docs/performance.md, "CPU against the current peers"):
+    eval "$(../shared/tools/peer-ort.sh)"      # also installs PyTorch 2.15 (PEER_PY)
+    "$PEER_PY" bench/cpu_peers.py --ort-python "$ORT_PY" [--isa avx2] [--models resnet18,...]
+
+For each model: PyTorch builds it, exports a training-mode file (opset 17, no constant folding) and an eval-mode one.
+- Training step: `strata train --data synthetic` (SGD with momentum, median `step_time_ms` after two warm-up steps);
+  PyTorch's forward + cross-entropy + backward + SGD-with-momentum step on a fixed batch; ONNX Runtime Training's
+  step on the same training-mode file (bench/ort_train_step.py; plain SGD, it has no momentum).
+- Forward: `strata run --repeat` on the eval-mode file against PyTorch eager under no_grad.
+- GFLOP/s: the step's floating-point work (PyTorch's FlopCounterMode over one training step) divided by Strata's step
+  time, against the host's sgemm peak (a 2048^3 float32 matmul in PyTorch, same threads).
+Rounds alternate between the tools; every figure is a median over rounds of per-round medians. Ratios are
+Strata / peer: below 1.0 means Strata is faster.
+
+`--isa avx2` makes Strata run as on an AVX2-only host (ONEDNN_MAX_CPU_ISA=AVX2); the peers keep the host's ISA.
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+# oneDNN's switch for Strata's kernels (read when the library loads). The peers keep the host's best ISA: on hosts
+# whose AVX-512 units are 256 bits wide inside (AMD Zen 4) that is no faster than AVX2, and on others it is the
+# conservative comparison for Strata.
+ISA_ENV = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+
+
+def parse_args():
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--strata", default=os.path.join(here, "..", "build", "cli", "strata"))
+    parser.add_argument("--ort-python", default=os.environ.get("ORT_PY"),
+                        help="interpreter of ../shared/tools/peer-ort.sh (default: $ORT_PY; none: ORT skipped)")
+    parser.add_argument("--models", default="fashion_cnn,resnet18,resnet50,densenet121,vgg16,efficientnet_v2_s,"
+                                            "convnext_tiny")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps per round")
+    parser.add_argument("--repeat", type=int, default=10, help="timed forward passes per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--isa", choices=sorted(ISA_ENV), help="run every tool as on a host with this ISA")
+    parser.add_argument("--no-forward", action="store_true", help="time the training step only")
+    parser.add_argument("--json", help="also write the figures to this file")
+    return parser.parse_args()
+
+
+args = parse_args()
+STRATA_ENV = dict(os.environ, **ISA_ENV.get(args.isa, {}))
+warnings.filterwarnings("ignore")  # the exporter's notes on BN's num_batches_tracked, once per layer
+
+import torch  # noqa: E402
+import torchvision  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from export_study_models import MODELS  # noqa: E402  (VGG16 below 224x224, no stochastic depth)
+from forward_latency import FashionCnn  # noqa: E402
+
+CASES = {
+    "fashion_cnn": (FashionCnn, (64, 1, 28, 28)),
+    "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), (32, 3, 32, 32)),
+    "resnet50": (lambda: torchvision.models.resnet50(num_classes=10), (32, 3, 32, 32)),
+    "densenet121": (lambda: torchvision.models.densenet121(num_classes=10), (16, 3, 32, 32)),
+    "vgg16": (lambda: MODELS["vgg16"](64), (8, 3, 64, 64)),
+    "efficientnet_v2_s": (lambda: MODELS["efficientnet_v2_s"](32), (16, 3, 32, 32)),
+    "convnext_tiny": (lambda: MODELS["convnext_tiny"](32), (16, 3, 32, 32)),
+}
+
+
+def host_description():
+    model, flags = platform.processor(), set()
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE4"
+    if args.isa:
+        isa += f", Strata run as {args.isa.upper()}"
+    return f"{model}, {isa}, {os.cpu_count()} cores"
+
+
+def sgemm_peak_gflops():
+    n = 2048
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(2):
+        torch.mm(a, b)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - start)
+    return 2 * n ** 3 / min(times) / 1e9
+
+
+def export(model, x, path, training):
+    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train(training)
+    torch.onnx.export(model, x, path, opset_version=17, do_constant_folding=not training, training=mode,
+                      input_names=["input"], output_names=["logits"], dynamo=False)
+    model.load_state_dict(state)
+
+
+def step_flops(model, x, y):
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    model.zero_grad()
+    return counter.get_total_flops()
+
+
+def strata_train_ms(path, shape, work):
+    out = tempfile.mkdtemp(dir=work)  # a fresh run folder: `strata train` appends to an existing metrics.jsonl
+    steps = args.steps + 2
+    subprocess.run([args.strata, "train", path, "--data", "synthetic", "--synthetic-samples", str(shape[0] * steps),
+                    "--batch-size", str(shape[0]), "--max-steps", str(steps), "--threads", str(args.threads),
+                    "--lr", "0.01", "--lr-schedule", "constant", "--out", out, "--log-every", "1"],
+                   check=True, capture_output=True, env=STRATA_ENV)
+    with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    return statistics.median(r["step_time_ms"] for r in records if r["type"] == "step" and r["step"] > 2)
+
+
+def strata_forward_ms(path, shape):
+    out = subprocess.run([args.strata, "run", path, "--input-shape", ",".join(map(str, shape)), "--threads",
+                          str(args.threads), "--repeat", str(args.repeat)], check=True, capture_output=True,
+                         text=True, env=STRATA_ENV).stdout
+    return float(re.search(r"forward: ([0-9.]+) ms", out).group(1))
+
+
+def torch_train_ms(model, x, y):
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    times = []
+    for i in range(args.steps + 2):
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        if i >= 2:
+            times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times)
+
+
+def torch_forward_ms(model, x):
+    model.eval()
+    times = []
+    with torch.no_grad():
+        for i in range(args.repeat + 2):
+            start = time.perf_counter()
+            model(x)
+            if i >= 2:
+                times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times)
+
+
+def ort_train_ms(path, shape):
+    if not args.ort_python:
+        return None
+    result = subprocess.run([args.ort_python, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                           "ort_train_step.py"), path,
+                             "--shape", ",".join(map(str, shape)), "--threads", str(args.threads),
+                             "--steps", str(args.steps)], capture_output=True, text=True)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        print(f"  ONNX Runtime Training failed on {os.path.basename(path)}: {last}", flush=True)
+        return None
+    return statistics.median(json.loads(result.stdout.strip().splitlines()[-1])["ms"])
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def main():
+    torch.set_num_threads(args.threads)
+    peak = sgemm_peak_gflops()
+    print(f"host: {host_description()}")
+    print(f"torch {torch.__version__}, threads {args.threads}, {args.rounds} rounds x {args.steps} steps "
+          f"/ {args.repeat} forwards; sgemm peak {peak:.0f} GFLOP/s", flush=True)
+    header = (f"{'model':<18}{'batch':<13}{'train ms':>9}{'torch':>8}{'ort':>8}{'/torch':>8}{'/ort':>7}"
+              f"{'fwd ms':>8}{'torch':>8}{'/torch':>8}{'GFLOP/s':>9}{'%peak':>7}")
+    print(header, flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            constructor, shape = CASES[name]
+            torch.manual_seed(0)
+            model = constructor()
+            x = torch.randn(*shape)
+            y = torch.randint(0, 10, (shape[0],))
+            train_path, eval_path = os.path.join(tmp, f"{name}.train.onnx"), os.path.join(tmp, f"{name}.onnx")
+            export(model, x, train_path, training=True)
+            export(model, x, eval_path, training=False)
+            flops = step_flops(model, x, y)
+            figures = {k: [] for k in ("strata_train", "torch_train", "ort_train", "strata_fwd", "torch_fwd")}
+            for _ in range(args.rounds):
+                figures["strata_train"].append(strata_train_ms(train_path, shape, tmp))
+                figures["torch_train"].append(torch_train_ms(model, x, y))
+                figures["ort_train"].append(ort_train_ms(train_path, shape))
+                if not args.no_forward:
+                    figures["strata_fwd"].append(strata_forward_ms(eval_path, shape))
+                    figures["torch_fwd"].append(torch_forward_ms(model, x))
+            med = {k: statistics.median(v) if v and None not in v else None for k, v in figures.items()}
+            gflops = flops / (med["strata_train"] / 1000.0) / 1e9
+            rows.append(dict(model=name, batch=list(shape), step_gflop=flops / 1e9, gflops=gflops,
+                             sgemm_peak_gflops=peak, **med))
+            st, tt, ot = med["strata_train"], med["torch_train"], med["ort_train"]
+            sf, tf = med["strata_fwd"], med["torch_fwd"]
+            print(f"{name:<18}{'x'.join(map(str, shape)):<13}{st:>9.1f}{tt:>8.1f}{ot or 0:>8.1f}{ratio(st, tt):>8}"
+                  f"{ratio(st, ot):>7}{sf or 0:>8.1f}{tf or 0:>8.1f}{ratio(sf, tf):>8}{gflops:>9.1f}"
+                  f"{100 * gflops / peak:>6.0f}%", flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"host": host_description(), "torch": torch.__version__, "threads": args.threads,
+                       "rows": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""ONNX Runtime Training's step time on one training-mode .onnx file: the peer half of bench/cpu_peers.py.
+
+Runs in the venv of ../shared/tools/peer-ort.sh. Builds the training artifacts (cross-entropy loss, plain SGD: ORT's
+SGD has no momentum), then times forward + backward + optimizer step + gradient reset on a fixed random batch and
+prints one JSON line: {"ms": [per-step milliseconds, warm-up excluded]}.
+"""
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime
+from onnxruntime.training import artifacts
+from onnxruntime.training.api import CheckpointState, Module, Optimizer
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("model")
+    parser.add_argument("--shape", required=True, help="input shape, e.g. 32,3,32,32")
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args()
+    shape = [int(d) for d in args.shape.split(",")]
+    model = onnx.load(args.model)
+    # Trainable: the float initializers a gradient can reach (weights and biases); BN running statistics are not.
+    frozen_suffixes = ("running_mean", "running_var", "num_batches_tracked")
+    trainable = [i.name for i in model.graph.initializer
+                 if i.data_type == onnx.TensorProto.FLOAT and not i.name.endswith(frozen_suffixes)]
+    frozen = [i.name for i in model.graph.initializer if i.name not in trainable]
+    with tempfile.TemporaryDirectory() as tmp:
+        artifacts.generate_artifacts(model, requires_grad=trainable, frozen_params=frozen,
+                                     loss=artifacts.LossType.CrossEntropyLoss,
+                                     optimizer=artifacts.OptimType.SGD, artifact_directory=tmp)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = args.threads
+        options.inter_op_num_threads = 1
+        state = CheckpointState.load_checkpoint(os.path.join(tmp, "checkpoint"))
+        module = Module(os.path.join(tmp, "training_model.onnx"), state, session_options=options)
+        optimizer = Optimizer(os.path.join(tmp, "optimizer_model.onnx"), module)
+        optimizer.set_learning_rate(0.01)
+        module.train()
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(shape).astype(np.float32)
+        y = rng.integers(0, args.classes, size=(shape[0],)).astype(np.int64)
+        times = []
+        for i in range(args.steps + args.warmup):
+            start = time.perf_counter()
+            module(x, y)
+            optimizer.step()
+            module.lazy_reset_grad()
+            if i >= args.warmup:
+                times.append((time.perf_counter() - start) * 1000.0)
+    print(json.dumps({"ms": times}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+#pragma once
+
+// Note [Layout detours]: Strata's activations are plain (NCHW). Some oneDNN primitives are fast only in blocked
+// (nChw16c, nChw8c) or channels-last layouts and fall to a reference loop on plain data, and which ones depends on
+// the host: on AVX2, max pooling over NCHW runs `simple_nchw` (49% of the bundled CNN's forward) while AVX-512 has a
+// JIT kernel for it; batch norm over NCHW runs `ncsp_bnorm` on both. A kernel asks `pickJitLayout` for the first
+// layout, in the order `activationLayouts` gives, in which the primitive is JIT-compiled on this host, and runs it
+// through a LayoutDetour: the input reordered into that layout, the primitive, the output reordered back, both
+// copies in the shared scratchpad. The reorders are JIT kernels too and cost two passes over the data.
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dnnl_context.h"
+
+namespace strata::cpu {
+
+// Whether oneDNN's implementation name (primitive_desc::impl_info_str) is a JIT-compiled kernel, not a reference or
+// compiler-vectorised loop ("ref:any", "simple_nchw:any", "ncsp_bnorm:any").
+bool isJitImplementation(const std::string& implementation);
+
+// Whether the implementation is a JIT kernel that is not oneDNN's im2col + GEMM convolution ("x64:gemm:jit"), which
+// on small feature maps (ResNet's and ConvNeXt's last stages at 32x32) runs one skinny GEMM per image and group.
+bool isDirectJitImplementation(const std::string& implementation);
+
+// The activation layouts to try for a tensor of `rank` dims (3 to 5), after the plain one: 16-channel blocks, 8-channel
+// blocks, channels-last.
+std::vector<dnnl::memory::format_tag> activationLayouts(std::size_t rank);
+
+// Builds a primitive descriptor for the activation descriptor it is given; throws dnnl::error when oneDNN has none.
+template <typename PrimitiveDesc>
+using PrimitiveDescBuilder = std::function<PrimitiveDesc(const dnnl::memory::desc& activation)>;
+
+// The primitive descriptor on `first` (plain data, or format_tag::any) when `accept` takes its implementation, else
+// on the first layout of activationLayouts whose implementation it takes, else on `first` (a slower kernel beats
+// failing).
+template <typename PrimitiveDesc>
+PrimitiveDesc pickJitLayout(const dnnl::memory::desc& first, const PrimitiveDescBuilder<PrimitiveDesc>& build,
+                            bool (*accept)(const std::string&) = isJitImplementation) {
+  PrimitiveDesc pd = build(first);
+  if (accept(pd.impl_info_str()))
+    return pd;
+  const dnnl::memory::dims dims = first.dims();
+  for (dnnl::memory::format_tag tag : activationLayouts(dims.size())) {
+    try {
+      PrimitiveDesc candidate = build(dnnl::memory::desc(dims, first.data_type(), tag));
+      if (accept(candidate.impl_info_str()))
+        return candidate;
+    } catch (const dnnl::error&) {
+      // this layout has no implementation for the primitive: try the next
+    }
+  }
+  return pd;
+}
+
+// Runs a primitive whose source and destination layouts may differ from Strata's plain tensors, reordering on the
+// way in and out (Note [Layout detours]).
+class LayoutDetour {
+ public:
+  LayoutDetour() = default;
+  // `plainSrc` and `plainDst` describe Strata's tensors, `src` and `dst` the primitive's; `primitiveScratchpad` is
+  // the primitive's own scratchpad size in bytes.
+  LayoutDetour(const dnnl::memory::desc& plainSrc, const dnnl::memory::desc& src, const dnnl::memory::desc& plainDst,
+               const dnnl::memory::desc& dst, std::size_t primitiveScratchpad);
+
+  // Runs `primitive` with `args` plus `srcArg` bound to x and `dstArg` to y, through the reorders where needed.
+  void execute(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory> args, const Tensor& x, Tensor& y,
+               int srcArg = DNNL_ARG_SRC, int dstArg = DNNL_ARG_DST);
+
+  bool reorders() const { return reorderSrc_ || reorderDst_; }
+  // The primitive's source and destination descriptors.
+  dnnl::memory::desc sourceDesc() const { return src_.get_desc(); }
+  dnnl::memory::desc destinationDesc() const { return dst_.get_desc(); }
+
+ private:
+  std::size_t scratchpadBytes_ = 0;    // the largest of the primitive's and the reorders' own scratchpads
+  std::size_t totalScratchBytes_ = 0;  // plus the reordered source and destination
+  std::size_t srcOffset_ = 0;
+  std::size_t dstOffset_ = 0;
+  bool reorderSrc_ = false;
+  bool reorderDst_ = false;
+  dnnl::reorder srcReorder_;
+  dnnl::reorder dstReorder_;
+  dnnl::memory plainSrc_, src_, plainDst_, dst_;
+};
+
+// " on 8-channel blocks, reordered in and out" for a kernel's implementation() when the detour reorders, else empty.
+std::string detourNote(const LayoutDetour& detour);
+
+}  // namespace strata::cpu

@@ -1,0 +1,114 @@
+// Note [Layout detours] (core/backend/cpu/dnnl_layout_detour.h): the oneDNN kernels of the paper models' ops run
+// JIT-compiled code on plain activations, on whichever ISA the host has. The same tests run as avx2.* under
+// ONEDNN_MAX_CPU_ISA=AVX2 (tests/CMakeLists.txt), where oneDNN pools plain NCHW with a reference loop.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/attributes.h"
+#include "strata/op_registry.h"
+
+namespace strata {
+namespace {
+
+using Ints = std::vector<std::int64_t>;
+
+std::string implementationOf(const std::string& type, const std::vector<TensorMeta>& inputs, const Attributes& attrs,
+                             bool training = false) {
+  const OpSchema* schema = OpRegistry::instance().schema(type);
+  const KernelFactory* factory = OpRegistry::instance().kernel(type, DeviceType::CPU);
+  EXPECT_TRUE(schema != nullptr && factory != nullptr) << type;
+  std::vector<InputInfo> infos;
+  for (const TensorMeta& meta : inputs)
+    infos.push_back(InputInfo{true, meta});
+  const std::string nodeName = "node";
+  const std::vector<TensorMeta> outputs = schema->inferShapes(
+      ShapeContext{infos, attrs, training && type == "BatchNormalization" ? 3u : 1u, nodeName, type});
+  std::unique_ptr<OpKernel> kernel = (*factory)(KernelInit{infos, outputs, attrs, nodeName, training});
+  return kernel->implementation();
+}
+
+bool isJit(const std::string& implementation) {
+  return implementation.find("jit") != std::string::npos || implementation.find("brg") != std::string::npos;
+}
+
+TensorMeta f32(const Shape& shape) {
+  return TensorMeta{DType::Float32, shape};
+}
+
+TEST(LayoutDetourTest, PoolingRunsJitKernelsOnPlainActivations) {
+  Attributes maxPool;  // the bundled CNN's and VGG's
+  maxPool.set("kernel_shape", Ints{2, 2});
+  maxPool.set("strides", Ints{2, 2});
+  Attributes stem;  // ResNet's stem
+  stem.set("kernel_shape", Ints{3, 3});
+  stem.set("strides", Ints{2, 2});
+  stem.set("pads", Ints{1, 1, 1, 1});
+  Attributes average;  // DenseNet's transitions
+  average.set("kernel_shape", Ints{2, 2});
+  average.set("strides", Ints{2, 2});
+  const Attributes none;
+  for (std::int64_t channels : {1, 3, 32, 64}) {
+    SCOPED_TRACE(channels);
+    for (const auto& [type, attrs] : {std::pair<std::string, const Attributes*>{"MaxPool", &maxPool},
+                                      {"MaxPool", &stem},
+                                      {"AveragePool", &average},
+                                      {"GlobalAveragePool", &none}}) {
+      const std::string implementation = implementationOf(type, {f32({8, channels, 28, 28})}, *attrs);
+      EXPECT_TRUE(isJit(implementation)) << type << ": " << implementation;
+    }
+  }
+}
+
+TEST(LayoutDetourTest, BatchNormRunsJitKernelsOnPlainActivations) {
+  for (std::int64_t channels : {3, 16, 64, 256}) {
+    SCOPED_TRACE(channels);
+    const std::vector<TensorMeta> inputs{f32({8, channels, 8, 8}), f32({channels}), f32({channels}), f32({channels}),
+                                         f32({channels})};
+    const Attributes inference;
+    Attributes training;
+    training.set("training_mode", std::int64_t{1});
+    const std::string forInference = implementationOf("BatchNormalization", inputs, inference);
+    const std::string forTraining = implementationOf("BatchNormalization", inputs, training, true);
+    EXPECT_TRUE(isJit(forInference)) << forInference;
+    EXPECT_TRUE(isJit(forTraining)) << forTraining;
+  }
+}
+
+TEST(LayoutDetourTest, ConvolutionsRunJitKernels) {
+  Attributes three;
+  three.set("kernel_shape", Ints{3, 3});
+  three.set("pads", Ints{1, 1, 1, 1});
+  Attributes one;
+  one.set("kernel_shape", Ints{1, 1});
+  for (const auto& [c, m, attrs] : {std::tuple<std::int64_t, std::int64_t, const Attributes*>{1, 32, &three},
+                                    {3, 64, &three},
+                                    {64, 64, &three},
+                                    {64, 256, &one},
+                                    {256, 64, &one}}) {
+    const Shape kernel = attrs == &three ? Shape{m, c, 3, 3} : Shape{m, c, 1, 1};
+    const std::string implementation = implementationOf("Conv", {f32({8, c, 16, 16}), f32(kernel)}, *attrs);
+    EXPECT_TRUE(isJit(implementation)) << c << " -> " << m << ": " << implementation;
+  }
+}
+
+TEST(LayoutDetourTest, TheProfileSaysWhenAKernelReorders) {
+  Attributes maxPool;
+  maxPool.set("kernel_shape", Ints{2, 2});
+  maxPool.set("strides", Ints{2, 2});
+  const std::string implementation = implementationOf("MaxPool", {f32({8, 32, 28, 28})}, maxPool);
+  ASSERT_EQ(implementation.rfind("oneDNN ", 0), 0u) << implementation;
+  // Either oneDNN pools plain NCHW itself or the kernel says which layout it detours through.
+  if (implementation.find("reordered") != std::string::npos) {
+    EXPECT_NE(implementation.find("-channel blocks"), std::string::npos) << implementation;
+  }
+  // Float64 has no oneDNN kernel: the direct loop says so.
+  const std::string f64 = implementationOf("MaxPool", {TensorMeta{DType::Float64, {2, 3, 8, 8}}}, maxPool);
+  EXPECT_EQ(f64, "direct loop");
+}
+
+}  // namespace
+}  // namespace strata
