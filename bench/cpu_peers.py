@@ -64,6 +64,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 from export_study_models import MODELS  # noqa: E402  (VGG16 below 224x224, no stochastic depth)
+import train_step  # noqa: E402
 from forward_latency import FashionCnn  # noqa: E402
 
 CASES = {
@@ -142,16 +143,7 @@ def strata_forward_ms(path, shape):
 
 def torch_train_ms(model, x, y):
     model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    times = []
-    for i in range(args.steps + 2):
-        start = time.perf_counter()
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-        if i >= 2:
-            times.append((time.perf_counter() - start) * 1000.0)
-    return statistics.median(times)
+    return train_step.torch_ms(model, x, y, args.steps)  # SGD with momentum; two warm-up steps
 
 
 def torch_forward_ms(model, x):

@@ -3,6 +3,8 @@
 // Helpers shared by the elementwise and reduction CPU ops (elementwise_*.cpp, reduction_*.cpp). Internal to the
 // CPU backend.
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -158,5 +160,36 @@ void registerUnaryOps(OpRegistry& registry);
 void registerBinaryOps(OpRegistry& registry);
 void registerLogicalOps(OpRegistry& registry);
 void registerMiscOps(OpRegistry& registry);
+
+// erf for float32 as a branch-free rational function the compiler vectorises; std::erf is a scalar libm call
+// (ConvNeXt-Tiny's GELUs took 5.5 ms of its 26 ms forward at 32x32, batch 16). The approximation is the one Eigen
+// and XLA use for float: x * P(x^2) / Q(x^2) on x clamped to [-4, 4]. Measured against Python's math.erf over
+// [-6, 6] and |x| in [1e-8, 5]: at most 4.2e-7 relative error (about 4 float32 ulps). Float64 keeps std::erf.
+inline float erfFloat(float x) {
+  x = std::clamp(x, -4.0f, 4.0f);
+  const float x2 = x * x;
+  float p = -2.72614225801306e-10f;
+  p = p * x2 + 2.77068142495902e-08f;
+  p = p * x2 - 2.10102402082508e-06f;
+  p = p * x2 - 5.69250639462346e-05f;
+  p = p * x2 - 7.34990630326855e-04f;
+  p = p * x2 - 2.95459980854025e-03f;
+  p = p * x2 - 1.60960333262415e-02f;
+  float q = -1.45660718464996e-05f;
+  q = q * x2 - 2.13374055278905e-04f;
+  q = q * x2 - 1.68282697438203e-03f;
+  q = q * x2 - 7.37332916720468e-03f;
+  q = q * x2 - 1.42647390514189e-02f;
+  return x * p / q;
+}
+
+template <typename T>
+T erfOf(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return erfFloat(x);
+  } else {
+    return std::erf(x);
+  }
+}
 
 }  // namespace strata::cpu::elementwise_detail

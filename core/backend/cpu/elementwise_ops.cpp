@@ -168,7 +168,7 @@ void registerUnaryOps(OpRegistry& registry) {
              using T = decltype(x);
              return x * std::max(T(0), std::min(T(1), x * T(1.0 / 6.0) + T(0.5)));
            }));
-  addUnary(registry, "Erf", FloatTypes{}, 8, plain([](auto x) { return std::erf(x); }));
+  addUnary(registry, "Erf", FloatTypes{}, 8, plain([](auto x) { return erfOf(x); }));
   addUnary(registry, "Gelu", FloatTypes{}, 10, [](const Attributes& attrs) {
     const std::string approximate = attrs.getString("approximate", "none");
     STRATA_CHECK(approximate == "none" || approximate == "tanh", "Gelu: approximate must be none or tanh, got {}",
@@ -180,7 +180,7 @@ void registerUnaryOps(OpRegistry& registry) {
         const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);  // sqrt(2/pi)
         return T(0.5) * x * (T(1) + std::tanh(inner));
       }
-      return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
+      return T(0.5) * x * (T(1) + erfOf(x * T(0.7071067811865476)));
     };
   });
   addUnary(registry, "Sqrt", FloatTypes{}, 2, plain([](auto x) { return std::sqrt(x); }));

@@ -21,6 +21,7 @@ using elementwise_detail::addOp;
 using elementwise_detail::binaryLoop;
 using elementwise_detail::ComputeFn;
 using elementwise_detail::dispatch;
+using elementwise_detail::erfOf;
 using elementwise_detail::FloatTypes;
 using elementwise_detail::NumericTypes;
 using elementwise_detail::repeatMeta;
@@ -185,7 +186,7 @@ void registerActivationGrads(OpRegistry& registry) {
         return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kScale * (T(1) + T(3) * kCubic * x * x));
       }
       // d/dx x * Phi(x) = Phi(x) + x * phi(x).
-      const T cdf = T(0.5) * (T(1) + std::erf(x * T(std::numbers::sqrt2 / 2)));
+      const T cdf = T(0.5) * (T(1) + erfOf(x * T(std::numbers::sqrt2 / 2)));
       const T pdf = std::exp(T(-0.5) * x * x) * T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
       return dy * (cdf + x * pdf);
     };

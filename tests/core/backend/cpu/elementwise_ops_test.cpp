@@ -253,6 +253,24 @@ TEST(ElementwiseOpsTest, UnaryActivationsMatchFormulas) {
   EXPECT_NEAR(run1("Log", {&pos}).data<float>()[0], std::log(4.0), 1e-6);
 }
 
+// Float32 Erf (and Gelu) run a rational approximation (erfFloat in elementwise_common.h), not std::erf: it stays
+// within 5e-7 relative error of std::erf in double (plus 1e-7 absolute near 0, where float32 itself rounds), over the
+// range where erf is not yet +-1 in float32 and beyond.
+TEST(ElementwiseOpsTest, Float32ErfStaysWithinAFewUlps) {
+  std::vector<float> values;
+  for (int i = -60000; i <= 60000; ++i)
+    values.push_back(static_cast<float>(i) * 1e-4f);
+  for (float tiny : {1e-8f, 3e-6f, 1e-4f, 7e-3f})
+    values.insert(values.end(), {tiny, -tiny});
+  const Tensor x = makeTensor<float>({static_cast<std::int64_t>(values.size())}, values);
+  const Tensor y = run1("Erf", {&x});
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double expected = std::erf(static_cast<double>(values[i]));
+    ASSERT_LE(std::fabs(y.data<float>()[i] - expected), 5e-7 * std::fabs(expected) + 1e-7)
+        << "erf(" << values[i] << ")";
+  }
+}
+
 TEST(ElementwiseOpsTest, UnaryIntegerPaths) {
   const Tensor i = makeTensor<std::int64_t>({4}, {-3, 0, 5, -1});
   EXPECT_EQ(values<std::int64_t>(run1("Relu", {&i})), (std::vector<std::int64_t>{0, 0, 5, 0}));
