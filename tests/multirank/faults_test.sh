@@ -71,7 +71,8 @@ stop)
   limit=$(echo "$timeout_s + 0.15 * $timeout_s + 5 + 3" | bc)
   (( $(echo "$elapsed < $limit" | bc) )) || { echo "the job took ${elapsed}s to end (limit ${limit}s)"; exit 1; }
   # A rank's watchdog names the collective, its sequence number, the step and the silent rank: stopped inside a
-  # collective it joined, its heartbeat names it; stopped between two, the arrival records do. Stopped while rank 0
+  # collective it joined, its heartbeat names it; stopped between two, the arrival records do (and, when another
+  # rank is behind too, waiting on it in the previous collective, the heartbeats say which is silent). Stopped while rank 0
   # collects a log point's or an evaluation's figures, rank 0 names the ranks whose figures are missing (one of
   # them may itself be waiting for rank 2) and, from the heartbeats, rank 2 as the silent one.
   expect "$work/err" \

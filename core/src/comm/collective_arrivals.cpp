@@ -58,8 +58,13 @@ std::string describeMissingRanks(Store& store, const std::string& prefix, int si
                                                        describeSilentRanks(store, prefix, size, heartbeatPeriod))
                                          : fmt::format("all {} ranks joined", size);
     }
-    return fmt::format("{} {} of {} did not join ({})", missing.size() == 1 ? "rank" : "ranks",
-                       fmt::join(missing, ", "), size, fmt::join(last, ", "));
+    std::string message = fmt::format("{} {} of {} did not join ({})", missing.size() == 1 ? "rank" : "ranks",
+                                      fmt::join(missing, ", "), size, fmt::join(last, ", "));
+    // Several ranks behind: most are waiting on one of them (a rank blocked in collective #n before launching
+    // #n+1), and the heartbeats say which one is stopped, hung or cut off.
+    if (missing.size() > 1 && heartbeatPeriod.count() > 0)
+      message += "; " + describeSilentRanks(store, prefix, size, heartbeatPeriod);
+    return message;
   } catch (const std::exception& e) {
     return fmt::format("the ranks that did not join are unknown (store query failed: {})", e.what());
   }

@@ -35,6 +35,25 @@ TEST(CollectiveArrivalsTest, ARankWhoseHeartbeatStoppedIsNamedSilent) {
   EXPECT_THAT(describeSilentRanks(*store, "g/", 3, kPeriod), HasSubstr("rank 1 of 3 is silent (no heartbeat"));
 }
 
+// Rank 0 waits in the previous collective on the stopped rank 2: both are behind, and the heartbeats tell them apart.
+TEST(CollectiveArrivalsTest, OfSeveralRanksBehindTheSilentOneIsNamed) {
+  auto store = std::make_shared<InMemoryStore>();
+  store->setString(collectiveArrivalKey("g/", 0), "25");
+  store->setString(collectiveArrivalKey("g/", 1), "26");
+  store->setString(collectiveArrivalKey("g/", 2), "25");
+  {
+    Heartbeat stopped(store, "g/", 2, kPeriod);
+    std::this_thread::sleep_for(kPeriod * 2);
+  }
+  Heartbeat alive0(store, "g/", 0, kPeriod);
+  Heartbeat alive1(store, "g/", 1, kPeriod);
+  std::this_thread::sleep_for(kPeriod);
+  const std::string message = describeMissingRanks(*store, "g/", 3, 26, std::chrono::seconds(1), kPeriod);
+  EXPECT_THAT(message, HasSubstr("ranks 0, 2 of 3 did not join (rank 0 last joined #25, rank 2 last joined #25); "));
+  EXPECT_THAT(message, HasSubstr("rank 2 of 3 is silent (no heartbeat"));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("rank 0 of 3 is silent")));
+}
+
 TEST(CollectiveArrivalsTest, EveryRankBeatingBlamesTheTransport) {
   auto store = std::make_shared<InMemoryStore>();
   Heartbeat alive0(store, "g/", 0, kPeriod);
