@@ -72,9 +72,9 @@ stop)
   (( $(echo "$elapsed < $limit" | bc) )) || { echo "the job took ${elapsed}s to end (limit ${limit}s)"; exit 1; }
   # A rank's watchdog names the collective, its sequence number, the step and the silent rank: stopped inside a
   # collective it joined, its heartbeat names it; stopped between two, the arrival records do (and, when another
-  # rank is behind too, waiting on it in the previous collective, the heartbeats say which is silent). Stopped while rank 0
-  # collects a log point's or an evaluation's figures, rank 0 names the ranks whose figures are missing (one of
-  # them may itself be waiting for rank 2) and, from the heartbeats, rank 2 as the silent one.
+  # rank is behind too, waiting on it in the previous collective, the heartbeats say which is silent). Stopped while
+  # rank 0 collects a log point's or an evaluation's figures, rank 0 names the ranks whose figures are missing (one
+  # of them may itself be waiting for rank 2) and, from the heartbeats, rank 2 as the silent one.
   expect "$work/err" \
     "allReduce #[0-9]+ \\([^)]*\\) at step [0-9]+ .*(rank 2 of 4 is silent \\(no heartbeat|rank 2 of 4 did not join)|did not write 'trainer/[a-z]+/[0-9]+/<rank>' .*; rank 2 of 4 is silent \\(no heartbeat"
   expect "$work/err" '^error: rank [0-9] exited with status 1; stopped the other ranks'

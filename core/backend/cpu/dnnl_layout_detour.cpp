@@ -12,10 +12,6 @@ bool isJitImplementation(const std::string& implementation) {
   return implementation.find("jit") != std::string::npos || implementation.rfind("brg", 0) == 0;
 }
 
-bool isDirectJitImplementation(const std::string& implementation) {
-  return isJitImplementation(implementation) && implementation.find("gemm:jit") == std::string::npos;
-}
-
 std::vector<memory::format_tag> activationLayouts(std::size_t rank) {
   using tag = memory::format_tag;
   switch (rank) {

@@ -10,7 +10,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -23,10 +22,6 @@ namespace strata::cpu {
 // compiler-vectorised loop ("ref:any", "simple_nchw:any", "ncsp_bnorm:any").
 bool isJitImplementation(const std::string& implementation);
 
-// Whether the implementation is a JIT kernel that is not oneDNN's im2col + GEMM convolution ("x64:gemm:jit"), which
-// on small feature maps (ResNet's and ConvNeXt's last stages at 32x32) runs one skinny GEMM per image and group.
-bool isDirectJitImplementation(const std::string& implementation);
-
 // The activation layouts to try for a tensor of `rank` dims (3 to 5), after the plain one: 16-channel blocks, 8-channel
 // blocks, channels-last.
 std::vector<dnnl::memory::format_tag> activationLayouts(std::size_t rank);
@@ -35,20 +30,18 @@ std::vector<dnnl::memory::format_tag> activationLayouts(std::size_t rank);
 template <typename PrimitiveDesc>
 using PrimitiveDescBuilder = std::function<PrimitiveDesc(const dnnl::memory::desc& activation)>;
 
-// The primitive descriptor on `first` (plain data, or format_tag::any) when `accept` takes its implementation, else
-// on the first layout of activationLayouts whose implementation it takes, else on `first` (a slower kernel beats
-// failing).
+// The primitive descriptor on `plain` when its implementation is JIT, else on the first layout of
+// activationLayouts whose implementation is, else on `plain` (a reference kernel beats failing).
 template <typename PrimitiveDesc>
-PrimitiveDesc pickJitLayout(const dnnl::memory::desc& first, const PrimitiveDescBuilder<PrimitiveDesc>& build,
-                            bool (*accept)(const std::string&) = isJitImplementation) {
-  PrimitiveDesc pd = build(first);
-  if (accept(pd.impl_info_str()))
+PrimitiveDesc pickJitLayout(const dnnl::memory::desc& plain, const PrimitiveDescBuilder<PrimitiveDesc>& build) {
+  PrimitiveDesc pd = build(plain);
+  if (isJitImplementation(pd.impl_info_str()))
     return pd;
-  const dnnl::memory::dims dims = first.dims();
+  const dnnl::memory::dims dims = plain.dims();
   for (dnnl::memory::format_tag tag : activationLayouts(dims.size())) {
     try {
-      PrimitiveDesc candidate = build(dnnl::memory::desc(dims, first.data_type(), tag));
-      if (accept(candidate.impl_info_str()))
+      PrimitiveDesc candidate = build(dnnl::memory::desc(dims, plain.data_type(), tag));
+      if (isJitImplementation(candidate.impl_info_str()))
         return candidate;
     } catch (const dnnl::error&) {
       // this layout has no implementation for the primitive: try the next
