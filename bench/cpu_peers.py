@@ -50,6 +50,7 @@ def parse_args():
     parser.add_argument("--isa", choices=sorted(ISA_ENV), help="run every tool as on a host with this ISA")
     parser.add_argument("--no-forward", action="store_true", help="time the training step only")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--keep", help="write the exported .onnx files (MODEL.train.onnx, MODEL.onnx) here and keep them")
     return parser.parse_args()
 
 
@@ -186,7 +187,9 @@ def main():
               f"{'fwd ms':>8}{'torch':>8}{'/torch':>8}{'GFLOP/s':>9}{'%peak':>7}")
     print(header, flush=True)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        os.makedirs(tmp, exist_ok=True)
         for name in args.models.split(","):
             constructor, shape = CASES[name]
             torch.manual_seed(0)

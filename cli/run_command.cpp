@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "device_selection.h"
 #include "model_options.h"
+#include "op_profiler.h"
 #include "strata/executor.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
@@ -26,57 +27,8 @@ struct RunOptions {
   std::uint64_t seed = 0;
   int repeat = 1;
   bool profile = false;
+  int profileTop = 0;
   DeviceOptions device;
-};
-
-// Wall time per op type across all runs, from the executor's node hooks.
-class OpProfiler {
- public:
-  // On a GPU each node is synchronised before and after, so the times are the kernels' own (and the total is
-  // slower than an unprofiled run).
-  explicit OpProfiler(Executor& executor) {
-    Stream& stream = defaultStream(executor.device());
-    executor.addBeforeNodeHook([this, &stream](const NodeEvent&) {
-      stream.synchronize();
-      start_ = std::chrono::steady_clock::now();
-    });
-    executor.addAfterNodeHook([this, &stream](const NodeEvent& e) {
-      stream.synchronize();
-      auto& entry = totals_[e.step.opType];
-      entry.first += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-      ++entry.second;
-      if (e.step.kernel != nullptr) {
-        const std::string implementation = e.step.kernel->implementation();
-        if (!implementation.empty())
-          ++implementations_[e.step.opType][implementation];
-      }
-    });
-  }
-
-  void print(int runs) const {
-    std::vector<std::pair<double, std::string>> rows;
-    double total = 0;
-    for (const auto& [type, entry] : totals_) {
-      rows.emplace_back(entry.first / runs, type);
-      total += entry.first / runs;
-    }
-    std::sort(rows.rbegin(), rows.rend());
-    fmt::print("profile (ms per run, by op type):\n");
-    for (const auto& [ms, type] : rows) {
-      fmt::print("  {:<24} {:>9.3f}  {:>5.1f}%  ({} nodes)\n", type, ms, 100.0 * ms / total,
-                 totals_.at(type).second / runs);
-      // Which implementation each node ran (Note [Layout detours]), so reference kernels show.
-      if (auto it = implementations_.find(type); it != implementations_.end()) {
-        for (const auto& [implementation, count] : it->second)
-          fmt::print("      {} ({} nodes)\n", implementation, count / runs);
-      }
-    }
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_;
-  std::map<std::string, std::pair<double, int>> totals_;
-  std::map<std::string, std::map<std::string, int>> implementations_;
 };
 
 Tensor randomTensor(const TensorMeta& meta, std::mt19937_64& rng) {
@@ -152,7 +104,7 @@ void run(const RunOptions& options) {
   std::sort(millis.begin(), millis.end());
   fmt::print("forward: {:.3f} ms (median of {})\n", millis[millis.size() / 2], millis.size());
   if (profiler) {
-    profiler->print(static_cast<int>(millis.size()));
+    profiler->print(options.profileTop);
   }
 
   if (!options.outputDir.empty()) {
@@ -180,7 +132,8 @@ void addRunCommand(CLI::App& app) {
   command->add_option("--output-dir", options->outputDir, "where to write output_0.pb, output_1.pb, ...");
   command->add_option("--seed", options->seed, "seed of the random inputs");
   command->add_option("--repeat", options->repeat, "run the forward pass this many times and report the median");
-  command->add_flag("--profile", options->profile, "print the time spent per op type");
+  command->add_flag("--profile", options->profile, "print the time spent per op type and the kernel each node runs");
+  command->add_option("--profile-top", options->profileTop, "with --profile: also list the N slowest nodes");
   addModelOptions(*command, options->model);
   addDeviceOptions(*command, options->device);
   command->callback([options] { run(*options); });

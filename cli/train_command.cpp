@@ -16,6 +16,7 @@
 #include "device_selection.h"
 #include "launcher.h"
 #include "model_options.h"
+#include "op_profiler.h"
 #include "process_group_factory.h"
 #include "run_files.h"
 #include "strata/comm/tcp_store.h"
@@ -68,6 +69,8 @@ struct TrainOptions {
   double timeoutS = 300;
   std::string slowRank;  // R:F
   double sampleEveryS = 0.5;
+  bool profile = false;
+  int profileTop = 0;
   LaunchOptions launch;
 };
 
@@ -376,7 +379,14 @@ void train(const TrainOptions& options) {
         options.strategy, rankEnv.worldSize, options.batchSize, trainer.microBatches, run.stepsPerEpoch());
   }
   allocatorFor(device).stats().resetPeaks();
+  std::optional<OpProfiler> profiler;
+  if (options.profile)
+    profiler.emplace(plan.executor(), /*warmupRuns=*/2);
   run.run();
+  if (profiler && lead) {
+    profiler->print(options.profileTop);
+  }
+  profiler.reset();
   if (!options.exportPath.empty()) {
     run.withFullWeights([&] {
       if (lead) {
@@ -434,6 +444,10 @@ void addTrainCommand(CLI::App& app) {
                 "steps and replay it (auto keeps it only if it is faster); needs a strategy without node hooks "
                 "(single)");
   addChannelsLastOption(*c, o->device);
+  c->add_flag("--profile", o->profile,
+              "print the training step's time per op type (forward and backward apart) and the kernel each node runs, "
+              "after two warm-up runs (the lead rank)");
+  c->add_option("--profile-top", o->profileTop, "with --profile: also list the N slowest nodes");
   c->add_option("--timeout", o->timeoutS, "seconds before a stuck collective or rendezvous ends the job");
   c->callback([o] { train(*o); });
 }

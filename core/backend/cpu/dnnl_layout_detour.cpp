@@ -26,14 +26,6 @@ std::vector<memory::format_tag> activationLayouts(std::size_t rank) {
   }
 }
 
-namespace {
-
-std::size_t alignUp(std::size_t bytes) {
-  return (bytes + 63) / 64 * 64;
-}
-
-}  // namespace
-
 LayoutDetour::LayoutDetour(const memory::desc& plainSrc, const memory::desc& src, const memory::desc& plainDst,
                            const memory::desc& dst, std::size_t primitiveScratchpad)
     : scratchpadBytes_(primitiveScratchpad),
@@ -105,13 +97,48 @@ std::string layoutName(const memory::desc& md) {
 
 }  // namespace
 
+std::string reorderNote(const memory::desc& src, const memory::desc& dst) {
+  const std::string from = layoutName(src);
+  const std::string to = layoutName(dst);
+  return from == to ? fmt::format(" on {}, reordered in and out", from)
+                    : fmt::format(" from {} to {}, reordered in and out", from, to);
+}
+
 std::string detourNote(const LayoutDetour& detour) {
-  if (!detour.reorders())
-    return "";
-  const std::string src = layoutName(detour.sourceDesc());
-  const std::string dst = layoutName(detour.destinationDesc());
-  return src == dst ? fmt::format(" on {}, reordered in and out", src)
-                    : fmt::format(" from {} to {}, reordered in and out", src, dst);
+  return detour.reorders() ? reorderNote(detour.sourceDesc(), detour.destinationDesc()) : "";
+}
+
+std::size_t LayoutCopy::init(const memory::desc& plainDesc, const memory::desc& target, bool toTarget) {
+  plain = memory(plainDesc, dnnlEngine(), nullptr);
+  needed = plainDesc != target;
+  if (!needed)
+    return 0;
+  converted = memory(target, dnnlEngine(), nullptr);
+  bytes = target.get_size();
+  dnnl::reorder::primitive_desc pd =
+      toTarget ? dnnl::reorder::primitive_desc(dnnlEngine(), plainDesc, dnnlEngine(), target, userScratchpadAttr())
+               : dnnl::reorder::primitive_desc(dnnlEngine(), target, dnnlEngine(), plainDesc, userScratchpadAttr());
+  reorder = dnnl::reorder(pd);
+  return pd.scratchpad_desc().get_size();
+}
+
+memory& LayoutCopy::bind(const Tensor& tensor, char* scratch, std::size_t scratchBytes, bool copyIn) {
+  bindDnnl(plain, tensor);
+  if (!needed)
+    return plain;
+  converted.set_data_handle(scratch + offset);
+  if (copyIn) {
+    std::unordered_map<int, memory> args{{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, converted}};
+    executeDnnlAt(reorder, args, scratch, scratchBytes);
+  }
+  return converted;
+}
+
+void LayoutCopy::copyOut(char* scratch, std::size_t scratchBytes) {
+  if (!needed)
+    return;
+  std::unordered_map<int, memory> args{{DNNL_ARG_FROM, converted}, {DNNL_ARG_TO, plain}};
+  executeDnnlAt(reorder, args, scratch, scratchBytes);
 }
 
 }  // namespace strata::cpu

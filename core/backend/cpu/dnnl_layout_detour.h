@@ -83,5 +83,30 @@ class LayoutDetour {
 
 // " on 8-channel blocks, reordered in and out" for a kernel's implementation() when the detour reorders, else empty.
 std::string detourNote(const LayoutDetour& detour);
+// The same for a primitive that runs on `src` and `dst` layouts with reorders around it.
+std::string reorderNote(const dnnl::memory::desc& src, const dnnl::memory::desc& dst);
+
+// Rounds a scratchpad region up to 64 bytes, so that the regions after it stay aligned.
+inline std::size_t alignUp(std::size_t bytes) {
+  return (bytes + 63) / 64 * 64;
+}
+
+// One operand of a kernel with several (the gradient kernels): a tensor in Strata's plain layout and, when the
+// primitive wants another layout, its copy at `offset` in the shared scratchpad, which the kernel lays out.
+struct LayoutCopy {
+  dnnl::memory plain;      // bound to the tensor at run time
+  dnnl::memory converted;  // bound into the scratchpad at run time; only when needed
+  dnnl::reorder reorder;
+  bool needed = false;
+  std::size_t offset = 0;  // of `converted` in the scratchpad
+  std::size_t bytes = 0;   // of `converted`
+
+  // Sets up a copy plain -> target (toTarget) or target -> plain; returns the reorder's own scratchpad size.
+  std::size_t init(const dnnl::memory::desc& plainDesc, const dnnl::memory::desc& target, bool toTarget);
+  // The memory the primitive uses, bound to `tensor` (and converted into the scratchpad when `copyIn`).
+  dnnl::memory& bind(const Tensor& tensor, char* scratch, std::size_t scratchBytes, bool copyIn);
+  // Copies the primitive's result back into the plain tensor (for outputs).
+  void copyOut(char* scratch, std::size_t scratchBytes);
+};
 
 }  // namespace strata::cpu

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "conv_geometry.h"
+#include "dnnl_layout_detour.h"
 #include "grad_nn_common.h"
 #include "strata/thread_pool.h"
 
@@ -220,56 +221,6 @@ Shape groupedWeightDims(const Shape& w, std::int64_t group) {
   dims.insert(dims.end(), w.begin() + 1, w.end());
   return dims;
 }
-
-std::size_t alignUp(std::size_t bytes) {
-  return (bytes + 63) / 64 * 64;
-}
-
-// A tensor in Strata's plain layout and, when the primitive wants another one, its copy in the scratchpad.
-struct LayoutCopy {
-  memory plain;      // bound to the tensor at run time
-  memory converted;  // bound into the scratchpad at run time; only when needed
-  dnnl::reorder reorder;
-  bool needed = false;
-  std::size_t offset = 0;  // of `converted` in the scratchpad
-  std::size_t bytes = 0;
-
-  // Set up a copy plain -> target (toTarget) or target -> plain; returns the reorder's own scratchpad size.
-  std::size_t init(const memory::desc& plainDesc, const memory::desc& target, bool toTarget) {
-    plain = memory(plainDesc, dnnlEngine(), nullptr);
-    needed = plainDesc != target;
-    if (!needed)
-      return 0;
-    converted = memory(target, dnnlEngine(), nullptr);
-    bytes = target.get_size();
-    dnnl::reorder::primitive_desc pd =
-        toTarget ? dnnl::reorder::primitive_desc(dnnlEngine(), plainDesc, dnnlEngine(), target, userScratchpadAttr())
-                 : dnnl::reorder::primitive_desc(dnnlEngine(), target, dnnlEngine(), plainDesc, userScratchpadAttr());
-    reorder = dnnl::reorder(pd);
-    return pd.scratchpad_desc().get_size();
-  }
-
-  // The memory the primitive uses, bound to `tensor` (and converted into the scratchpad when `copyIn`).
-  memory& bind(const Tensor& tensor, char* scratch, std::size_t scratchBytes, bool copyIn) {
-    bindDnnl(plain, tensor);
-    if (!needed)
-      return plain;
-    converted.set_data_handle(scratch + offset);
-    if (copyIn) {
-      std::unordered_map<int, memory> args{{DNNL_ARG_FROM, plain}, {DNNL_ARG_TO, converted}};
-      executeDnnlAt(reorder, args, scratch, scratchBytes);
-    }
-    return converted;
-  }
-
-  // Copies the primitive's result back into the plain tensor (for outputs).
-  void copyOut(char* scratch, std::size_t scratchBytes) {
-    if (!needed)
-      return;
-    std::unordered_map<int, memory> args{{DNNL_ARG_FROM, converted}, {DNNL_ARG_TO, plain}};
-    executeDnnlAt(reorder, args, scratch, scratchBytes);
-  }
-};
 
 // Note [Batched weight gradient]: for some shapes oneDNN computes a convolution's weight gradient with im2col + GEMM
 // ("x64:gemm:jit"): on AVX2 every 3x3 convolution of ResNet-18's last two stages at 32x32 (2x2 and 1x1 maps). It

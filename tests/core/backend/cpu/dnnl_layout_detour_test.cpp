@@ -10,6 +10,7 @@
 
 #include "strata/attributes.h"
 #include "strata/op_registry.h"
+#include "strata/tensor.h"
 
 namespace strata {
 namespace {
@@ -92,6 +93,59 @@ TEST(LayoutDetourTest, ConvolutionsRunJitKernels) {
     const Shape kernel = attrs == &three ? Shape{m, c, 3, 3} : Shape{m, c, 1, 1};
     const std::string implementation = implementationOf("Conv", {f32({8, c, 16, 16}), f32(kernel)}, *attrs);
     EXPECT_TRUE(isJit(implementation)) << c << " -> " << m << ": " << implementation;
+  }
+}
+
+Tensor toFloat32(const Tensor& t) {
+  Tensor out = Tensor::empty(DType::Float32, t.meta().shape);
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    out.data<float>()[i] = static_cast<float>(t.data<double>()[i]);
+  return out;
+}
+
+// Note [Pooling backward]: float32 MaxPoolGrad runs oneDNN's JIT forward_training and backward; it must route
+// every gradient as the float64 direct loop does: to the first maximum of its window. Inputs from {0, 1, 2} make
+// most windows tie (as after a ReLU); integer-valued gradients keep the sums exact.
+TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
+  Attributes pairs;  // the bundled CNN's and VGG's
+  pairs.set("kernel_shape", Ints{2, 2});
+  pairs.set("strides", Ints{2, 2});
+  Attributes stem;  // ResNet's stem: overlapping windows, padding
+  stem.set("kernel_shape", Ints{3, 3});
+  stem.set("strides", Ints{2, 2});
+  stem.set("pads", Ints{1, 1, 1, 1});
+  Attributes dilated;  // oneDNN 2.6 has no JIT kernel for it: the direct loop, same rule
+  dilated.set("kernel_shape", Ints{2, 2});
+  dilated.set("dilations", Ints{2, 2});
+  for (const Attributes* attrs : {&pairs, &stem, &dilated}) {
+    for (std::int64_t channels : {3, 32}) {
+      const Shape xShape{4, channels, 11, 12};
+      Tensor x64 = Tensor::empty(DType::Float64, xShape);
+      std::uint32_t state = 12345;
+      auto next = [&state] {
+        state = state * 1664525u + 1013904223u;
+        return state >> 16;
+      };
+      for (std::int64_t i = 0; i < x64.numel(); ++i)
+        x64.data<double>()[i] = static_cast<double>(next() % 3);
+      const std::vector<TensorMeta> yMeta = OpRegistry::instance().schema("MaxPool")->inferShapes(
+          ShapeContext{{InputInfo{true, f32(xShape)}}, *attrs, 1, "node", "MaxPool"});
+      Tensor dy64 = Tensor::empty(DType::Float64, yMeta.at(0).shape);
+      for (std::int64_t i = 0; i < dy64.numel(); ++i)
+        dy64.data<double>()[i] = static_cast<double>(1 + next() % 50);
+      const Tensor x32 = toFloat32(x64);
+      const Tensor dy32 = toFloat32(dy64);
+      const std::string implementation = implementationOf("MaxPoolGrad", {dy32.meta(), x32.meta()}, *attrs);
+      if (attrs != &dilated)
+        EXPECT_TRUE(isJit(implementation)) << implementation;
+      const Tensor expected = runOpEagerly("MaxPoolGrad", {&dy64, &x64}, *attrs).at(0);
+      const Tensor actual = runOpEagerly("MaxPoolGrad", {&dy32, &x32}, *attrs).at(0);
+      ASSERT_EQ(actual.numel(), expected.numel());
+      for (std::int64_t i = 0; i < actual.numel(); ++i) {
+        ASSERT_EQ(actual.data<float>()[i], expected.data<double>()[i])
+            << implementation << ", " << channels << " channels, at flat index " << i;
+      }
+    }
   }
 }
 
