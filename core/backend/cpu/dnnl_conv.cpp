@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "conv_geometry.h"
+#include "conv_taps.h"
 #include "dnnl_context.h"
 #include "dnnl_layout_detour.h"
 
@@ -100,8 +101,13 @@ Shape groupedWeightDims(const Shape& w, std::int64_t group) {
 class WeightCache {
  public:
   WeightCache() = default;
-  WeightCache(const memory::desc& user, const memory::desc& preferred, std::int64_t numel, bool planTimeWeights)
-      : needsReorder_(user != preferred), cacheable_(planTimeWeights), numel_(numel) {
+  // `byteOffset`: where the user layout starts in the weight tensor (a strided view of some taps, Note [Pruned taps]).
+  WeightCache(const memory::desc& user, const memory::desc& preferred, std::int64_t numel, bool planTimeWeights,
+              std::size_t byteOffset = 0)
+      : needsReorder_(user != preferred || byteOffset != 0),
+        cacheable_(planTimeWeights),
+        numel_(numel),
+        byteOffset_(byteOffset) {
     if (!needsReorder_)
       return;
     userMemory_ = memory(user, dnnlEngine(), nullptr);
@@ -117,7 +123,7 @@ class WeightCache {
     const void* ptr = weights.rawData();
     const std::uint64_t version = weights.storage()->version();
     if (ptr != cachedFrom_ || version != version_ || !everFilled_ || !cacheable_) {
-      userMemory_.set_data_handle(weights.rawData());
+      userMemory_.set_data_handle(static_cast<char*>(weights.rawData()) + byteOffset_);
       std::unordered_map<int, memory> args{{DNNL_ARG_FROM, userMemory_}, {DNNL_ARG_TO, cachedMemory_}};
       executeDnnl(reorder_, args, 0);
       cachedFrom_ = ptr;
@@ -131,6 +137,7 @@ class WeightCache {
   bool needsReorder_ = false;
   bool cacheable_ = false;
   std::int64_t numel_ = 0;
+  std::size_t byteOffset_ = 0;
   memory userMemory_;
   memory cachedMemory_;
   dnnl::reorder reorder_;
@@ -163,15 +170,26 @@ class ConvKernel : public OpKernel {
       return;
     }
 
+    // Note [Pruned taps]: the primitive convolves with the used taps only, read through a strided view of W.
+    taps_ = usedTaps(s.geometry, spatialOf(x.shape));
+    Shape kernelWeights = w.shape;
+    std::size_t weightByteOffset = 0;
+    if (taps_.pruned) {
+      s.geometry = croppedWindow(s.geometry, spatialOf(x.shape), taps_);
+      kernelWeights = croppedWeightShape(w.shape, taps_);
+      weightByteOffset = static_cast<std::size_t>(croppedWeightOffset(w.shape, taps_)) * sizeof(float);
+    }
+    tapNote_ = tapNote(w.shape, taps_);
     const std::size_t n = s.geometry.kernel.size();
     memory::dims padEnd(n);
     for (std::size_t i = 0; i < n; ++i)
       padEnd[i] = dnnlPadEnd(s.geometry, spatialOf(x.shape), i);
 
-    const Shape weightDims = groupedWeightDims(w.shape, s.group);
+    const Shape weightDims = groupedWeightDims(kernelWeights, s.group);
     const memory::desc srcDesc = plainDesc(x.shape);
     const memory::desc dstDesc = plainDesc(s.output);
-    const memory::desc userWeightDesc = plainDesc(weightDims);
+    const memory::desc userWeightDesc = memory::desc(toDims(weightDims), memory::data_type::f32,
+                                                     toDims(contiguousStrides(groupedWeightDims(w.shape, s.group))));
     // Let the convolution pick its weight layout; the weights are reordered once (WeightCache).
     const memory::desc anyWeightDesc(toDims(weightDims), memory::data_type::f32, memory::format_tag::any);
     const memory::desc biasDesc = hasBias_ ? plainDesc({w.shape[0]}) : memory::desc();
@@ -185,8 +203,8 @@ class ConvKernel : public OpKernel {
                                            toDims(s.geometry.padBegin), padEnd);
       dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
       primitive_ = dnnl::convolution_forward(pd);
-      weights_ =
-          WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape), init.inputs[1].constant != nullptr);
+      weights_ = WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape),
+                             init.inputs[1].constant != nullptr, weightByteOffset);
       weightMemory_ = memory(pd.weights_desc(), dnnlEngine(), nullptr);
       if (hasBias_)
         bias_ = memory(biasDesc, dnnlEngine(), nullptr);
@@ -217,7 +235,8 @@ class ConvKernel : public OpKernel {
   }
 
   std::string implementation() const override {
-    return f64_ != nullptr ? "float64 loop" : fmt::format("oneDNN {}{}", implementation_, detourNote(detour_));
+    return f64_ != nullptr ? "float64 loop"
+                           : fmt::format("oneDNN {}{}{}", implementation_, detourNote(detour_), tapNote_);
   }
 
  private:
@@ -225,6 +244,8 @@ class ConvKernel : public OpKernel {
   bool empty_ = false;
   std::unique_ptr<ConvSetup> f64_;  // set for float64, which runs convForwardF64 instead of oneDNN
   Shape xShape_, wShape_;
+  TapCrop taps_;
+  std::string tapNote_;
   dnnl::convolution_forward primitive_;
   std::string implementation_;
   LayoutDetour detour_;

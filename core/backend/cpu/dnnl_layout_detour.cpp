@@ -123,7 +123,11 @@ std::size_t LayoutCopy::init(const memory::desc& plainDesc, const memory::desc& 
 }
 
 memory& LayoutCopy::bind(const Tensor& tensor, char* scratch, std::size_t scratchBytes, bool copyIn) {
-  bindDnnl(plain, tensor);
+  return bind(static_cast<const float*>(tensor.rawData()), scratch, scratchBytes, copyIn);
+}
+
+memory& LayoutCopy::bind(const float* data, char* scratch, std::size_t scratchBytes, bool copyIn) {
+  plain.set_data_handle(const_cast<float*>(data));  // oneDNN only reads inputs
   if (!needed)
     return plain;
   converted.set_data_handle(scratch + offset);

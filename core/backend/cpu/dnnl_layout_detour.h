@@ -105,6 +105,8 @@ struct LayoutCopy {
   std::size_t init(const dnnl::memory::desc& plainDesc, const dnnl::memory::desc& target, bool toTarget);
   // The memory the primitive uses, bound to `tensor` (and converted into the scratchpad when `copyIn`).
   dnnl::memory& bind(const Tensor& tensor, char* scratch, std::size_t scratchBytes, bool copyIn);
+  // The same for data outside a tensor (a copy in the scratchpad).
+  dnnl::memory& bind(const float* data, char* scratch, std::size_t scratchBytes, bool copyIn);
   // Copies the primitive's result back into the plain tensor (for outputs).
   void copyOut(char* scratch, std::size_t scratchBytes);
 };

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "conv_geometry.h"
+#include "conv_taps.h"
 #include "dnnl_layout_detour.h"
 #include "grad_nn_common.h"
 #include "strata/thread_pool.h"
@@ -293,6 +294,15 @@ class ConvGradKernel : public OpKernel {
     empty_ = numElements(setup_.x) == 0 || numElements(setup_.w) == 0 || numElements(setup_.y) == 0;
     if (empty_ || setup_.dtype == DType::Float64)
       return;
+    // Note [Pruned taps]: the primitives see the used taps only; W is gathered into and dW scattered from dense
+    // cropped copies in the scratchpad.
+    const std::vector<std::int64_t> spatial(setup_.x.begin() + 2, setup_.x.end());
+    taps_ = usedTaps(setup_.geometry, spatial);
+    fullW_ = setup_.w;
+    if (taps_.pruned) {
+      setup_.geometry = croppedWindow(setup_.geometry, spatial, taps_);
+      setup_.w = croppedWeightShape(setup_.w, taps_);
+    }
     withDnnlErrors(init.nodeName, "create the convolution backward primitives", [&] { createPrimitives(); });
   }
 
@@ -304,7 +314,7 @@ class ConvGradKernel : public OpKernel {
       out = "weights: " + (batched_ ? weightsImplementation_ : "oneDNN " + weightsImplementation_);
     if (!dataImplementation_.empty())
       out += (out.empty() ? "" : "; ") + std::string("data: oneDNN ") + dataImplementation_;
-    return out;
+    return out + tapNote(fullW_, taps_);
   }
 
   void compute(KernelContext& ctx) override {
@@ -341,12 +351,15 @@ class ConvGradKernel : public OpKernel {
     char* scratch = static_cast<char*>(dnnlScratchpad(totalScratchBytes_));
     const std::size_t primBytes = primitiveScratchBytes_;
     bool dyConverted = false;
+    // With pruned taps dW is computed into a dense cropped copy and scattered into the full dW afterwards.
+    auto* croppedDw = reinterpret_cast<float*>(scratch + croppedDwOffset_);
+    float* dwTarget = dw == nullptr ? nullptr : (taps_.pruned ? croppedDw : dw->data<float>());
     if ((dw != nullptr || db != nullptr) && batched_) {
       Tensor dwScratch;
       if (dw == nullptr)
         dwScratch = Tensor::empty(DType::Float32, setup_.w, MemoryCategory::Workspace);
       batchedWeights_.run(setup_, dy.data<float>(), ctx.input(static_cast<std::size_t>(io_.xIndex)).data<float>(),
-                          dw != nullptr ? dw->data<float>() : dwScratch.data<float>(),
+                          dw != nullptr ? dwTarget : dwScratch.data<float>(),
                           db != nullptr ? db->data<float>() : nullptr, scratch);
     } else if (dw != nullptr || db != nullptr) {
       // Weights first: dY's blocked copy is then shared with the data pass, and X's region is reused for dX.
@@ -356,7 +369,7 @@ class ConvGradKernel : public OpKernel {
       Tensor dwScratch;  // dB alone still needs somewhere to put dW
       if (dw == nullptr)
         dwScratch = Tensor::empty(DType::Float32, setup_.w, MemoryCategory::Workspace);
-      memory& dwMem = dwWeights_.bind(dw != nullptr ? *dw : dwScratch, scratch, primBytes, false);
+      memory& dwMem = dwWeights_.bind(dw != nullptr ? dwTarget : dwScratch.data<float>(), scratch, primBytes, false);
       std::unordered_map<int, memory> args{
           {DNNL_ARG_SRC, xMem}, {DNNL_ARG_DIFF_DST, dyMem}, {DNNL_ARG_DIFF_WEIGHTS, dwMem}};
       Tensor dbScratch;
@@ -370,6 +383,8 @@ class ConvGradKernel : public OpKernel {
       if (dw != nullptr)
         dwWeights_.copyOut(scratch, primBytes);
     }
+    if (dw != nullptr && taps_.pruned)
+      scatterTaps(croppedDw, dw->data<float>(), fullW_, taps_);
     if (dx != nullptr) {
       memory* dyMem = nullptr;
       if (shareDy_ && dyConverted) {
@@ -377,7 +392,14 @@ class ConvGradKernel : public OpKernel {
       } else {
         dyMem = &dyData_.bind(dy, scratch, primBytes, true);
       }
-      memory& wMem = wData_.bind(ctx.input(static_cast<std::size_t>(io_.wIndex)), scratch, primBytes, true);
+      const Tensor& w = ctx.input(static_cast<std::size_t>(io_.wIndex));
+      const float* wData = w.data<float>();
+      if (taps_.pruned) {
+        auto* croppedW = reinterpret_cast<float*>(scratch + croppedWOffset_);
+        gatherTaps(wData, croppedW, fullW_, taps_);
+        wData = croppedW;
+      }
+      memory& wMem = wData_.bind(wData, scratch, primBytes, true);
       memory& dxMem = dxData_.bind(*dx, scratch, primBytes, false);
       std::unordered_map<int, memory> args{
           {DNNL_ARG_DIFF_DST, *dyMem}, {DNNL_ARG_WEIGHTS, wMem}, {DNNL_ARG_DIFF_SRC, dxMem}};
@@ -467,7 +489,14 @@ class ConvGradKernel : public OpKernel {
     offset += alignUp(dwWeights_.bytes);
     wData_.offset = offset;
     offset += alignUp(wData_.bytes);
-    totalScratchBytes_ = std::max(offset, batchedEnd);
+    offset = std::max(offset, batchedEnd);
+    if (taps_.pruned) {  // the dense cropped W (data pass) and dW (weights pass), Note [Pruned taps]
+      const std::size_t croppedBytes = static_cast<std::size_t>(numElements(s.w)) * sizeof(float);
+      croppedWOffset_ = offset;
+      croppedDwOffset_ = croppedWOffset_ + alignUp(croppedBytes);
+      offset = croppedDwOffset_ + alignUp(croppedBytes);
+    }
+    totalScratchBytes_ = offset;
   }
 
   // Whether the weight gradient runs as one batched GEMM (Note [Batched weight gradient]); sets batchedWeights_.
@@ -503,6 +532,9 @@ class ConvGradKernel : public OpKernel {
   memory dbMemory_;
   std::size_t primitiveScratchBytes_ = 0;  // the largest scratchpad of the primitives and reorders
   std::size_t totalScratchBytes_ = 0;      // plus the converted copies
+  TapCrop taps_;                           // Note [Pruned taps]: setup_ then holds the cropped kernel
+  Shape fullW_;                            // W's own shape
+  std::size_t croppedWOffset_ = 0, croppedDwOffset_ = 0;
 };
 
 void addConvGradOp(OpRegistry& registry, const std::string& type, ConvGradMode mode) {

@@ -1,0 +1,126 @@
+#include "conv_taps.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "strata/thread_pool.h"
+
+namespace strata::cpu {
+namespace {
+
+// The used taps of one (output channel, input channel) plane of W: their offsets in the full plane, in the
+// cropped box's row-major order.
+std::vector<std::int64_t> tapOffsets(const Shape& weight, const TapCrop& crop) {
+  const std::vector<std::int64_t> strides = contiguousStrides(Shape(weight.begin() + 2, weight.end()));
+  std::vector<std::int64_t> offsets{0};
+  for (std::size_t d = 0; d < crop.count.size(); ++d) {
+    std::vector<std::int64_t> next;
+    for (std::int64_t base : offsets) {
+      for (std::int64_t k = 0; k < crop.count[d]; ++k)
+        next.push_back(base + (crop.first[d] + k) * strides[d]);
+    }
+    offsets = std::move(next);
+  }
+  return offsets;
+}
+
+// Runs fn(first plane, end plane) over W's planes in parallel; the planes are small (the kernel's taps), so each
+// task takes many.
+template <typename Fn>
+void forPlanes(const Shape& weight, Fn&& fn) {
+  parallelFor(0, weight[0] * weight[1], 1024, fn);
+}
+
+}  // namespace
+
+TapCrop usedTaps(const WindowGeometry& g, const std::vector<std::int64_t>& inputSpatial) {
+  TapCrop crop;
+  for (std::size_t d = 0; d < g.kernel.size(); ++d) {
+    std::int64_t lo = g.kernel[d], hi = -1;
+    for (std::int64_t k = 0; k < g.kernel[d]; ++k) {
+      for (std::int64_t o = 0; o < g.output[d]; ++o) {
+        const std::int64_t position = o * g.strides[d] - g.padBegin[d] + k * g.dilations[d];
+        if (position >= 0 && position < inputSpatial[d]) {
+          lo = std::min(lo, k);
+          hi = std::max(hi, k);
+          break;
+        }
+      }
+    }
+    if (hi < lo)
+      return TapCrop{};  // no tap meets the input: the output is the bias alone, left to the full kernel
+    crop.first.push_back(lo);
+    crop.count.push_back(hi - lo + 1);
+    crop.pruned = crop.pruned || crop.count.back() < g.kernel[d];
+  }
+  if (crop.pruned) {
+    const WindowGeometry cropped = croppedWindow(g, inputSpatial, crop);
+    for (std::size_t d = 0; d < g.kernel.size(); ++d) {
+      if (cropped.padBegin[d] < 0 || cropped.padEnd[d] < 0)
+        return TapCrop{};
+    }
+  }
+  return crop;
+}
+
+WindowGeometry croppedWindow(const WindowGeometry& g, const std::vector<std::int64_t>& inputSpatial,
+                             const TapCrop& crop) {
+  WindowGeometry out = g;
+  for (std::size_t d = 0; d < g.kernel.size(); ++d) {
+    out.kernel[d] = crop.count[d];
+    out.padBegin[d] = g.padBegin[d] - crop.first[d] * g.dilations[d];
+    out.padEnd[d] = dnnlPadEnd(out, inputSpatial, d);
+  }
+  return out;
+}
+
+Shape croppedWeightShape(const Shape& weight, const TapCrop& crop) {
+  Shape out{weight[0], weight[1]};
+  out.insert(out.end(), crop.count.begin(), crop.count.end());
+  return out;
+}
+
+std::int64_t croppedWeightOffset(const Shape& weight, const TapCrop& crop) {
+  const std::vector<std::int64_t> strides = contiguousStrides(weight);
+  std::int64_t offset = 0;
+  for (std::size_t d = 0; d < crop.first.size(); ++d)
+    offset += crop.first[d] * strides[d + 2];
+  return offset;
+}
+
+void gatherTaps(const float* w, float* cropped, const Shape& weight, const TapCrop& crop) {
+  const std::vector<std::int64_t> taps = tapOffsets(weight, crop);
+  const auto used = static_cast<std::int64_t>(taps.size());
+  const std::int64_t plane = numElements(Shape(weight.begin() + 2, weight.end()));
+  forPlanes(weight, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t p = begin; p < end; ++p) {
+      for (std::int64_t t = 0; t < used; ++t)
+        cropped[p * used + t] = w[p * plane + taps[static_cast<std::size_t>(t)]];
+    }
+  });
+}
+
+void scatterTaps(const float* cropped, float* w, const Shape& weight, const TapCrop& crop) {
+  const std::vector<std::int64_t> taps = tapOffsets(weight, crop);
+  const auto used = static_cast<std::int64_t>(taps.size());
+  const std::int64_t plane = numElements(Shape(weight.begin() + 2, weight.end()));
+  forPlanes(weight, [&](std::int64_t begin, std::int64_t end) {
+    std::fill(w + begin * plane, w + end * plane, 0.0f);
+    for (std::int64_t p = begin; p < end; ++p) {
+      for (std::int64_t t = 0; t < used; ++t)
+        w[p * plane + taps[static_cast<std::size_t>(t)]] = cropped[p * used + t];
+    }
+  });
+}
+
+std::string tapNote(const Shape& weight, const TapCrop& crop) {
+  if (!crop.pruned)
+    return "";
+  const Shape kernel(weight.begin() + 2, weight.end());
+  return fmt::format("; taps {} of {}", fmt::join(crop.count, "x"), fmt::join(kernel, "x"));
+}
+
+}  // namespace strata::cpu
