@@ -82,20 +82,27 @@ CASES = {
 
 
 def host_description():
-    model, flags = platform.processor(), set()
+    model, flags, family = platform.processor(), set(), {}
     with open("/proc/cpuinfo", encoding="utf-8") as f:
         for line in f:
-            if line.startswith("model name"):
+            key = line.split(":", 1)[0].strip()
+            if key == "model name":
                 model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
+            elif key in ("cpu family", "model") and key not in family:
+                family[key] = line.split(":", 1)[1].strip()  # AMD family 25: Zen 3/4, 26: Zen 5
+            elif key == "flags":
                 flags = set(line.split(":", 1)[1].split())
+    if family:
+        model += f" (family {family.get('cpu family', '?')} model {family.get('model', '?')})"
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE4"
     if args.isa:
         isa += f", Strata run as {args.isa.upper()}"
     return f"{model}, {isa}, {os.cpu_count()} cores"
 
 
-def sgemm_peak_gflops():
+def sgemm_peak_gflops(work):
+    """The host's float32 GEMM peak: the faster of PyTorch's torch.mm and Strata's MatMul (oneDNN) on 2048^3, same
+    threads. Either alone can be far from the peak: PyTorch's BLAS reached half of oneDNN's on an AMD Zen 5 host."""
     n = 2048
     a, b = torch.randn(n, n), torch.randn(n, n)
     for _ in range(2):
@@ -105,7 +112,21 @@ def sgemm_peak_gflops():
         start = time.perf_counter()
         torch.mm(a, b)
         times.append(time.perf_counter() - start)
-    return 2 * n ** 3 / min(times) / 1e9
+    torch_gflops = 2 * n ** 3 / min(times) / 1e9
+    import onnx  # noqa: E402  (the peer venv has it)
+    from onnx import helper, numpy_helper
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["c"])], "sgemm",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [n, n])],
+        [helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, [n, n])],
+        [numpy_helper.from_array(b.numpy(), "b")])
+    path = os.path.join(work, "sgemm.onnx")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what Debian's libonnx checks
+    onnx.save(model, path)
+    strata_ms = strata_forward_ms(path, (n, n))
+    strata_gflops = 2 * n ** 3 / (strata_ms / 1000.0) / 1e9
+    return max(torch_gflops, strata_gflops), torch_gflops, strata_gflops
 
 
 def export(model, x, path, training):
@@ -210,10 +231,12 @@ def ratio(a, b):
 
 def main():
     torch.set_num_threads(args.threads)
-    peak = sgemm_peak_gflops()
+    with tempfile.TemporaryDirectory() as scratch:
+        peak, torch_peak, strata_peak = sgemm_peak_gflops(scratch)
     print(f"host: {host_description()}")
     print(f"torch {torch.__version__}, threads {args.threads}, {args.rounds} rounds x {args.steps} steps "
-          f"/ {args.repeat} forwards; sgemm peak {peak:.0f} GFLOP/s", flush=True)
+          f"/ {args.repeat} forwards; sgemm peak {peak:.0f} GFLOP/s (torch.mm {torch_peak:.0f}, Strata MatMul "
+          f"{strata_peak:.0f})", flush=True)
     header = (f"{'model':<18}{'batch':<13}{'train ms':>9}{'torch':>8}{'ort':>8}{'/torch':>8}{'/ort':>7}"
               f"{'fwd ms':>8}{'torch':>8}{'/torch':>8}{'GFLOP/s':>9}{'%peak':>7}")
     print(header, flush=True)
@@ -252,6 +275,7 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"host": host_description(), "torch": torch.__version__, "threads": args.threads,
+                       "sgemm_peak_gflops": {"torch_mm": torch_peak, "strata_matmul": strata_peak},
                        "rows": rows}, f, indent=2)
 
 

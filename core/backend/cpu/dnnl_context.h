@@ -18,7 +18,7 @@ namespace strata::cpu {
 
 void registerDnnlConvOps(OpRegistry& registry);
 void registerDnnlPoolOps(OpRegistry& registry);
-void registerDnnlNormOps(OpRegistry& registry);
+void registerNormOps(OpRegistry& registry);  // batch_norm_ops.cpp: no oneDNN (Note [Batch-norm loops])
 void registerDnnlMatmulOps(OpRegistry& registry);
 
 // The process-wide CPU engine.

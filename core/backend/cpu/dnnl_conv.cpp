@@ -3,6 +3,7 @@
 #include <cstring>
 #include <memory>
 
+#include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "conv_taps.h"
 #include "dnnl_context.h"
@@ -196,6 +197,17 @@ class ConvKernel : public OpKernel {
     const memory::desc convSrcDesc(toDims(x.shape), memory::data_type::f32, memory::format_tag::any);
     const memory::desc convDstDesc(toDims(s.output), memory::data_type::f32, memory::format_tag::any);
 
+    // Note [Convolutions as one GEMM]: one output pixel per image; the weights cached as a dense [O, K] copy
+    // when they are a strided view of some taps.
+    gemm_ = withDnnlErrors(init.nodeName, "plan the convolution as a GEMM",
+                           [&] { return ConvGemm::plan(x.shape, kernelWeights, s.group, s.geometry, hasBias_); });
+    if (gemm_ != nullptr) {
+      weights_ = WeightCache(userWeightDesc, plainDesc(weightDims), numElements(w.shape),
+                             init.inputs[1].constant != nullptr, weightByteOffset);
+      if (init.inputs[1].constant != nullptr)
+        weights_.get(*init.inputs[1].constant);
+      return;
+    }
     withDnnlErrors(init.nodeName, "create the convolution", [&] {
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                            convSrcDesc, anyWeightDesc, biasDesc, convDstDesc,
@@ -225,6 +237,12 @@ class ConvKernel : public OpKernel {
                      ctx.output(0).data<double>());
       return;
     }
+    if (gemm_ != nullptr) {
+      gemm_->forward(ctx.input(0).data<float>(), static_cast<const float*>(weights_.get(ctx.input(1))),
+                     hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
+                     static_cast<char*>(dnnlScratchpad(gemm_->scratchBytes())));
+      return;
+    }
     weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
     std::unordered_map<int, memory> args{{DNNL_ARG_WEIGHTS, weightMemory_}};
     if (hasBias_) {
@@ -235,8 +253,11 @@ class ConvKernel : public OpKernel {
   }
 
   std::string implementation() const override {
-    return f64_ != nullptr ? "float64 loop"
-                           : fmt::format("oneDNN {}{}{}", implementation_, detourNote(detour_), tapNote_);
+    if (f64_ != nullptr)
+      return "float64 loop";
+    if (gemm_ != nullptr)
+      return gemm_->implementation() + tapNote_;
+    return fmt::format("oneDNN {}{}{}", implementation_, detourNote(detour_), tapNote_);
   }
 
  private:
@@ -246,6 +267,7 @@ class ConvKernel : public OpKernel {
   Shape xShape_, wShape_;
   TapCrop taps_;
   std::string tapNote_;
+  std::unique_ptr<ConvGemm> gemm_;  // Note [Convolutions as one GEMM]: set instead of primitive_
   dnnl::convolution_forward primitive_;
   std::string implementation_;
   LayoutDetour detour_;

@@ -7,7 +7,7 @@ namespace strata::cpu {
 void registerDnnlOps(OpRegistry& registry) {
   registerDnnlConvOps(registry);
   registerDnnlPoolOps(registry);
-  registerDnnlNormOps(registry);
+  registerNormOps(registry);
   registerDnnlMatmulOps(registry);
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "conv_taps.h"
 #include "dnnl_layout_detour.h"
@@ -303,12 +304,21 @@ class ConvGradKernel : public OpKernel {
       setup_.geometry = croppedWindow(setup_.geometry, spatial, taps_);
       setup_.w = croppedWeightShape(setup_.w, taps_);
     }
+    // Note [Convolutions as one GEMM]: one output pixel per image.
+    gemm_ = withDnnlErrors(init.nodeName, "plan the convolution backward as a GEMM",
+                           [&] { return ConvGemm::plan(setup_.x, setup_.w, setup_.group, setup_.geometry, false); });
+    if (gemm_ != nullptr) {
+      planCroppedCopies(alignUp(gemm_->scratchBytes()));
+      return;
+    }
     withDnnlErrors(init.nodeName, "create the convolution backward primitives", [&] { createPrimitives(); });
   }
 
   std::string implementation() const override {
     if (setup_.dtype == DType::Float64)
       return "float64 loop";
+    if (gemm_ != nullptr)
+      return gemm_->implementation() + tapNote(fullW_, taps_);
     std::string out;
     if (!weightsImplementation_.empty())
       out = "weights: " + (batched_ ? weightsImplementation_ : "oneDNN " + weightsImplementation_);
@@ -354,6 +364,15 @@ class ConvGradKernel : public OpKernel {
     // With pruned taps dW is computed into a dense cropped copy and scattered into the full dW afterwards.
     auto* croppedDw = reinterpret_cast<float*>(scratch + croppedDwOffset_);
     float* dwTarget = dw == nullptr ? nullptr : (taps_.pruned ? croppedDw : dw->data<float>());
+    if (gemm_ != nullptr) {
+      const float* w = dx != nullptr ? croppedWeights(ctx, scratch) : nullptr;
+      const float* x = dw != nullptr ? ctx.input(static_cast<std::size_t>(io_.xIndex)).data<float>() : nullptr;
+      gemm_->backward(dy.data<float>(), x, w, dx != nullptr ? dx->data<float>() : nullptr, dwTarget,
+                      db != nullptr ? db->data<float>() : nullptr, scratch);
+      if (dw != nullptr && taps_.pruned)
+        scatterTaps(croppedDw, dw->data<float>(), fullW_, taps_);
+      return;
+    }
     if ((dw != nullptr || db != nullptr) && batched_) {
       Tensor dwScratch;
       if (dw == nullptr)
@@ -392,14 +411,7 @@ class ConvGradKernel : public OpKernel {
       } else {
         dyMem = &dyData_.bind(dy, scratch, primBytes, true);
       }
-      const Tensor& w = ctx.input(static_cast<std::size_t>(io_.wIndex));
-      const float* wData = w.data<float>();
-      if (taps_.pruned) {
-        auto* croppedW = reinterpret_cast<float*>(scratch + croppedWOffset_);
-        gatherTaps(wData, croppedW, fullW_, taps_);
-        wData = croppedW;
-      }
-      memory& wMem = wData_.bind(wData, scratch, primBytes, true);
+      memory& wMem = wData_.bind(croppedWeights(ctx, scratch), scratch, primBytes, true);
       memory& dxMem = dxData_.bind(*dx, scratch, primBytes, false);
       std::unordered_map<int, memory> args{
           {DNNL_ARG_DIFF_DST, *dyMem}, {DNNL_ARG_WEIGHTS, wMem}, {DNNL_ARG_DIFF_SRC, dxMem}};
@@ -489,14 +501,29 @@ class ConvGradKernel : public OpKernel {
     offset += alignUp(dwWeights_.bytes);
     wData_.offset = offset;
     offset += alignUp(wData_.bytes);
-    offset = std::max(offset, batchedEnd);
-    if (taps_.pruned) {  // the dense cropped W (data pass) and dW (weights pass), Note [Pruned taps]
-      const std::size_t croppedBytes = static_cast<std::size_t>(numElements(s.w)) * sizeof(float);
+    planCroppedCopies(std::max(offset, batchedEnd));
+  }
+
+  // Places the dense cropped W (data pass) and dW (weights pass) of Note [Pruned taps] at `offset` in the
+  // scratchpad, and sets its total size.
+  void planCroppedCopies(std::size_t offset) {
+    if (taps_.pruned) {
+      const std::size_t croppedBytes = static_cast<std::size_t>(numElements(setup_.w)) * sizeof(float);
       croppedWOffset_ = offset;
       croppedDwOffset_ = croppedWOffset_ + alignUp(croppedBytes);
       offset = croppedDwOffset_ + alignUp(croppedBytes);
     }
     totalScratchBytes_ = offset;
+  }
+
+  // W as the kernel runs it: the input itself, or its used taps gathered into the scratchpad.
+  const float* croppedWeights(KernelContext& ctx, char* scratch) const {
+    const float* w = ctx.input(static_cast<std::size_t>(io_.wIndex)).data<float>();
+    if (!taps_.pruned)
+      return w;
+    auto* cropped = reinterpret_cast<float*>(scratch + croppedWOffset_);
+    gatherTaps(w, cropped, fullW_, taps_);
+    return cropped;
   }
 
   // Whether the weight gradient runs as one batched GEMM (Note [Batched weight gradient]); sets batchedWeights_.
@@ -533,6 +560,7 @@ class ConvGradKernel : public OpKernel {
   std::size_t primitiveScratchBytes_ = 0;  // the largest scratchpad of the primitives and reorders
   std::size_t totalScratchBytes_ = 0;      // plus the converted copies
   TapCrop taps_;                           // Note [Pruned taps]: setup_ then holds the cropped kernel
+  std::unique_ptr<ConvGemm> gemm_;         // Note [Convolutions as one GEMM]: set instead of the primitives
   Shape fullW_;                            // W's own shape
   std::size_t croppedWOffset_ = 0, croppedDwOffset_ = 0;
 };

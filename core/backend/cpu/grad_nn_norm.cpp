@@ -1,6 +1,7 @@
 // BatchNormalizationGrad: (dY, X, scale [, mean, var]) -> (dX, dScale, dB).
 //
-// Note [Batch-norm backward]: two passes over dY and X, which is what memory bandwidth allows. The forward node's
+// Note [Batch-norm backward]: two passes over dY and X, which is what memory bandwidth allows (float32: the loops of
+// Note [Batch-norm loops]). The forward node's
 // outputs carry no batch statistics (ONNX opset 14+ has none in training mode beyond the running ones), so pass 1
 // recomputes them from X while it sums dY and dY * X per channel (no extra pass); pass 2 writes
 // dX = a * dY + b * X + c with per-channel coefficients. This is also why it is hand-written rather than oneDNN's
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <memory>
 
+#include "batch_norm_loops.h"
 #include "grad_nn_common.h"
 #include "strata/thread_pool.h"
 
@@ -54,12 +56,12 @@ double decimalOf(float value) {
 
 constexpr std::int64_t kSumBlock = 2048;  // elements summed in T before the total moves to double
 
-struct ChannelSums {
+struct PlaneSums {
   double x = 0, xx = 0, dy = 0, dyx = 0;  // of x - shift
 };
 
 template <typename T>
-void sumPlane(const T* x, const T* dy, std::int64_t size, T shift, ChannelSums& sums) {
+void sumPlane(const T* x, const T* dy, std::int64_t size, T shift, PlaneSums& sums) {
   for (std::int64_t i0 = 0; i0 < size; i0 += kSumBlock) {
     const std::int64_t i1 = std::min(size, i0 + kSumBlock);
     T sx = 0, sxx = 0, sdy = 0, sdyx = 0;
@@ -78,8 +80,38 @@ void sumPlane(const T* x, const T* dy, std::int64_t size, T shift, ChannelSums& 
   }
 }
 
-template <typename T>
-void batchNormGrad(const KernelContext& ctx, bool training, double epsilon) {
+// One channel's gradient from its sums (of x - shift): dScale, dB and dX = a * dY + b * (X - mean) + c.
+struct GradCoefficients {
+  double dscale = 0, dbias = 0, mean = 0, a = 0, b = 0, c = 0;
+};
+
+GradCoefficients gradCoefficients(double sumX, double sumXX, double sumDy, double sumDyX, double shift, double count,
+                                  double scale, double frozenVariance, bool training, double epsilon) {
+  GradCoefficients g;
+  g.mean = shift;
+  double variance = frozenVariance;
+  double sumDyCentred = sumDyX;  // sum of dY * (x - mean)
+  if (training) {
+    const double meanShift = count > 0 ? sumX / count : 0.0;
+    g.mean += meanShift;
+    variance = count > 0 ? std::max(0.0, sumXX / count - meanShift * meanShift) : 0.0;
+    sumDyCentred -= meanShift * sumDy;
+  }
+  const double invStd = 1.0 / std::sqrt(variance + epsilon);
+  g.dscale = sumDyCentred * invStd;
+  g.dbias = sumDy;
+  g.a = scale * invStd;
+  if (training && count > 0) {
+    // dX = a * (dY - sum(dY) / count - (x - mean) * invStd * dScale / count)
+    g.b = -g.a * invStd * g.dscale / count;
+    g.c = -g.a * sumDy / count;
+  }
+  return g;
+}
+
+// Float64 (finite-difference tests and float64 models): per channel, then per plane.
+void batchNormGradF64(const KernelContext& ctx, bool training, double epsilon) {
+  using T = double;
   const Tensor& xt = ctx.input(1);
   const std::int64_t batch = xt.dim(0), channels = xt.dim(1);
   const std::int64_t inner = batch * channels == 0 ? 0 : xt.numel() / (batch * channels);
@@ -91,43 +123,25 @@ void batchNormGrad(const KernelContext& ctx, bool training, double epsilon) {
   T* dscale = ctx.hasOutput(1) ? ctx.output(1).data<T>() : nullptr;
   T* dbias = ctx.hasOutput(2) ? ctx.output(2).data<T>() : nullptr;
   const double count = static_cast<double>(batch * inner);
-  // Per channel: dX = a * dY + b * X + c.
-  std::vector<T> a(static_cast<std::size_t>(channels)), b(a.size()), c(a.size());
+  std::vector<T> a(static_cast<std::size_t>(channels)), b(a.size()), c(a.size()), centre(a.size());
   parallelFor(0, channels, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t ch = begin; ch < end; ++ch) {
       const T shift = training ? (count > 0 ? x[ch * inner] : T{0}) : mean[ch];
-      ChannelSums sums;
+      PlaneSums sums;
       for (std::int64_t n = 0; n < batch; ++n) {
         const std::int64_t offset = (n * channels + ch) * inner;
         sumPlane<T>(x + offset, dy + offset, inner, shift, sums);
       }
-      double centre = static_cast<double>(shift);  // the mean
-      double variance = 0;
-      double sumDyCentred = sums.dyx;  // sum of dY * (x - mean)
-      if (training) {
-        const double meanShift = count > 0 ? sums.x / count : 0.0;
-        centre += meanShift;
-        variance = count > 0 ? std::max(0.0, sums.xx / count - meanShift * meanShift) : 0.0;
-        sumDyCentred -= meanShift * sums.dy;
-      } else {
-        variance = static_cast<double>(var[ch]);
-      }
-      const double invStd = 1.0 / std::sqrt(variance + epsilon);
-      const double gradScale = sumDyCentred * invStd;
+      const GradCoefficients g = gradCoefficients(sums.x, sums.xx, sums.dy, sums.dyx, shift, count, scale[ch],
+                                                  training ? 0.0 : var[ch], training, epsilon);
       if (dscale != nullptr)
-        dscale[ch] = static_cast<T>(gradScale);
+        dscale[ch] = g.dscale;
       if (dbias != nullptr)
-        dbias[ch] = static_cast<T>(sums.dy);
-      const double ca = static_cast<double>(scale[ch]) * invStd;
-      double cb = 0, cc = 0;
-      if (training && count > 0) {
-        // dX = a * (dY - sum(dY) / count - (x - mean) * invStd * dScale / count)
-        cb = -ca * invStd * gradScale / count;
-        cc = -ca * sums.dy / count - cb * centre;
-      }
-      a[static_cast<std::size_t>(ch)] = static_cast<T>(ca);
-      b[static_cast<std::size_t>(ch)] = static_cast<T>(cb);
-      c[static_cast<std::size_t>(ch)] = static_cast<T>(cc);
+        dbias[ch] = g.dbias;
+      a[static_cast<std::size_t>(ch)] = g.a;
+      b[static_cast<std::size_t>(ch)] = g.b;
+      c[static_cast<std::size_t>(ch)] = g.c;
+      centre[static_cast<std::size_t>(ch)] = g.mean;
     }
   });
   if (!ctx.hasOutput(0))
@@ -137,19 +151,48 @@ void batchNormGrad(const KernelContext& ctx, bool training, double epsilon) {
               [&](std::int64_t begin, std::int64_t end) {
                 for (std::int64_t plane = begin; plane < end; ++plane) {
                   const auto ch = static_cast<std::size_t>(plane % channels);
-                  const T ca = a[ch], cb = b[ch], cc = c[ch];
                   const T* g = dy + plane * inner;
                   const T* in = x + plane * inner;
                   T* out = dx + plane * inner;
-                  if (cb == T{0} && cc == T{0}) {
-                    for (std::int64_t i = 0; i < inner; ++i)
-                      out[i] = ca * g[i];
-                  } else {
-                    for (std::int64_t i = 0; i < inner; ++i)
-                      out[i] = ca * g[i] + cb * in[i] + cc;
-                  }
+                  for (std::int64_t i = 0; i < inner; ++i)
+                    out[i] = a[ch] * g[i] + b[ch] * (in[i] - centre[ch]) + c[ch];
                 }
               });
+}
+
+// Float32: the loops of Note [Batch-norm loops].
+void batchNormGradF32(const KernelContext& ctx, bool training, double epsilon) {
+  const Tensor& xt = ctx.input(1);
+  ChannelLayout layout{xt.dim(0), xt.dim(1), 0};
+  layout.inner = layout.batch * layout.channels == 0 ? 0 : xt.numel() / (layout.batch * layout.channels);
+  const float* dy = ctx.input(0).data<float>();
+  const float* x = xt.data<float>();
+  const float* scale = ctx.input(2).data<float>();
+  const auto channels = static_cast<std::size_t>(layout.channels);
+  std::vector<float> shift(channels);
+  for (std::size_t ch = 0; ch < channels; ++ch) {
+    shift[ch] = training ? (layout.count() > 0 ? x[static_cast<std::int64_t>(ch) * layout.inner] : 0.0f)
+                         : ctx.input(3).data<float>()[ch];
+  }
+  const ChannelSums sums = channelSums(layout, x, dy, shift.data());
+  float* dscale = ctx.hasOutput(1) ? ctx.output(1).data<float>() : nullptr;
+  float* dbias = ctx.hasOutput(2) ? ctx.output(2).data<float>() : nullptr;
+  std::vector<float> a(channels), b(channels), c(channels), mean(channels);
+  for (std::size_t ch = 0; ch < channels; ++ch) {
+    const GradCoefficients g = gradCoefficients(
+        sums.x[ch], sums.xx[ch], sums.dy[ch], sums.dyx[ch], shift[ch], static_cast<double>(layout.count()), scale[ch],
+        training ? 0.0 : static_cast<double>(ctx.input(4).data<float>()[ch]), training, epsilon);
+    if (dscale != nullptr)
+      dscale[ch] = static_cast<float>(g.dscale);
+    if (dbias != nullptr)
+      dbias[ch] = static_cast<float>(g.dbias);
+    a[ch] = static_cast<float>(g.a);
+    b[ch] = static_cast<float>(g.b);
+    c[ch] = static_cast<float>(g.c);
+    mean[ch] = static_cast<float>(g.mean);
+  }
+  if (ctx.hasOutput(0))
+    normalizeGrad(layout, dy, x, mean.data(), a.data(), b.data(), c.data(), ctx.output(0).data<float>());
 }
 
 }  // namespace
@@ -165,9 +208,9 @@ void registerNormGradOps(OpRegistry& registry) {
                        const double eps = dtype == DType::Float64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
                        return makeFunctionKernel([training, eps, dtype](KernelContext& ctx) {
                          if (dtype == DType::Float64) {
-                           batchNormGrad<double>(ctx, training, eps);
+                           batchNormGradF64(ctx, training, eps);
                          } else {
-                           batchNormGrad<float>(ctx, training, eps);
+                           batchNormGradF32(ctx, training, eps);
                          }
                        });
                      });

@@ -1,4 +1,4 @@
-// BatchNormalization on oneDNN's batch_normalization primitive, and InstanceNormalization as a direct loop.
+// BatchNormalization (float32: Note [Batch-norm loops]; float64: plain loops) and InstanceNormalization, as loops.
 
 #include <algorithm>
 #include <cmath>
@@ -6,16 +6,14 @@
 #include <memory>
 #include <vector>
 
+#include "batch_norm_loops.h"
 #include "dnnl_context.h"
-#include "dnnl_layout_detour.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
 namespace {
 
-using dnnl::memory;
-
-// Inputs X, scale, B, input_mean, input_var: all float32 (oneDNN) or all float64 (plain loops), X of rank 2 to 5,
+// Inputs X, scale, B, input_mean, input_var: all float32 or all float64, X of rank 2 to 5,
 // the others [C].
 void checkBatchNormInputs(const std::vector<TensorMeta>& metas) {
   const TensorMeta& x = metas[0];
@@ -62,7 +60,7 @@ double decimalOf(float value) {
   return std::strtod(fmt::format("{}", value).c_str(), nullptr);
 }
 
-// BatchNormalization in float64 (oneDNN has none): the same semantics as the oneDNN path. Training mode normalises
+// BatchNormalization in float64: the same semantics as the float32 loops. Training mode normalises
 // with the batch statistics, the variance computed in two passes (mean first), biased as in ONNX's reference.
 class BatchNormF64 {
  public:
@@ -164,33 +162,12 @@ class BatchNormKernel : public OpKernel {
       f64_ = std::make_unique<BatchNormF64>(metas[0].shape, decimalOf(epsilon_), decimalOf(momentum_), training_);
       return;
     }
-    const memory::desc dataDesc = plainDesc(metas[0].shape);
-    withDnnlErrors(init.nodeName, "create the batch normalization", [&] {
-      const dnnl::normalization_flags flags =
-          training_ ? dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift
-                    : dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
-                          dnnl::normalization_flags::use_shift;
-      const dnnl::prop_kind prop = training_ ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
-      // Note [Layout detours]: oneDNN normalises plain NCHW with a compiler-vectorised loop (ncsp_bnorm).
-      using PrimitiveDesc = dnnl::batch_normalization_forward::primitive_desc;
-      const PrimitiveDesc pd = pickJitLayout<PrimitiveDesc>(dataDesc, [&](const memory::desc& data) {
-        dnnl::batch_normalization_forward::desc desc(prop, data, epsilon_, flags);
-        return PrimitiveDesc(desc, userScratchpadAttr(), dnnlEngine());
-      });
-      primitive_ = dnnl::batch_normalization_forward(pd);
-      implementation_ = pd.impl_info_str();
-      detour_ = LayoutDetour(dataDesc, pd.src_desc(), dataDesc, pd.dst_desc(), pd.scratchpad_desc().get_size());
-      const memory::desc channelDesc = plainDesc({channels_});
-      scale_ = memory(channelDesc, dnnlEngine(), nullptr);
-      shift_ = memory(channelDesc, dnnlEngine(), nullptr);
-      mean_ = memory(channelDesc, dnnlEngine(), nullptr);
-      variance_ = memory(channelDesc, dnnlEngine(), nullptr);
-    });
+    layout_.batch = metas[0].shape[0];
+    layout_.channels = channels_;
+    layout_.inner = metas[0].numel() / (layout_.batch * channels_);
   }
 
-  std::string implementation() const override {
-    return f64_ != nullptr ? "float64 loop" : fmt::format("oneDNN {}{}", implementation_, detourNote(detour_));
-  }
+  std::string implementation() const override { return f64_ != nullptr ? "float64 loop" : "vectorised NCHW loop"; }
 
   void compute(KernelContext& ctx) override {
     if (empty_) {
@@ -205,23 +182,9 @@ class BatchNormKernel : public OpKernel {
       f64_->compute(ctx);
       return;
     }
-    bindDnnl(scale_, ctx.input(1));
-    bindDnnl(shift_, ctx.input(2));
     Tensor batchMean;
     Tensor batchVar;
-    if (training_) {
-      batchMean = Tensor::empty(DType::Float32, {channels_}, MemoryCategory::Workspace);
-      batchVar = Tensor::empty(DType::Float32, {channels_}, MemoryCategory::Workspace);
-      bindDnnl(mean_, batchMean);
-      bindDnnl(variance_, batchVar);
-    } else {
-      bindDnnl(mean_, ctx.input(3));
-      bindDnnl(variance_, ctx.input(4));
-    }
-    detour_.execute(
-        primitive_,
-        {{DNNL_ARG_SCALE, scale_}, {DNNL_ARG_SHIFT, shift_}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, variance_}},
-        ctx.input(0), ctx.output(0));
+    computeWithLoops(ctx, batchMean, batchVar);
     if (!training_) {
       // Inference: ONNX (opset 14+) declares no statistics outputs; older graphs may still list them.
       for (std::size_t i = 1; i <= 2; ++i) {
@@ -248,16 +211,45 @@ class BatchNormKernel : public OpKernel {
   }
 
  private:
+  // Note [Batch-norm loops]: statistics (training) and y = a x + b per channel.
+  void computeWithLoops(KernelContext& ctx, Tensor& batchMean, Tensor& batchVar) {
+    const float* x = ctx.input(0).data<float>();
+    const float* scale = ctx.input(1).data<float>();
+    const float* bias = ctx.input(2).data<float>();
+    const auto channels = static_cast<std::size_t>(channels_);
+    std::vector<float> mean(channels), a(channels);
+    if (training_) {
+      batchMean = Tensor::empty(DType::Float32, {channels_}, MemoryCategory::Workspace);
+      batchVar = Tensor::empty(DType::Float32, {channels_}, MemoryCategory::Workspace);
+      std::vector<float> shift(channels);
+      for (std::size_t c = 0; c < channels; ++c)
+        shift[c] = x[static_cast<std::int64_t>(c) * layout_.inner];
+      const ChannelSums sums = channelSums(layout_, x, nullptr, shift.data());
+      const auto count = static_cast<double>(layout_.count());
+      for (std::size_t c = 0; c < channels; ++c) {
+        const double meanShift = sums.x[c] / count;
+        const double var = std::max(0.0, sums.xx[c] / count - meanShift * meanShift);
+        mean[c] = static_cast<float>(shift[c] + meanShift);
+        a[c] = static_cast<float>(scale[c] / std::sqrt(var + static_cast<double>(epsilon_)));
+        batchMean.data<float>()[c] = mean[c];
+        batchVar.data<float>()[c] = static_cast<float>(var);
+      }
+    } else {
+      const float* var = ctx.input(4).data<float>();
+      std::copy(ctx.input(3).data<float>(), ctx.input(3).data<float>() + channels_, mean.begin());
+      for (std::size_t c = 0; c < channels; ++c)
+        a[c] = static_cast<float>(scale[c] / std::sqrt(static_cast<double>(var[c]) + static_cast<double>(epsilon_)));
+    }
+    normalize(layout_, x, mean.data(), a.data(), bias, ctx.output(0).data<float>());
+  }
+
   float epsilon_ = 1e-5f;
   float momentum_ = 0.9f;
   bool training_ = false;
   bool empty_ = false;
   std::int64_t channels_ = 0;
-  std::unique_ptr<BatchNormF64> f64_;  // set for float64, which runs plain loops instead of oneDNN
-  dnnl::batch_normalization_forward primitive_;
-  std::string implementation_;
-  LayoutDetour detour_;
-  memory scale_, shift_, mean_, variance_;
+  std::unique_ptr<BatchNormF64> f64_;  // set for float64
+  ChannelLayout layout_;
 };
 
 // ---- InstanceNormalization: y = scale * (x - mean) / sqrt(var + epsilon) + B per (n, c) plane ----
@@ -314,7 +306,7 @@ void computeInstanceNorm(const KernelContext& ctx, float epsilon) {
 
 }  // namespace
 
-void registerDnnlNormOps(OpRegistry& registry) {
+void registerNormOps(OpRegistry& registry) {
   registry.addSchema({"BatchNormalization", inferBatchNorm, true});
   registry.addKernel("BatchNormalization", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
     return std::make_unique<BatchNormKernel>(init);
