@@ -4,9 +4,11 @@
 // CPU backend.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -181,6 +183,44 @@ inline float erfFloat(float x) {
   q = q * x2 - 7.37332916720468e-03f;
   q = q * x2 - 1.42647390514189e-02f;
   return x * p / q;
+}
+
+// exp for float32 as branch-free code the compiler vectorises; std::exp is a scalar libm call per element
+// (EfficientNetV2-S's 132 SiLU sigmoids took 27 of its 45 ms forward at 32x32, batch 16, one thread). Cephes' expf:
+// x = n ln2 + r with |r| <= ln2 / 2 (Cody-Waite split of ln2), e^r by a degree-6 polynomial, 2^n in the exponent
+// bits. At most 2 ulps from std::exp over [ln(FLT_MIN), 88.7]; below ln(FLT_MIN) it returns 0 where std::exp would
+// return a subnormal, above 88.72 infinity, NaN stays NaN. Float64 keeps std::exp.
+inline constexpr float kExpFloor = -87.336544f;   // ln(FLT_MIN): exp is subnormal below
+inline constexpr float kExpCeiling = 88.722839f;  // ln(FLT_MAX): exp overflows above
+
+inline float expFloat(float x) {
+  // Selects only, no branches or early returns, so that loops over it vectorise; NaN takes the path of 0.
+  const bool isNumber = x == x;
+  const float clamped = isNumber ? std::min(std::max(x, kExpFloor), kExpCeiling) : 0.0f;
+  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+  const float r = clamped - n * 0.693359375f + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  // 2^n for n in [-126, 128] as 2^half * 2^(n - half): each factor's biased exponent alone.
+  const auto whole = static_cast<std::int32_t>(n);
+  const std::int32_t half = whole >> 1;
+  const float e = p * std::bit_cast<float>((half + 127) << 23) * std::bit_cast<float>((whole - half + 127) << 23);
+  const float saturated = x > kExpCeiling ? std::numeric_limits<float>::infinity() : (x < kExpFloor ? 0.0f : e);
+  return isNumber ? saturated : x;
+}
+
+template <typename T>
+T expOf(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return expFloat(x);
+  } else {
+    return std::exp(x);
+  }
 }
 
 template <typename T>

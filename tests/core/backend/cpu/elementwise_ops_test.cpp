@@ -271,6 +271,42 @@ TEST(ElementwiseOpsTest, Float32ErfStaysWithinAFewUlps) {
   }
 }
 
+// Float32 Exp and Sigmoid run expFloat (elementwise_common.h), not std::exp: within 3e-7 relative error of exp in
+// double over [ln(FLT_MIN), 88.7]; 0 below (where exp is subnormal or 0 in float32) and infinity above 88.72; NaN
+// stays NaN. Sigmoid is within 4e-7 relative error of the double one everywhere its float32 value is normal.
+TEST(ElementwiseOpsTest, Float32ExpAndSigmoidStayWithinAFewUlps) {
+  std::vector<float> values;
+  for (int i = -100000; i <= 100000; ++i)
+    values.push_back(static_cast<float>(i) * 1e-3f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  values.insert(values.end(), {1e-9f, -1e-9f, 88.7f, 88.72f, 88.73f, -87.33f, -87.34f, -104.0f, nan, inf, -inf});
+  const Tensor x = makeTensor<float>({static_cast<std::int64_t>(values.size())}, values);
+  const Tensor exp = run1("Exp", {&x});
+  const Tensor sigmoid = run1("Sigmoid", {&x});
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double v = values[i];
+    const float e = exp.data<float>()[i], s = sigmoid.data<float>()[i];
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(e) && std::isnan(s));
+      continue;
+    }
+    const double expected = std::exp(v);
+    if (v > 88.72283) {
+      EXPECT_EQ(e, inf) << "exp(" << v << ")";
+    } else if (expected < std::numeric_limits<float>::min()) {
+      EXPECT_EQ(e, 0.0f) << "exp(" << v << ")";
+    } else {
+      ASSERT_LE(std::fabs(e - expected), 3e-7 * expected) << "exp(" << v << ")";
+    }
+    const double expectedSigmoid = 1.0 / (1.0 + std::exp(-v));
+    if (expectedSigmoid >= std::numeric_limits<float>::min()) {
+      ASSERT_LE(std::fabs(s - expectedSigmoid), 4e-7 * expectedSigmoid) << "sigmoid(" << v << ")";
+    } else {
+      ASSERT_LT(s, std::numeric_limits<float>::min()) << "sigmoid(" << v << ")";
+    }
+  }
+}
+
 TEST(ElementwiseOpsTest, UnaryIntegerPaths) {
   const Tensor i = makeTensor<std::int64_t>({4}, {-3, 0, 5, -1});
   EXPECT_EQ(values<std::int64_t>(run1("Relu", {&i})), (std::vector<std::int64_t>{0, 0, 5, 0}));
