@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -185,11 +186,42 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
                   {"final_train_loss", totals.finalTrainLoss},
                   {"test_accuracy", orNull(totals.testAccuracy)},
                   {"ranks", ranks}});
+  if (std::any_of(setup_.roles.begin(), setup_.roles.end(), [](const RoleRequest& r) { return r.count > 0; })) {
+    summary["servers"] = roleFigures();
+  }
   if (setup_.finalFields) {
     setup_.finalFields(summary);
   }
   writeJsonAtomically(setup_.runDir / "summary.json", summary);
   fmt::print("summary: {}\n", (setup_.runDir / "summary.json").string());
+}
+
+// Note [Role figures]: each role process publishes its own figures in the store before the answers that changed
+// them, and every rank has had its last answer by now, so what is there is final. A role that publishes nothing (a
+// strategy's helper that measures nothing) is listed as not reported.
+nlohmann::json RunFiles::roleFigures() const {
+  nlohmann::json servers = nlohmann::json::array();
+  for (const RoleRequest& role : setup_.roles) {
+    for (int index = 0; index < role.count; ++index) {
+      const std::string key = roleFiguresKey(role.name, index);
+      nlohmann::json entry = {{"role", role.name}, {"index", index}};
+      try {
+        if (setup_.store == nullptr || !setup_.store->check({key})) {
+          entry["reported"] = false;
+        } else {
+          entry.update(nlohmann::json::parse(setup_.store->getString(key, setup_.timeout)));
+          entry["role"] = role.name;
+          entry["index"] = index;
+        }
+      } catch (const std::exception& e) {  // the run's figures are written whatever one role published
+        entry["reported"] = false;
+        entry["error"] = fmt::format("cannot read {} from the store: {}", key, e.what());
+        spdlog::warn("summary.json: role {} {}: {}", role.name, index, entry["error"].get<std::string>());
+      }
+      servers.push_back(std::move(entry));
+    }
+  }
+  return servers;
 }
 
 void RunFiles::release() {

@@ -338,6 +338,7 @@ void train(const TrainOptions& options) {
                          {"device", describe(device)},
                          {"params", plan.parameters().totalElements()},
                          {"precision", options.device.precision}};
+  recording.roles = requirements.roles;
   recording.finalFields = [&](nlohmann::json& summary) {
     addPlanFields(summary, options, built, device, lossScaler ? &*lossScaler : nullptr);
   };

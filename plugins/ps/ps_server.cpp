@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ps_checkpoint.h"
+#include "ps_counted_bytes.h"
 #include "ps_transport.h"
 #include "strata/error.h"
 
@@ -104,6 +105,7 @@ PsServer::PsServer(const PsOptions& options, RoleContext& context)
   jobId_ = jobId != nullptr ? jobId : "";
   const char* restarts = std::getenv("STRATA_ROLE_RESTARTS");
   restarts_ = restarts != nullptr ? std::atoll(restarts) : 0;
+  figures_ = std::make_unique<ServerFigures>(context.store(), context.role(), view_.index, restarts_);
   if (options_.checkpointEvery > 0) {
     std::filesystem::path dir = options_.checkpointDir;
     if (dir.empty()) {
@@ -150,6 +152,7 @@ void PsServer::start() {
   if (!checkpointPath_.empty()) {
     loadCheckpoint();
   }
+  figures_->publishIfChanged();
   publishRoleEndpoint(context_.store(), context_.role(), view_.index, endpoint);
   fmt::print("ps-server {} of {}: serving {} workers at {} (mode {}{}, auth {})\n", view_.index, view_.servers,
              view_.workers, endpoint, modeName(options_.mode),
@@ -235,6 +238,8 @@ void PsServer::handleZap() {
 
 void PsServer::handleRequest() {
   std::vector<zmq::message_t> frames = receiveMessage(router_);
+  // Note [PS server memory]: the request's bytes count as communication buffers until it has been handled.
+  const CountedBytes received(MemoryCategory::Communication, messageBytes(frames));
   if (frames.size() < 2) {
     ++rejected_;
     return;  // only a routing id: nothing to answer
@@ -352,6 +357,11 @@ void PsServer::allocate() {
     }
   }
   optimizer_ = context_.createOptimizer(std::move(slices));
+  std::int64_t keyBytes = 0;
+  for (const Tensor& values : values_) {
+    keyBytes += static_cast<std::int64_t>(values.bytes());
+  }
+  figures_->setKeyRanges(view_.segments.size(), keyBytes);
   view_.stateSizes.clear();
   for (const Tensor& state : optimizer_->state()) {
     view_.stateSizes.push_back(state.bytes());
@@ -502,12 +512,12 @@ int PsServer::applyAsync(WorkerState& worker, const std::vector<zmq::message_t>&
   for (std::size_t k = 0; k < gradients_.size(); ++k) {
     Tensor& g = gradients_[k];
     addFrame(g, frames[frame++], true);
-    if (options_.dcAsgd > 0 && !worker.pulledValues.empty()) {
+    if (options_.dcAsgd > 0 && worker.pulledValues.defined()) {
       std::int64_t offset = 0;
       for (std::size_t j = 0; j < k; ++j) {
         offset += static_cast<std::int64_t>(values_[j].bytes());
       }
-      const char* then = worker.pulledValues.data() + offset;
+      const char* then = static_cast<const char*>(worker.pulledValues.rawData()) + offset;
       if (g.dtype() == DType::Float64) {
         compensate(g.data<double>(), values_[k].data<double>(), then, g.numel(), options_.dcAsgd);
       } else {
@@ -615,18 +625,26 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
       if (options_.mode == Mode::Sync) {
         data.emplace_back(values.rawData(), values.bytes(), nullptr);
       } else {
-        data.emplace_back(values.rawData(), values.bytes());
+        data.push_back(countedCopy(values.rawData(), values.bytes()));  // Note [PS server memory]
       }
     }
     for (const Tensor& buffer : buffers_) {
-      data.emplace_back(buffer.rawData(), buffer.bytes());
+      data.push_back(countedCopy(buffer.rawData(), buffer.bytes()));
     }
     if (options_.dcAsgd > 0) {
+      // DC-ASGD's backup of the values a worker pulled is part of the update rule's state.
       WorkerState& worker = workers_.at(static_cast<std::size_t>(request.worker));
-      worker.pulledValues.clear();
+      std::int64_t bytes = 0;
       for (const Tensor& values : values_) {
-        const char* bytes = static_cast<const char*>(values.rawData());
-        worker.pulledValues.insert(worker.pulledValues.end(), bytes, bytes + values.bytes());
+        bytes += static_cast<std::int64_t>(values.bytes());
+      }
+      if (!worker.pulledValues.defined()) {
+        worker.pulledValues = Tensor::empty(DType::UInt8, {bytes}, MemoryCategory::OptimizerState);
+      }
+      char* into = static_cast<char*>(worker.pulledValues.rawData());
+      for (const Tensor& values : values_) {
+        std::memcpy(into, values.rawData(), values.bytes());
+        into += values.bytes();
       }
     }
   } else if (kind == Kind::Stats) {
@@ -639,7 +657,7 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
                                   {"state_bytes", view_.stateSizes}};
     data.emplace_back(description.dump());
     for (const Tensor& state : optimizer_->state()) {
-      data.emplace_back(state.rawData(), state.bytes());
+      data.push_back(countedCopy(state.rawData(), state.bytes()));
     }
   }
   header.frames = static_cast<std::uint32_t>(data.size());
@@ -647,6 +665,7 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
   for (zmq::message_t& d : data) {
     frames.push_back(std::move(d));
   }
+  figures_->publishIfChanged();  // Note [Role figures]: before the answer
   sendMessage(router_, frames);
 }
 
@@ -662,6 +681,7 @@ void PsServer::replyError(zmq::message_t& identity, const Header* request, const
   header.frames = 1;
   frames.push_back(bytesFrame(encodeHeader(header)));
   frames.emplace_back(fmt::format("ps-server {}: {}", view_.index, message));
+  figures_->publishIfChanged();
   sendMessage(router_, frames);
 }
 
@@ -682,8 +702,9 @@ std::string PsServer::statsJson() const {
                     s.stalenessMax, s.departed ? "true" : "false");
   }
   return fmt::format(
-      R"({{"server":{},"version":{},"rejected":{},"refused":{},"restarts":{},"replayed_answers":{},"workers":[{}]}})",
-      view_.index, version_, rejected_, refused_, restarts_, replayedPushes_, perWorker);
+      R"({{"server":{},"version":{},"rejected":{},"refused":{},"restarts":{},"replayed_answers":{},"workers":[{}],)"
+      R"("figures":{}}})",
+      view_.index, version_, rejected_, refused_, restarts_, replayedPushes_, perWorker, figures_->json().dump());
 }
 
 }  // namespace strata::ps

@@ -60,6 +60,15 @@ inline void publishRoleEndpoint(Store& store, const std::string& role, int index
   store.setString(roleEndpointKey(role, index), endpoint);
 }
 
+// Note [Role figures]: the store key under which process `index` of `role` publishes what it measured of itself, a
+// JSON object: `peak_memory_bytes`, `memory_breakdown` (peak bytes by memory category, from Strata's allocator, as
+// the ranks report theirs), `resident_peak_bytes` (the process's peak resident set), and whatever else the role
+// adds. A role publishes before it answers the requests that changed them, so what the workers have seen answered
+// is in it; `strata train`'s rank 0 copies every role process's figures into summary.json ("servers").
+inline std::string roleFiguresKey(const std::string& role, int index) {
+  return fmt::format("roles/{}/{}/figures", role, index);
+}
+
 // Blocks until process `index` of `role` has published its endpoint; throws Error naming the key after `timeout`.
 inline std::string lookupRoleEndpoint(Store& store, const std::string& role, int index,
                                       std::chrono::milliseconds timeout) {
