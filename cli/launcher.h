@@ -44,13 +44,23 @@ struct RankEnvironment {
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;
   bool distributed = false;  // set by a launcher (ours, torchrun's variables, or srun)
+  // Note [Slurm roles]: under srun the first tasks run the strategy's role processes. In such a task, which process
+  // of which role (rank and localRank are then -1, worldSize the workers').
+  struct RoleTask {
+    std::string name;
+    int index = 0;
+    int count = 0;
+  };
+  std::optional<RoleTask> roleTask;
+  int roleTasks = 0;  // tasks that run roles (0 outside srun): SLURM_PROCID - roleTasks is the rank
 };
 
 // Adds --nproc, --nnodes, --node-rank, --master-addr and --master-port to a command.
 void addLaunchOptions(CLI::App& command, LaunchOptions& options);
 
-// Reads the rank environment; throws Error naming the variable and its value when one is malformed.
-RankEnvironment rankEnvironment();
+// Reads the rank environment; throws Error naming the variable and its value when one is malformed. Under srun,
+// `roles` (the strategy's StrategyRequirements::roles) take the first tasks (Note [Slurm roles]).
+RankEnvironment rankEnvironment(const std::vector<RoleRequest>& roles = {});
 
 // Acts as the launcher when this process was asked for several ranks, or for roles, and is not a rank itself (no
 // RANK or SLURM_PROCID in the environment): starts the local ranks as copies of this binary with the same

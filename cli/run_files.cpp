@@ -225,14 +225,21 @@ nlohmann::json RunFiles::roleFigures() const {
 }
 
 void RunFiles::release() {
-  if (setup_.store == nullptr || setup_.worldSize == 1) {
+  if (setup_.store == nullptr) {
+    return;
+  }
+  if (setup_.worldSize == 1) {
+    if (lead()) {
+      setup_.store->setString(kJobDoneKey, "1");  // Note [Role stop]: a one-worker job's roles
+    }
     return;
   }
   // Note [Leaving the store]: rank 0 serves the store, so it leaves last. It says it is done, then waits until every
   // other rank has said it read that: a rank still waiting when rank 0's process ends would lose its answer (on a
-  // lossy link the answer may still be in flight, and the rank's heartbeat meets a closed socket first).
+  // lossy link the answer may still be in flight, and the rank's heartbeat meets a closed socket first). Roles stop
+  // on the same key (Note [Role stop]).
   if (lead()) {
-    setup_.store->setString("summary/done", "1");
+    setup_.store->setString(kJobDoneKey, "1");
     for (int r = 1; r < setup_.worldSize; ++r) {
       try {
         getUnlessDeparted(*setup_.store, fmt::format("summary/left/{}", r), r, setup_.timeout);
@@ -241,7 +248,7 @@ void RunFiles::release() {
       }
     }
   } else {
-    setup_.store->getString("summary/done", setup_.timeout);
+    setup_.store->getString(kJobDoneKey, setup_.timeout);
     try {
       setup_.store->setString(fmt::format("summary/left/{}", setup_.rank), "1");
     } catch (const std::exception&) {

@@ -17,6 +17,7 @@
 #include "launcher.h"
 #include "model_options.h"
 #include "process_group_factory.h"
+#include "role_command.h"
 #include "run_files.h"
 #include "strata/comm/tcp_store.h"
 #include "strata/graphs/specialize.h"
@@ -258,7 +259,23 @@ void train(const TrainOptions& options) {
   if (launchIfNeeded(options.launch, roles)) {
     return;
   }
-  const RankEnvironment rankEnv = rankEnvironment();
+  // Note [Slurm roles]: under srun the first tasks run the strategy's roles (its parameter servers).
+  const RankEnvironment rankEnv = rankEnvironment(launched.roles);
+  if (rankEnv.roleTask) {
+    runRoleProcess(RoleOptions{.name = rankEnv.roleTask->name,
+                               .index = rankEnv.roleTask->index,
+                               .count = rankEnv.roleTask->count,
+                               .workers = rankEnv.worldSize,
+                               .nodes = options.launch.nnodes,
+                               .strategy = options.strategy,
+                               .strategyOptions = options.strategyOptions,
+                               .pluginDirs = options.pluginDirs,
+                               .timeoutS = options.timeoutS,
+                               .masterAddr = rankEnv.masterAddr,
+                               .masterPort = rankEnv.masterPort,
+                               .hostAddress = {}});
+    return;
+  }
   prepareRank(rankEnv);
   ModelOptions modelOptions = options.model;
   if (modelOptions.threads == 0) {
@@ -366,8 +383,9 @@ void train(const TrainOptions& options) {
     fmt::print("resumed from {} after epoch {} (step {})\n", checkpoints.describe(), run.startEpoch(), run.stepsDone());
   }
   if (rankEnv.worldSize > 1) {
-    fmt::print("rank {} of {}: strategy {} set up, {} batches of {} per epoch\n", rankEnv.rank, rankEnv.worldSize,
-               options.strategy, trainBatches.batchesPerEpoch(), options.batchSize);
+    fmt::print("rank {} of {}: strategy {} set up, {} batches of {} per epoch (local rank {} of {})\n", rankEnv.rank,
+               rankEnv.worldSize, options.strategy, trainBatches.batchesPerEpoch(), options.batchSize,
+               rankEnv.localRank, rankEnv.localWorldSize);
   }
   if (lead) {
     fmt::print(

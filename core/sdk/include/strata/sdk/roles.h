@@ -60,6 +60,12 @@ inline void publishRoleEndpoint(Store& store, const std::string& role, int index
   store.setString(roleEndpointKey(role, index), endpoint);
 }
 
+// Note [Role stop]: rank 0 writes this key when the job no longer needs its roles (the summary is written, the
+// ranks are leaving; Note [Leaving the store]). `strata train`'s launcher stops the roles it started with SIGTERM
+// once the ranks have exited; a role process that no launcher of Strata's started (a srun task, Note [Slurm roles];
+// `strata role` by hand) stops when the key appears (RoleContext::stopRequested).
+inline constexpr const char* kJobDoneKey = "summary/done";
+
 // Note [Role figures]: the store key under which process `index` of `role` publishes what it measured of itself, a
 // JSON object: `peak_memory_bytes`, `memory_breakdown` (peak bytes by memory category, from Strata's allocator, as
 // the ranks report theirs), `resident_peak_bytes` (the process's peak resident set), and whatever else the role
