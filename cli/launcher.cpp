@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include "job_secret.h"
+#include "node_hosts.h"
 #include "role_command.h"
 #include "strata/comm/tcp_store.h"
 #include "strata/error.h"
@@ -349,15 +350,23 @@ class RankLauncher {
     for (int local = 0; local < options_.nproc; ++local) {
       startRank(local);
     }
-    // Roles start after the ranks: they connect to rank 0's store with retries, so the order is not a race.
-    for (const RoleRequest& role : roles_.roles) {
-      for (int index = 0; index < role.count; ++index) {
-        if (role.nodeOf(index) == options_.nodeRank) {
-          startRole(role, index);
-        }
-      }
+    // Roles start after the ranks: they connect to rank 0's store with retries, so the order is not a race. Roles
+    // placed by host name start once every node's launcher has published its name (Note [Placing roles by host]).
+    const bool byHost = std::any_of(roles_.roles.begin(), roles_.roles.end(),
+                                    [](const RoleRequest& role) { return !role.hosts.empty() && role.count > 0; });
+    if (byHost) {
+      nodeHosts_ = std::make_unique<NodeHosts>(
+          NodeHosts::Options{.masterAddr = options_.masterAddr,
+                             .masterPort = options_.masterPort,
+                             .nodes = options_.nnodes,
+                             .nodeRank = options_.nodeRank,
+                             .hostName = publishedHostName(),
+                             .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(roles_.timeoutS * 1000))});
+    } else {
+      startRoles({});
     }
     supervise();
+    nodeHosts_.reset();
     for (Child& child : children_) {
       drain(child.out);
       drain(child.err);
@@ -377,6 +386,9 @@ class RankLauncher {
     if (failed_ != nullptr) {
       fail("{} {}{}{}", describe(*failed_), describeStatus(failed_->status),
            failed_->role ? " before the workers finished" : "", stoppedOthers(*failed_));
+    }
+    if (!launcherError_.empty()) {
+      fail("{}; stopped the ranks{}", launcherError_, hasRoles() ? " and the roles" : "");
     }
     return 0;
   }
@@ -405,6 +417,47 @@ class RankLauncher {
   }
 
   bool hasRoles() const { return children_.size() > rankCount(); }
+  // The job is being stopped: by a failure, an interruption or the launcher's own error.
+  bool stopping() const { return failed_ != nullptr || interruptedBy_ != 0 || !launcherError_.empty(); }
+
+  // Starts the role processes placed on this node: by node rank, or by host name (`nodeHosts`: every node's, by
+  // node rank). Every placement is checked before any process starts.
+  void startRoles(const std::vector<std::string>& nodeHosts) {
+    std::vector<std::pair<const RoleRequest*, int>> here;
+    for (const RoleRequest& role : roles_.roles) {
+      const std::vector<int> byHost = role.hosts.empty() ? std::vector<int>{} : placeByHost(role, nodeHosts);
+      for (int index = 0; index < role.count; ++index) {
+        const int node = role.hosts.empty() ? role.nodeOf(index) : byHost.at(static_cast<std::size_t>(index));
+        if (node == options_.nodeRank) {
+          here.emplace_back(&role, index);
+        }
+      }
+    }
+    for (const auto& [role, index] : here) {
+      startRole(*role, index);
+    }
+  }
+
+  // Note [Placing roles by host]: once every node has published its host name, start this node's roles; a name no
+  // node has stops the job.
+  void startRolesPlacedByHost() {
+    if (nodeHosts_ == nullptr || rolesStopping_ || stopping()) {
+      return;
+    }
+    try {
+      const std::optional<std::vector<std::string>> hosts = nodeHosts_->hosts();
+      if (!hosts) {
+        return;
+      }
+      nodeHosts_.reset();
+      startRoles(*hosts);
+    } catch (const std::exception& e) {
+      nodeHosts_.reset();
+      launcherError_ = e.what();
+      signalRunning(SIGTERM);
+      stopDeadline_ = Clock::now() + kGracePeriod;
+    }
+  }
   // "; stopped the other ranks and the roles", or what of it applies, for the message about `failed`.
   std::string stoppedOthers(const Child& failed) const {
     const std::size_t ranks = rankCount();
@@ -601,6 +654,7 @@ class RankLauncher {
         }
       }
       reap();
+      startRolesPlacedByHost();
       if (stopDeadline_ && !killed_ && Clock::now() >= *stopDeadline_) {
         signalRunning(SIGKILL);
         killed_ = true;
@@ -615,7 +669,7 @@ class RankLauncher {
       if (signal != SIGINT && signal != SIGTERM) {
         continue;  // SIGCHLD: reap() runs every round anyway
       }
-      if (interruptedBy_ != 0 || failed_ != nullptr) {
+      if (stopping()) {
         // Asked again while stopping: do not make the user wait out the grace period.
         signalRunning(SIGKILL);
         killed_ = true;
@@ -657,14 +711,14 @@ class RankLauncher {
         // worth a warning but not a failed job (the training is done).
         const bool stopped =
             ok || (WIFSIGNALED(status) && (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL));
-        if (!stopped && failed_ == nullptr && interruptedBy_ == 0) {
+        if (!stopped && !stopping()) {
           spdlog::warn("{} {} when asked to stop after the workers finished", describe(child), describeStatus(status));
         }
         continue;
       }
       // Note [restarting roles]: a role the strategy can recover (a parameter server that reloads its checkpoint)
       // is started again, with the same arguments, up to its RoleRequest::maxRestarts times.
-      if (!ok && child.role && child.restartsLeft > 0 && failed_ == nullptr && interruptedBy_ == 0) {
+      if (!ok && child.role && child.restartsLeft > 0 && !stopping()) {
         drain(child.out);
         drain(child.err);
         closeStream(child.out);
@@ -676,7 +730,7 @@ class RankLauncher {
         launch(child);
         continue;
       }
-      if (!ok && !child.role && roles_.ranksMayDepart && child.rank > 0 && failed_ == nullptr && interruptedBy_ == 0) {
+      if (!ok && !child.role && roles_.ranksMayDepart && child.rank > 0 && !stopping()) {
         const auto left =
             std::count_if(children_.begin(), children_.end(), [](const Child& c) { return !c.role && c.running; });
         spdlog::warn("{} {}; the strategy goes on without it ({} local rank(s) left)", describe(child),
@@ -689,7 +743,7 @@ class RankLauncher {
       // Note [first failure]: a rank killed by a signal makes its peers fail within milliseconds (connection
       // closed), often before the next reap; among the failures seen in one round the one killed by a signal is
       // named, since the others' errors are its consequences.
-      if (!ok && failed_ == nullptr && interruptedBy_ == 0 &&
+      if (!ok && !stopping() &&
           (firstFailure == nullptr || (WIFSIGNALED(status) && !WIFSIGNALED(firstFailure->status)))) {
         firstFailure = &child;
       }
@@ -816,6 +870,8 @@ class RankLauncher {
   sigset_t oldMask_{};
   int interruptedBy_ = 0;
   const Child* failed_ = nullptr;
+  std::string launcherError_;             // the launcher's own reason to stop the job (a role placement it cannot make)
+  std::unique_ptr<NodeHosts> nodeHosts_;  // Note [Placing roles by host], until the roles are placed
   std::optional<Clock::time_point> stopDeadline_;
   bool killed_ = false;
   bool rolesStopping_ = false;
@@ -847,12 +903,15 @@ namespace detail {
 void placeSlurmRoles(RankEnvironment& env, const std::vector<RoleRequest>& roles, int procId, int localId, int tasks) {
   int roleTasks = 0;
   for (const RoleRequest& role : roles) {
-    if (!role.nodes.empty() && role.count > 0) {
+    if ((!role.nodes.empty() || !role.hosts.empty()) && role.count > 0) {
       fail(
-          "role '{}' is placed on node ranks ({}), which strata's own launcher starts; under srun the first {} "
-          "task(s) run the roles, on the nodes srun gives them: drop the placement and choose the nodes with srun "
-          "(e.g. its --distribution)",
-          role.name, fmt::join(role.nodes, ","), roleTasks + role.count);
+          "role '{}' is placed on {} ({}), which strata's own launcher does; under srun the first {} task(s) run the "
+          "roles, on the nodes srun gives them: drop the placement and choose the nodes with srun (e.g. its "
+          "--distribution, --nodelist)",
+          role.name, role.nodes.empty() ? "hosts" : "node ranks",
+          role.nodes.empty() ? fmt::format("{}", fmt::join(role.hosts, ","))
+                             : fmt::format("{}", fmt::join(role.nodes, ",")),
+          roleTasks + role.count);
     }
     roleTasks += role.count;
   }

@@ -51,7 +51,7 @@ struct RankEnvironment {
     int index = 0;
     int count = 0;
   };
-  std::optional<RoleTask> roleTask;
+  std::optional<RoleTask> roleTask = std::nullopt;
   int roleTasks = 0;  // tasks that run roles (0 outside srun): SLURM_PROCID - roleTasks is the rank
 };
 

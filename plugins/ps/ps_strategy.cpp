@@ -56,7 +56,8 @@ class PsStrategy final : public Strategy {
     requirements.roles.push_back(RoleRequest{.name = kRole,
                                              .count = options.servers,
                                              .maxRestarts = options.checkpointEvery > 0 ? options.maxRestarts : 0,
-                                             .nodes = options.serverNodes});
+                                             .nodes = options.serverNodes,
+                                             .hosts = options.serverHosts});
     // async and ssp workers do not wait for each other: a fast one takes more of an epoch's steps.
     requirements.sharedSteps = options.mode != Mode::Sync;
     requirements.toleratesWorkerLoss = options.mode != Mode::Sync;

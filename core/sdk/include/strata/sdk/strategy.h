@@ -1,8 +1,8 @@
 #pragma once
 
-// Strata's strategy SDK, version 2: what a distributed-training strategy plugin implements. The headers under
-// strata/sdk/ (plus the value types they include: tensors, dtypes, the process group, work and store interfaces)
-// are the only include path a plugin target gets; see docs/plugins.md.
+// Strata's strategy SDK, version 4 (kStrategyAbiVersion): what a distributed-training strategy plugin implements. The
+// headers under strata/sdk/ (plus the value types they include: tensors, dtypes, the process group, work and store
+// interfaces) are the only include path a plugin target gets; see docs/plugins.md.
 //
 // A plugin is a shared library exporting the entry points declared by STRATA_EXPORT_STRATEGY (extern "C",
 // noexcept). The host checks the ABI version first; errors cross the library boundary as messages, never as
@@ -22,7 +22,7 @@
 namespace strata {
 
 // Bumped whenever a type of the SDK changes layout or meaning. StrategyInfo's layout never changes.
-inline constexpr int kStrategyAbiVersion = 3;
+inline constexpr int kStrategyAbiVersion = 4;
 
 struct StrategyInfo {
   const char* name;
