@@ -515,8 +515,16 @@ class RankLauncher {
 
   void startRank(int local) {
     const int rank = options_.nodeRank * options_.nproc + local;
-    start(fmt::format("rank {}", rank), false, args_, rankEnvironment(local)).rank = rank;
+    std::vector<std::string> env = rankEnvironment(local);
+    env.push_back(fmt::format("STRATA_RANK_MAX_RESTARTS={}", rankRestartsAllowed()));
+    Child& child = start(fmt::format("rank {}", rank), false, args_, env);
+    child.rank = rank;
+    // Note [Rejoining workers]: rank 0 serves the job's store, so it is never restarted.
+    child.restartsLeft = rank > 0 ? rankRestartsAllowed() : 0;
   }
+
+  // How often a rank may be restarted in this job: --max-restarts where the strategy takes restarted ranks back.
+  int rankRestartsAllowed() const { return roles_.ranksMayRejoin ? options_.maxRestarts : 0; }
 
   // Note [Departed ranks]: tells the job's store that `child` (a rank, not 0) died, so the others stop waiting.
   void announceDeparture(const Child& child, int status) {
@@ -555,6 +563,7 @@ class RankLauncher {
     addJobSecret(env);
     env.push_back(fmt::format("MASTER_ADDR={}", options_.masterAddr));
     env.push_back(fmt::format("MASTER_PORT={}", options_.masterPort));
+    env.push_back(fmt::format("STRATA_RANK_MAX_RESTARTS={}", rankRestartsAllowed()));
     start(fmt::format("{} {}", role.name, index), true, argv, env).restartsLeft = role.maxRestarts;
   }
 
@@ -577,7 +586,7 @@ class RankLauncher {
     const std::vector<std::string>& args = child.args;
     std::vector<std::string> env = child.env;
     if (child.restarts > 0) {
-      env.push_back(fmt::format("STRATA_ROLE_RESTARTS={}", child.restarts));
+      env.push_back(fmt::format("{}={}", child.role ? "STRATA_ROLE_RESTARTS" : "STRATA_RANK_RESTARTS", child.restarts));
     }
     std::vector<char*> argv;
     std::vector<char*> envp;
@@ -718,7 +727,8 @@ class RankLauncher {
       }
       // Note [restarting roles]: a role the strategy can recover (a parameter server that reloads its checkpoint)
       // is started again, with the same arguments, up to its RoleRequest::maxRestarts times.
-      if (!ok && child.role && child.restartsLeft > 0 && !stopping()) {
+      // Note [Rejoining workers]: so is a rank other than 0 the strategy can take back (--max-restarts).
+      if (!ok && child.restartsLeft > 0 && !stopping()) {
         drain(child.out);
         drain(child.err);
         closeStream(child.out);
@@ -889,6 +899,11 @@ void addLaunchOptions(CLI::App& command, LaunchOptions& options) {
   command.add_option("--master-addr", options.masterAddr, "host of rank 0's rendezvous store");
   command.add_option("--master-port", options.masterPort, "port of rank 0's rendezvous store")
       ->check(CLI::Range(1, 65535));
+  command
+      .add_option("--max-restarts", options.maxRestarts,
+                  "start a rank other than 0 that dies again, up to N times, and let it rejoin (strategies that "
+                  "can take it back: ps mode=sync)")
+      ->check(CLI::NonNegativeNumber);
 }
 
 namespace detail {
@@ -1113,6 +1128,11 @@ std::optional<int> launchIfNeeded(const LaunchOptions& options, const RoleLaunch
   detail::checkRoles(roles);
   detail::RankLauncher launcher(options, roles, args.empty() ? detail::ownCommandLine() : std::move(args));
   return launcher.run();
+}
+
+int rankRestarts() {
+  const auto value = detail::environmentValue("STRATA_RANK_RESTARTS");
+  return value ? detail::nonNegative("STRATA_RANK_RESTARTS", *value) : 0;
 }
 
 int threadsFromEnvironment() {

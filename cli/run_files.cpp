@@ -154,6 +154,9 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
                                 {"communication_s", figure("communication_s")},
                                 {"collective_s", figure("collective_s")},
                                 {"reserved_memory_bytes", mine.memory.reserved}};
+  if (setup_.restarts > 0) {
+    rankFigures["restarts"] = setup_.restarts;  // compute_s and the peaks are the last process's
+  }
   for (const auto& [key, value] : mine.strategyFigures) {
     rankFigures.emplace(key, value);  // the strategy's own figures, beside the standard ones
   }

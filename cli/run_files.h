@@ -38,6 +38,8 @@ class RunFiles final : public RunRecorder {
     // The strategy's role processes (parameter servers): summary.json lists what each published of itself under
     // "servers" (Note [Role figures] in strata/sdk/roles.h).
     std::vector<RoleRequest> roles;
+    // How often the launcher restarted this rank (Note [Rejoining workers]): its figures are its last process's.
+    int restarts = 0;
   };
 
   explicit RunFiles(Setup setup);

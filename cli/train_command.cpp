@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "batch_sources.h"
@@ -188,6 +189,7 @@ BuiltPlan buildPlan(const TrainOptions& options, const std::string& modelPath, D
 TrainerOptions trainerOptions(const TrainOptions& options, const StrategyRequirements& requirements,
                               const std::map<std::string, std::string>& strategyOptions) {
   TrainerOptions t;
+  t.rejoin = rankRestarts() > 0;
   t.epochs = options.epochs;
   t.stopAfterEpoch = options.stopAfterEpoch;
   t.maxSteps = options.maxSteps;
@@ -250,12 +252,20 @@ void train(const TrainOptions& options) {
   // process the world size is still 1: the job's is nproc x nnodes.
   const StrategyRequirements launched = strategy->requirements(
       StrategyQuery{strategyOptions, options.launch.nproc * options.launch.nnodes, options.launch.nnodes});
+  if (options.launch.maxRestarts > 0 && !launched.rejoinsWorkers) {
+    fail(
+        "--max-restarts {}: strategy '{}'{} cannot take a restarted rank back into a running job; it works with "
+        "--strategy ps (mode=sync), whose servers hold the parameters and wait for the restarted worker",
+        options.launch.maxRestarts, options.strategy,
+        options.strategyOptions.empty() ? "" : fmt::format(" ({})", fmt::join(options.strategyOptions, " ")));
+  }
   const RoleLaunch roles{.roles = launched.roles,
                          .strategy = options.strategy,
                          .strategyOptions = options.strategyOptions,
                          .pluginDirs = options.pluginDirs,
                          .timeoutS = options.timeoutS,
-                         .ranksMayDepart = launched.toleratesWorkerLoss};
+                         .ranksMayDepart = launched.toleratesWorkerLoss,
+                         .ranksMayRejoin = launched.rejoinsWorkers};
   if (launchIfNeeded(options.launch, roles)) {
     return;
   }
@@ -305,7 +315,10 @@ void train(const TrainOptions& options) {
                                                        .rank = rankEnv.rank,
                                                        .timeout = trainer.timeout});
   }
-  if (rankEnv.worldSize > 1) {
+  // Note [Rejoining workers]: a restarted rank cannot join the others' collectives (their groups were made without
+  // it); the strategies that take one back use none.
+  const int restarts = rankRestarts();
+  if (rankEnv.worldSize > 1 && restarts == 0) {
     group = createProcessGroup(store, rankEnv, device, trainer.timeout);
   }
   std::optional<LossScaler> lossScaler;
@@ -356,6 +369,7 @@ void train(const TrainOptions& options) {
                          {"params", plan.parameters().totalElements()},
                          {"precision", options.device.precision}};
   recording.roles = requirements.roles;
+  recording.restarts = restarts;
   recording.finalFields = [&](nlohmann::json& summary) {
     addPlanFields(summary, options, built, device, lossScaler ? &*lossScaler : nullptr);
   };
