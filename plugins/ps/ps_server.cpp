@@ -106,6 +106,8 @@ PsServer::PsServer(const PsOptions& options, RoleContext& context)
   const char* restarts = std::getenv("STRATA_ROLE_RESTARTS");
   restarts_ = restarts != nullptr ? std::atoll(restarts) : 0;
   figures_ = std::make_unique<ServerFigures>(context.store(), context.role(), view_.index, restarts_);
+  const char* rankRestarts = std::getenv("STRATA_RANK_MAX_RESTARTS");
+  keepPrevious_ = options_.mode == Mode::Sync && rankRestarts != nullptr && std::atoll(rankRestarts) > 0;
   if (options_.checkpointEvery > 0) {
     std::filesystem::path dir = options_.checkpointDir;
     if (dir.empty()) {
@@ -298,6 +300,14 @@ void PsServer::handleRequest() {
       }
       reply(identity, header, Kind::State, 0);
       return;
+    case Kind::Rejoin:
+      // Note [Rejoining workers]: a restarted worker's new process; its next push (the same sequence number when
+      // this server holds it already) tells this server where to send the round's answer.
+      fmt::print("ps-server {}: worker {} rejoins (restarted): its last push {} ({} pushes), {}at version {}\n",
+                 view_.index, header.worker, worker.lastSequence, worker.clock,
+                 worker.waiting ? "waiting in the round, " : "", version_);
+      reply(identity, header, Kind::Rejoined, 0);
+      return;
     case Kind::Idle:
       // A worker done with its epoch's steps (shared steps) no longer holds the others back in SSP.
       worker.idle = true;
@@ -354,6 +364,14 @@ void PsServer::allocate() {
     for (const FlatLayout::Buffer& b : view_.layout.buffers) {
       buffers_.push_back(Tensor::empty(b.dtype, {b.numel}, MemoryCategory::Other));
       bufferSums_.push_back(Tensor::zeros(b.dtype, {b.numel}, MemoryCategory::Other));
+    }
+  }
+  if (keepPrevious_) {
+    for (const Tensor& values : values_) {
+      previous_.push_back(Tensor::empty(values.dtype(), {values.numel()}, MemoryCategory::Parameters));
+    }
+    for (const Tensor& buffer : buffers_) {
+      previousBuffers_.push_back(Tensor::empty(buffer.dtype(), {buffer.numel()}, MemoryCategory::Other));
     }
   }
   optimizer_ = context_.createOptimizer(std::move(slices));
@@ -487,6 +505,15 @@ void PsServer::applySync(WorkerState& worker, const std::vector<zmq::message_t>&
     if (view_.workers > 1) {
       scale(gradients, 1.0 / view_.workers);
     }
+  }
+  if (keepPrevious_) {
+    for (std::size_t k = 0; k < values_.size(); ++k) {
+      previous_[k].copyFrom(values_[k]);
+    }
+    for (std::size_t b = 0; b < buffers_.size(); ++b) {
+      previousBuffers_[b].copyFrom(buffers_[b]);
+    }
+    hasPrevious_ = true;
   }
   optimizer_->step(roundLr_);
   for (std::size_t b = 0; b < buffers_.size(); ++b) {
@@ -645,6 +672,27 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
       for (const Tensor& values : values_) {
         std::memcpy(into, values.rawData(), values.bytes());
         into += values.bytes();
+      }
+    }
+  } else if (kind == Kind::Rejoined) {
+    // Copies: another worker's push may complete the round (and change the values) before ZeroMQ has sent them.
+    const WorkerState& worker = workers_.at(static_cast<std::size_t>(request.worker));
+    const nlohmann::json description = {{"last_sequence", worker.lastSequence},
+                                        {"clock", worker.clock},
+                                        {"waiting", worker.waiting},
+                                        {"version", version_},
+                                        {"previous", hasPrevious_}};
+    data.emplace_back(description.dump());
+    for (const auto* tensors : {&values_, &buffers_}) {
+      for (const Tensor& t : *tensors) {
+        data.push_back(countedCopy(t.rawData(), t.bytes()));
+      }
+    }
+    if (hasPrevious_) {
+      for (const auto* tensors : {&previous_, &previousBuffers_}) {
+        for (const Tensor& t : *tensors) {
+          data.push_back(countedCopy(t.rawData(), t.bytes()));
+        }
       }
     }
   } else if (kind == Kind::Stats) {

@@ -102,6 +102,12 @@ class PsServer {
   std::int64_t replayedPushes_ = 0;         // pushes answered again without being applied (resent after a restart)
   std::vector<std::uint64_t> durable_;      // per worker: its last sequence the latest checkpoint holds
   std::unique_ptr<ServerFigures> figures_;  // Note [PS server memory]
+  // Note [Rejoining workers]: in sync mode, when the launcher may restart workers (STRATA_RANK_MAX_RESTARTS > 0),
+  // the values (and buffers) before the last update, for a restarted worker that must recompute that round.
+  bool keepPrevious_ = false;
+  bool hasPrevious_ = false;
+  std::vector<Tensor> previous_;
+  std::vector<Tensor> previousBuffers_;
 };
 
 }  // namespace strata::ps
