@@ -167,25 +167,39 @@ std::vector<Table> tables(const nlohmann::json& results) {
     out.push_back(t);
   }
   {
-    Table t("Peak memory per rank by category (MiB)",
-            "Each category's training peak on the rank that held the most of it.");
-    t.headers = {"model", "configuration"};
+    Table t("Peak memory per process by category (MiB)",
+            "Ranks: each category's training peak on the rank that held the most of it. Servers: the strategy's own "
+            "processes (parameter servers: their key ranges, optimizer state and receive buffers), which no rank's "
+            "figure includes; each category's peak on the server that held the most of it, and the largest resident "
+            "set (peak RSS) among them.");
+    t.headers = {"model", "configuration", "processes"};
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
       t.headers.emplace_back(memoryCategoryName(static_cast<MemoryCategory>(c)));
     }
+    t.headers.emplace_back("resident peak");
     for (const nlohmann::json& r : results) {
       if (!done(r))
         continue;
-      std::vector<std::string> row = {r["model"], configTitle(r)};
-      for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
-        const std::string name(memoryCategoryName(static_cast<MemoryCategory>(c)));
-        double most = 0;
-        for (const nlohmann::json& rank : r["ranks"]) {
-          most = std::max(most, rank["memory_breakdown"].value(name, 0.0));
+      const nlohmann::json servers = r.value("servers", nlohmann::json::array());
+      for (const auto& [kind, members] : {std::pair<std::string, nlohmann::json>{"ranks", r["ranks"]},
+                                          std::pair<std::string, nlohmann::json>{"servers", servers}}) {
+        if (members.empty())
+          continue;
+        std::vector<std::string> row = {r["model"], configTitle(r), fmt::format("{} ({})", kind, members.size())};
+        for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+          const std::string name(memoryCategoryName(static_cast<MemoryCategory>(c)));
+          double most = 0;
+          for (const nlohmann::json& member : members) {
+            most = std::max(most, member["memory_breakdown"].value(name, 0.0));
+          }
+          row.push_back(mib(most));
         }
-        row.push_back(mib(most));
+        // Resident sets are measured for the servers only (the ranks' memory over time is in the figures).
+        row.push_back(kind == "servers"
+                          ? orDash(r.value("server_resident_peak_bytes", nlohmann::json()), "{:.1f}", 1.0 / (1 << 20))
+                          : "-");
+        t.rows.push_back(row);
       }
-      t.rows.push_back(row);
     }
     out.push_back(t);
   }
@@ -462,6 +476,11 @@ std::string csv(const nlohmann::json& results) {
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
     out += fmt::format(",peak_{}_bytes", memoryCategoryName(static_cast<MemoryCategory>(c)));
   }
+  // The parameter servers' own memory (empty without servers): the most any server held, by category.
+  out += ",servers,server_peak_memory_bytes,server_resident_peak_bytes";
+  for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+    out += fmt::format(",server_peak_{}_bytes", memoryCategoryName(static_cast<MemoryCategory>(c)));
+  }
   out += "\n";
   for (const nlohmann::json& r : results) {
     std::vector<std::string> cells;
@@ -478,6 +497,19 @@ std::string csv(const nlohmann::json& results) {
         most = std::max(most, rank["memory_breakdown"].value(name, 0.0));
       }
       cells.push_back(done(r) ? fmt::format("{:.0f}", most) : "");
+    }
+    const nlohmann::json servers = r.value("servers", nlohmann::json::array());
+    const bool withServers = done(r) && !servers.empty();
+    cells.push_back(withServers ? std::to_string(servers.size()) : "");
+    cells.push_back(withServers ? csvField(r.value("server_peak_memory_bytes", nlohmann::json(nullptr))) : "");
+    cells.push_back(withServers ? csvField(r.value("server_resident_peak_bytes", nlohmann::json(nullptr))) : "");
+    for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+      const std::string name(memoryCategoryName(static_cast<MemoryCategory>(c)));
+      double most = 0;
+      for (const nlohmann::json& server : servers) {
+        most = std::max(most, server["memory_breakdown"].value(name, 0.0));
+      }
+      cells.push_back(withServers ? fmt::format("{:.0f}", most) : "");
     }
     out += fmt::format("{}\n", fmt::join(cells, ","));
   }

@@ -132,6 +132,22 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
     r["hidden_communication"] =
         collective > 0 ? nlohmann::json(std::clamp(1.0 - communication / collective, 0.0, 1.0)) : nullptr;
     r["step_time_s"] = measuredStepTime(metrics, *summary);
+    // The strategy's own processes (parameter servers): their memory is no rank's (Note [Role figures]).
+    nlohmann::json servers = nlohmann::json::array();
+    double serverPeak = 0;
+    double serverResident = 0;
+    for (const nlohmann::json& server : summary->value("servers", nlohmann::json::array())) {
+      servers.push_back({{"role", server.value("role", std::string())},
+                         {"index", server.value("index", 0)},
+                         {"peak_memory_bytes", server.value("peak_memory_bytes", nlohmann::json(nullptr))},
+                         {"memory_breakdown", server.value("memory_breakdown", nlohmann::json::object())},
+                         {"resident_peak_bytes", server.value("resident_peak_bytes", nlohmann::json(nullptr))}});
+      serverPeak = std::max(serverPeak, number(server, "peak_memory_bytes"));
+      serverResident = std::max(serverResident, number(server, "resident_peak_bytes"));
+    }
+    r["servers"] = servers;
+    r["server_peak_memory_bytes"] = servers.empty() ? nlohmann::json(nullptr) : nlohmann::json(serverPeak);
+    r["server_resident_peak_bytes"] = servers.empty() ? nlohmann::json(nullptr) : nlohmann::json(serverResident);
   }
   nlohmann::json series = nlohmann::json::object();
   for (int rank = 0; rank < c.worldSize; ++rank) {

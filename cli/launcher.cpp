@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include "job_secret.h"
+#include "node_hosts.h"
 #include "role_command.h"
 #include "strata/comm/tcp_store.h"
 #include "strata/error.h"
@@ -74,9 +75,12 @@ int port(const char* name, const std::string& value) {
   return result;
 }
 
-// Tasks on node `nodeId` from Slurm's compressed per-node counts, e.g. "2(x3),1".
-int tasksOnNode(const char* name, const std::string& value, int nodeId) {
-  int node = 0;
+// The most tasks or hosts Strata expands from Slurm's compressed lists; more is a malformed variable.
+constexpr std::size_t kMaxSlurmList = 1 << 20;
+
+// Slurm's compressed per-node task counts, e.g. "2(x3),1" -> 2, 2, 2, 1.
+std::vector<int> taskCounts(const char* name, const std::string& value) {
+  std::vector<int> counts;
   std::size_t at = 0;
   while (at <= value.size()) {
     const std::size_t comma = std::min(value.find(',', at), value.size());
@@ -90,13 +94,22 @@ int tasksOnNode(const char* name, const std::string& value, int nodeId) {
       }
       repeat = positive(name, item.substr(paren + 2, item.size() - paren - 3));
     }
-    if (nodeId < node + repeat) {
-      return tasks;
+    if (counts.size() + static_cast<std::size_t>(repeat) > kMaxSlurmList) {
+      fail("environment variable {}='{}' lists more than {} nodes", name, value, kMaxSlurmList);
     }
-    node += repeat;
+    counts.insert(counts.end(), static_cast<std::size_t>(repeat), tasks);
     at = comma + 1;
   }
-  fail("environment variable {}='{}' lists no tasks for node {}", name, value, nodeId);
+  return counts;
+}
+
+// Tasks on node `nodeId` from Slurm's compressed per-node counts.
+int tasksOnNode(const char* name, const std::string& value, int nodeId) {
+  const std::vector<int> counts = taskCounts(name, value);
+  if (nodeId >= static_cast<int>(counts.size())) {
+    fail("environment variable {}='{}' lists no tasks for node {}", name, value, nodeId);
+  }
+  return counts[static_cast<std::size_t>(nodeId)];
 }
 
 // The first host of a Slurm node list: "gpu[03-06,9],cpu1" -> "gpu03".
@@ -108,6 +121,100 @@ std::string firstHost(const std::string& nodeList) {
   }
   const std::size_t stop = nodeList.find_first_of(",-]", bracket + 1);
   return nodeList.substr(0, bracket) + nodeList.substr(bracket + 1, stop - bracket - 1);
+}
+
+// One name of a host list with its bracket groups expanded: "n[1-2]-ib[01,03]" -> n1-ib01, n1-ib03, n2-ib01, ...
+void expandHostName(const std::string& list, const std::string& name, std::vector<std::string>& out) {
+  const std::size_t open = name.find('[');
+  if (open == std::string::npos) {
+    out.push_back(name);
+    return;
+  }
+  const std::size_t close = name.find(']', open);
+  if (close == std::string::npos) {
+    fail("Slurm node list '{}': '[' without ']' in '{}'", list, name);
+  }
+  std::vector<std::string> rests;
+  expandHostName(list, name.substr(close + 1), rests);
+  const std::string ranges = name.substr(open + 1, close - open - 1);
+  std::size_t at = 0;
+  while (at <= ranges.size()) {
+    const std::size_t comma = std::min(ranges.find(',', at), ranges.size());
+    const std::string range = ranges.substr(at, comma - at);
+    const std::size_t dash = range.find('-');
+    const std::string low = range.substr(0, dash);
+    const std::string high = dash == std::string::npos ? low : range.substr(dash + 1);
+    const auto number = [&](const std::string& text) {
+      int value = 0;
+      const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || value < 0) {
+        fail("Slurm node list '{}': '{}' is not a range of host numbers like 03-06", list, range);
+      }
+      return value;
+    };
+    const int first = number(low);
+    const int last = number(high);
+    if (last < first || out.size() + static_cast<std::size_t>(last - first + 1) * rests.size() > kMaxSlurmList) {
+      fail("Slurm node list '{}': the range '{}' is empty or too large", list, range);
+    }
+    for (int n = first; n <= last; ++n) {
+      // Slurm pads every number to the width of the range's lower bound: [08-10] -> 08, 09, 10.
+      const std::string digits = fmt::format("{:0{}}", n, low.size());
+      for (const std::string& rest : rests) {
+        out.push_back(name.substr(0, open) + digits + rest);
+      }
+    }
+    at = comma + 1;
+  }
+}
+
+// Every host of a Slurm node list, in order: "gpu[03-04,9],cpu1" -> gpu03, gpu04, gpu9, cpu1.
+std::vector<std::string> expandHostList(const std::string& list) {
+  std::vector<std::string> hosts;
+  int depth = 0;
+  std::size_t start = 0;
+  for (std::size_t i = 0; i <= list.size(); ++i) {
+    if (i < list.size() && list[i] == '[') {
+      ++depth;
+    } else if (i < list.size() && list[i] == ']') {
+      --depth;
+    } else if (i == list.size() || (list[i] == ',' && depth == 0)) {
+      if (i > start) {
+        expandHostName(list, list.substr(start, i - start), hosts);
+      }
+      start = i + 1;
+    }
+  }
+  return hosts;
+}
+
+// Note [Slurm roles]: the node of every task of the step, from the tasks per node and srun's distribution across
+// nodes (block, the default, or cyclic); nullopt for another distribution (plane, arbitrary), whose layout the
+// environment does not describe.
+std::optional<std::vector<int>> taskNodes(const std::vector<int>& counts, const std::string& distribution) {
+  const std::string across = distribution.substr(0, distribution.find(':'));
+  std::vector<int> nodes;
+  if (across.empty() || across == "block" || across == "*") {
+    for (std::size_t n = 0; n < counts.size(); ++n) {
+      nodes.insert(nodes.end(), static_cast<std::size_t>(counts[n]), static_cast<int>(n));
+    }
+    return nodes;
+  }
+  if (across == "cyclic" || across == "fcyclic") {
+    std::vector<int> left = counts;
+    for (bool any = true; any;) {
+      any = false;
+      for (std::size_t n = 0; n < left.size(); ++n) {
+        if (left[n] > 0) {
+          --left[n];
+          nodes.push_back(static_cast<int>(n));
+          any = true;
+        }
+      }
+    }
+    return nodes;
+  }
+  return std::nullopt;
 }
 
 std::string describeStatus(int status) {
@@ -243,15 +350,23 @@ class RankLauncher {
     for (int local = 0; local < options_.nproc; ++local) {
       startRank(local);
     }
-    // Roles start after the ranks: they connect to rank 0's store with retries, so the order is not a race.
-    for (const RoleRequest& role : roles_.roles) {
-      for (int index = 0; index < role.count; ++index) {
-        if (role.nodeOf(index) == options_.nodeRank) {
-          startRole(role, index);
-        }
-      }
+    // Roles start after the ranks: they connect to rank 0's store with retries, so the order is not a race. Roles
+    // placed by host name start once every node's launcher has published its name (Note [Placing roles by host]).
+    const bool byHost = std::any_of(roles_.roles.begin(), roles_.roles.end(),
+                                    [](const RoleRequest& role) { return !role.hosts.empty() && role.count > 0; });
+    if (byHost) {
+      nodeHosts_ = std::make_unique<NodeHosts>(
+          NodeHosts::Options{.masterAddr = options_.masterAddr,
+                             .masterPort = options_.masterPort,
+                             .nodes = options_.nnodes,
+                             .nodeRank = options_.nodeRank,
+                             .hostName = publishedHostName(),
+                             .timeout = std::chrono::milliseconds(static_cast<std::int64_t>(roles_.timeoutS * 1000))});
+    } else {
+      startRoles({});
     }
     supervise();
+    nodeHosts_.reset();
     for (Child& child : children_) {
       drain(child.out);
       drain(child.err);
@@ -271,6 +386,9 @@ class RankLauncher {
     if (failed_ != nullptr) {
       fail("{} {}{}{}", describe(*failed_), describeStatus(failed_->status),
            failed_->role ? " before the workers finished" : "", stoppedOthers(*failed_));
+    }
+    if (!launcherError_.empty()) {
+      fail("{}; stopped the ranks{}", launcherError_, hasRoles() ? " and the roles" : "");
     }
     return 0;
   }
@@ -299,6 +417,47 @@ class RankLauncher {
   }
 
   bool hasRoles() const { return children_.size() > rankCount(); }
+  // The job is being stopped: by a failure, an interruption or the launcher's own error.
+  bool stopping() const { return failed_ != nullptr || interruptedBy_ != 0 || !launcherError_.empty(); }
+
+  // Starts the role processes placed on this node: by node rank, or by host name (`nodeHosts`: every node's, by
+  // node rank). Every placement is checked before any process starts.
+  void startRoles(const std::vector<std::string>& nodeHosts) {
+    std::vector<std::pair<const RoleRequest*, int>> here;
+    for (const RoleRequest& role : roles_.roles) {
+      const std::vector<int> byHost = role.hosts.empty() ? std::vector<int>{} : placeByHost(role, nodeHosts);
+      for (int index = 0; index < role.count; ++index) {
+        const int node = role.hosts.empty() ? role.nodeOf(index) : byHost.at(static_cast<std::size_t>(index));
+        if (node == options_.nodeRank) {
+          here.emplace_back(&role, index);
+        }
+      }
+    }
+    for (const auto& [role, index] : here) {
+      startRole(*role, index);
+    }
+  }
+
+  // Note [Placing roles by host]: once every node has published its host name, start this node's roles; a name no
+  // node has stops the job.
+  void startRolesPlacedByHost() {
+    if (nodeHosts_ == nullptr || rolesStopping_ || stopping()) {
+      return;
+    }
+    try {
+      const std::optional<std::vector<std::string>> hosts = nodeHosts_->hosts();
+      if (!hosts) {
+        return;
+      }
+      nodeHosts_.reset();
+      startRoles(*hosts);
+    } catch (const std::exception& e) {
+      nodeHosts_.reset();
+      launcherError_ = e.what();
+      signalRunning(SIGTERM);
+      stopDeadline_ = Clock::now() + kGracePeriod;
+    }
+  }
   // "; stopped the other ranks and the roles", or what of it applies, for the message about `failed`.
   std::string stoppedOthers(const Child& failed) const {
     const std::size_t ranks = rankCount();
@@ -356,8 +515,16 @@ class RankLauncher {
 
   void startRank(int local) {
     const int rank = options_.nodeRank * options_.nproc + local;
-    start(fmt::format("rank {}", rank), false, args_, rankEnvironment(local)).rank = rank;
+    std::vector<std::string> env = rankEnvironment(local);
+    env.push_back(fmt::format("STRATA_RANK_MAX_RESTARTS={}", rankRestartsAllowed()));
+    Child& child = start(fmt::format("rank {}", rank), false, args_, env);
+    child.rank = rank;
+    // Note [Rejoining workers]: rank 0 serves the job's store, so it is never restarted.
+    child.restartsLeft = rank > 0 ? rankRestartsAllowed() : 0;
   }
+
+  // How often a rank may be restarted in this job: --max-restarts where the strategy takes restarted ranks back.
+  int rankRestartsAllowed() const { return roles_.ranksMayRejoin ? options_.maxRestarts : 0; }
 
   // Note [Departed ranks]: tells the job's store that `child` (a rank, not 0) died, so the others stop waiting.
   void announceDeparture(const Child& child, int status) {
@@ -396,6 +563,7 @@ class RankLauncher {
     addJobSecret(env);
     env.push_back(fmt::format("MASTER_ADDR={}", options_.masterAddr));
     env.push_back(fmt::format("MASTER_PORT={}", options_.masterPort));
+    env.push_back(fmt::format("STRATA_RANK_MAX_RESTARTS={}", rankRestartsAllowed()));
     start(fmt::format("{} {}", role.name, index), true, argv, env).restartsLeft = role.maxRestarts;
   }
 
@@ -418,7 +586,7 @@ class RankLauncher {
     const std::vector<std::string>& args = child.args;
     std::vector<std::string> env = child.env;
     if (child.restarts > 0) {
-      env.push_back(fmt::format("STRATA_ROLE_RESTARTS={}", child.restarts));
+      env.push_back(fmt::format("{}={}", child.role ? "STRATA_ROLE_RESTARTS" : "STRATA_RANK_RESTARTS", child.restarts));
     }
     std::vector<char*> argv;
     std::vector<char*> envp;
@@ -495,6 +663,7 @@ class RankLauncher {
         }
       }
       reap();
+      startRolesPlacedByHost();
       if (stopDeadline_ && !killed_ && Clock::now() >= *stopDeadline_) {
         signalRunning(SIGKILL);
         killed_ = true;
@@ -509,7 +678,7 @@ class RankLauncher {
       if (signal != SIGINT && signal != SIGTERM) {
         continue;  // SIGCHLD: reap() runs every round anyway
       }
-      if (interruptedBy_ != 0 || failed_ != nullptr) {
+      if (stopping()) {
         // Asked again while stopping: do not make the user wait out the grace period.
         signalRunning(SIGKILL);
         killed_ = true;
@@ -551,14 +720,15 @@ class RankLauncher {
         // worth a warning but not a failed job (the training is done).
         const bool stopped =
             ok || (WIFSIGNALED(status) && (WTERMSIG(status) == SIGTERM || WTERMSIG(status) == SIGKILL));
-        if (!stopped && failed_ == nullptr && interruptedBy_ == 0) {
+        if (!stopped && !stopping()) {
           spdlog::warn("{} {} when asked to stop after the workers finished", describe(child), describeStatus(status));
         }
         continue;
       }
       // Note [restarting roles]: a role the strategy can recover (a parameter server that reloads its checkpoint)
       // is started again, with the same arguments, up to its RoleRequest::maxRestarts times.
-      if (!ok && child.role && child.restartsLeft > 0 && failed_ == nullptr && interruptedBy_ == 0) {
+      // Note [Rejoining workers]: so is a rank other than 0 the strategy can take back (--max-restarts).
+      if (!ok && child.restartsLeft > 0 && !stopping()) {
         drain(child.out);
         drain(child.err);
         closeStream(child.out);
@@ -570,7 +740,7 @@ class RankLauncher {
         launch(child);
         continue;
       }
-      if (!ok && !child.role && roles_.ranksMayDepart && child.rank > 0 && failed_ == nullptr && interruptedBy_ == 0) {
+      if (!ok && !child.role && roles_.ranksMayDepart && child.rank > 0 && !stopping()) {
         const auto left =
             std::count_if(children_.begin(), children_.end(), [](const Child& c) { return !c.role && c.running; });
         spdlog::warn("{} {}; the strategy goes on without it ({} local rank(s) left)", describe(child),
@@ -583,7 +753,7 @@ class RankLauncher {
       // Note [first failure]: a rank killed by a signal makes its peers fail within milliseconds (connection
       // closed), often before the next reap; among the failures seen in one round the one killed by a signal is
       // named, since the others' errors are its consequences.
-      if (!ok && failed_ == nullptr && interruptedBy_ == 0 &&
+      if (!ok && !stopping() &&
           (firstFailure == nullptr || (WIFSIGNALED(status) && !WIFSIGNALED(firstFailure->status)))) {
         firstFailure = &child;
       }
@@ -710,6 +880,8 @@ class RankLauncher {
   sigset_t oldMask_{};
   int interruptedBy_ = 0;
   const Child* failed_ = nullptr;
+  std::string launcherError_;             // the launcher's own reason to stop the job (a role placement it cannot make)
+  std::unique_ptr<NodeHosts> nodeHosts_;  // Note [Placing roles by host], until the roles are placed
   std::optional<Clock::time_point> stopDeadline_;
   bool killed_ = false;
   bool rolesStopping_ = false;
@@ -727,9 +899,137 @@ void addLaunchOptions(CLI::App& command, LaunchOptions& options) {
   command.add_option("--master-addr", options.masterAddr, "host of rank 0's rendezvous store");
   command.add_option("--master-port", options.masterPort, "port of rank 0's rendezvous store")
       ->check(CLI::Range(1, 65535));
+  command
+      .add_option("--max-restarts", options.maxRestarts,
+                  "start a rank other than 0 that dies again, up to N times, and let it rejoin (strategies that "
+                  "can take it back: ps mode=sync)")
+      ->check(CLI::NonNegativeNumber);
 }
 
-RankEnvironment rankEnvironment() {
+namespace detail {
+
+// Note [Slurm roles]: under srun every process of the job is a task, the strategy's role processes included: the
+// first tasks run the roles (in the order the strategy declares them, each from index 0), the others are the
+// workers, numbered from 0 (RANK = SLURM_PROCID - roles, WORLD_SIZE = SLURM_NTASKS - roles). A worker's local rank
+// counts the workers on its node only, so the first worker of a node takes its first GPU. The tasks on this node are
+// SLURM_GTIDS where srun sets it, else they follow from the tasks per node and srun's distribution (block or
+// cyclic). Rank 0's store is on the node of task `roles` (worker 0), which MASTER_ADDR names, or else which the
+// step's node list and that layout give.
+void placeSlurmRoles(RankEnvironment& env, const std::vector<RoleRequest>& roles, int procId, int localId, int tasks) {
+  int roleTasks = 0;
+  for (const RoleRequest& role : roles) {
+    if ((!role.nodes.empty() || !role.hosts.empty()) && role.count > 0) {
+      fail(
+          "role '{}' is placed on {} ({}), which strata's own launcher does; under srun the first {} task(s) run the "
+          "roles, on the nodes srun gives them: drop the placement and choose the nodes with srun (e.g. its "
+          "--distribution, --nodelist)",
+          role.name, role.nodes.empty() ? "hosts" : "node ranks",
+          role.nodes.empty() ? fmt::format("{}", fmt::join(role.hosts, ","))
+                             : fmt::format("{}", fmt::join(role.nodes, ",")),
+          roleTasks + role.count);
+    }
+    roleTasks += role.count;
+  }
+  if (roleTasks == 0) {
+    return;
+  }
+  std::vector<std::string> declared;
+  for (const RoleRequest& role : roles) {
+    declared.push_back(fmt::format("{} x{}", role.name, role.count));
+  }
+  if (tasks <= roleTasks) {
+    fail(
+        "srun started {} task(s) (SLURM_NTASKS), but the strategy's roles take the first {} ({}) and the job needs "
+        "at least one worker: start {} or more tasks",
+        tasks, roleTasks, fmt::join(declared, ", "), roleTasks + 1);
+  }
+  // The global ids of the tasks on this node.
+  std::vector<int> here;
+  const auto perNode = environmentValue("SLURM_STEP_TASKS_PER_NODE") ? environmentValue("SLURM_STEP_TASKS_PER_NODE")
+                                                                     : environmentValue("SLURM_TASKS_PER_NODE");
+  const char* perNodeName =
+      environmentValue("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE" : "SLURM_TASKS_PER_NODE";
+  std::vector<int> counts = perNode ? taskCounts(perNodeName, *perNode) : std::vector<int>{tasks};
+  const std::string distribution = environmentValue("SLURM_DISTRIBUTION").value_or("");
+  const std::optional<std::vector<int>> layout = taskNodes(counts, distribution);
+  if (layout && layout->size() != static_cast<std::size_t>(tasks)) {
+    fail("{}='{}' describes {} tasks, but SLURM_NTASKS says {}", perNodeName, perNode.value_or(""), layout->size(),
+         tasks);
+  }
+  const int nodeId =
+      environmentValue("SLURM_NODEID") ? nonNegative("SLURM_NODEID", *environmentValue("SLURM_NODEID")) : 0;
+  if (const auto gtids = environmentValue("SLURM_GTIDS")) {
+    std::size_t at = 0;
+    while (at <= gtids->size()) {
+      const std::size_t comma = std::min(gtids->find(',', at), gtids->size());
+      here.push_back(nonNegative("SLURM_GTIDS", gtids->substr(at, comma - at)));
+      at = comma + 1;
+    }
+  } else if (layout) {
+    for (int t = 0; t < tasks; ++t) {
+      if ((*layout)[static_cast<std::size_t>(t)] == nodeId) {
+        here.push_back(t);
+      }
+    }
+  } else {
+    fail(
+        "srun's distribution '{}' (SLURM_DISTRIBUTION) does not say which tasks share a node, and SLURM_GTIDS is not "
+        "set: run the roles' tasks with --distribution block or cyclic",
+        distribution);
+  }
+  std::sort(here.begin(), here.end());
+  if (std::find(here.begin(), here.end(), procId) == here.end() ||
+      std::count_if(here.begin(), here.end(), [&](int t) { return t < procId; }) != localId) {
+    fail(
+        "task {} (SLURM_PROCID) with local id {} (SLURM_LOCALID) is not where the tasks of node {} ({}) put it; "
+        "srun's layout is not the one Strata read (SLURM_DISTRIBUTION='{}')",
+        procId, localId, nodeId, fmt::join(here, ","), distribution);
+  }
+  const int workersHere =
+      static_cast<int>(std::count_if(here.begin(), here.end(), [&](int t) { return t >= roleTasks; }));
+  if (procId < roleTasks) {
+    int first = 0;
+    for (const RoleRequest& role : roles) {
+      if (procId < first + role.count) {
+        env.roleTask = RankEnvironment::RoleTask{role.name, procId - first, role.count};
+        break;
+      }
+      first += role.count;
+    }
+    env.rank = -1;
+    env.localRank = -1;
+  } else {
+    env.rank = procId - roleTasks;
+    env.localRank =
+        static_cast<int>(std::count_if(here.begin(), here.end(), [&](int t) { return t >= roleTasks && t < procId; }));
+  }
+  env.worldSize = tasks - roleTasks;
+  env.localWorldSize = std::max(1, workersHere);
+  env.roleTasks = roleTasks;
+  if (!environmentValue("MASTER_ADDR")) {
+    if (!layout) {
+      fail(
+          "set MASTER_ADDR to the host of task {} (worker rank 0, whose store the job meets at): srun's distribution "
+          "'{}' does not say which node runs it",
+          roleTasks, distribution);
+    }
+    const auto nodes = environmentValue("SLURM_STEP_NODELIST") ? environmentValue("SLURM_STEP_NODELIST")
+                                                               : environmentValue("SLURM_JOB_NODELIST");
+    if (nodes && !nodes->empty()) {
+      const std::vector<std::string> hosts = expandHostList(*nodes);
+      const int node = (*layout)[static_cast<std::size_t>(roleTasks)];
+      if (node >= static_cast<int>(hosts.size())) {
+        fail("worker rank 0 (task {}) runs on node {}, but the node list '{}' names {} host(s)", roleTasks, node,
+             *nodes, hosts.size());
+      }
+      env.masterAddr = hosts[static_cast<std::size_t>(node)];
+    }
+  }
+}
+
+}  // namespace detail
+
+RankEnvironment rankEnvironment(const std::vector<RoleRequest>& roles) {
   using detail::environmentValue;
   RankEnvironment env;
   if (const auto rank = environmentValue("RANK")) {
@@ -773,6 +1073,11 @@ RankEnvironment rankEnvironment() {
         env.masterAddr = detail::firstHost(*nodes);
       }
     }
+    if (env.rank >= env.worldSize) {
+      fail("rank {} is not below the world size {} (check RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS)", env.rank,
+           env.worldSize);
+    }
+    detail::placeSlurmRoles(env, roles, env.rank, env.localRank, env.worldSize);
   }
   if (const auto addr = environmentValue("MASTER_ADDR")) {
     if (addr->empty()) {
@@ -782,6 +1087,9 @@ RankEnvironment rankEnvironment() {
   }
   if (const auto portText = environmentValue("MASTER_PORT")) {
     env.masterPort = detail::port("MASTER_PORT", *portText);
+  }
+  if (env.roleTask) {
+    return env;  // a role process: no rank of its own
   }
   if (env.rank >= env.worldSize) {
     fail("rank {} is not below the world size {} (check RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS)", env.rank,
@@ -820,6 +1128,11 @@ std::optional<int> launchIfNeeded(const LaunchOptions& options, const RoleLaunch
   detail::checkRoles(roles);
   detail::RankLauncher launcher(options, roles, args.empty() ? detail::ownCommandLine() : std::move(args));
   return launcher.run();
+}
+
+int rankRestarts() {
+  const auto value = detail::environmentValue("STRATA_RANK_RESTARTS");
+  return value ? detail::nonNegative("STRATA_RANK_RESTARTS", *value) : 0;
 }
 
 int threadsFromEnvironment() {

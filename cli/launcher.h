@@ -17,6 +17,9 @@ struct LaunchOptions {
   int nodeRank = 0;
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;
+  // How often a rank other than 0 that dies is started again, when the strategy can take it back
+  // (StrategyRequirements::rejoinsWorkers; Note [Rejoining workers]). 0: a dead rank ends the job.
+  int maxRestarts = 0;
 };
 
 // The role processes a strategy asks for (StrategyRequirements::roles) and what they need to load it. The launcher
@@ -32,6 +35,9 @@ struct RoleLaunch {
   // StrategyRequirements::toleratesWorkerLoss: a rank other than 0 that dies does not end the job; the launcher
   // writes its departure into the store (Note [Departed ranks]).
   bool ranksMayDepart = false;
+  // StrategyRequirements::rejoinsWorkers: a rank other than 0 that dies is started again (LaunchOptions::maxRestarts)
+  // with STRATA_RANK_RESTARTS=n, and rejoins the job (Note [Rejoining workers]).
+  bool ranksMayRejoin = false;
 };
 
 // Where this process stands in the job, read from torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
@@ -44,13 +50,23 @@ struct RankEnvironment {
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;
   bool distributed = false;  // set by a launcher (ours, torchrun's variables, or srun)
+  // Note [Slurm roles]: under srun the first tasks run the strategy's role processes. In such a task, which process
+  // of which role (rank and localRank are then -1, worldSize the workers').
+  struct RoleTask {
+    std::string name;
+    int index = 0;
+    int count = 0;
+  };
+  std::optional<RoleTask> roleTask = std::nullopt;
+  int roleTasks = 0;  // tasks that run roles (0 outside srun): SLURM_PROCID - roleTasks is the rank
 };
 
 // Adds --nproc, --nnodes, --node-rank, --master-addr and --master-port to a command.
 void addLaunchOptions(CLI::App& command, LaunchOptions& options);
 
-// Reads the rank environment; throws Error naming the variable and its value when one is malformed.
-RankEnvironment rankEnvironment();
+// Reads the rank environment; throws Error naming the variable and its value when one is malformed. Under srun,
+// `roles` (the strategy's StrategyRequirements::roles) take the first tasks (Note [Slurm roles]).
+RankEnvironment rankEnvironment(const std::vector<RoleRequest>& roles = {});
 
 // Acts as the launcher when this process was asked for several ranks, or for roles, and is not a rank itself (no
 // RANK or SLURM_PROCID in the environment): starts the local ranks as copies of this binary with the same
@@ -68,6 +84,9 @@ namespace detail {
 // The cores this process may run on (its affinity mask); the launcher gives each of N local ranks 1/N of them.
 int availableCores();
 }  // namespace detail
+
+// How often the launcher has restarted this rank (STRATA_RANK_RESTARTS; Note [Rejoining workers]); 0 when unset.
+int rankRestarts();
 
 // CPU threads per rank from STRATA_THREADS (set by the launcher: cores / local ranks); 0 when unset.
 int threadsFromEnvironment();

@@ -109,6 +109,14 @@ void runRole(RoleOptions options) {
 
 }  // namespace
 
+void runRoleProcess(const RoleOptions& options) {
+  try {
+    runRole(options);
+  } catch (const std::exception& e) {
+    fail("role {} {}: {}", options.name, options.index, e.what());
+  }
+}
+
 std::vector<std::string> roleArguments(const RoleOptions& options) {
   std::vector<std::string> args{"role",       options.name,
                                 "--index",    std::to_string(options.index),
@@ -157,13 +165,7 @@ void addRoleFlags(CLI::App* c, const std::shared_ptr<RoleOptions>& o) {
   c->add_option("--host-address", o->hostAddress,
                 "the address the ranks reach this process at (default: this host's address on the route to the "
                 "master)");
-  c->callback([o] {
-    try {
-      runRole(*o);
-    } catch (const std::exception& e) {
-      fail("role {} {}: {}", o->name, o->index, e.what());
-    }
-  });
+  c->callback([o] { runRoleProcess(*o); });
 }
 
 }  // namespace
@@ -172,12 +174,14 @@ void addRoleCommand(CLI::App& app) {
   auto o = std::make_shared<RoleOptions>();
   CLI::App* c = app.add_subcommand("role", "run one process of a role a strategy declares (e.g. a parameter server)");
   c->footer(
-      "`strata train` starts the roles its strategy declares by itself, on node rank 0. When another launcher starts\n"
-      "the ranks (srun, torchrun), start each role process by hand beside them, e.g.:\n"
+      "`strata train` starts the roles its strategy declares by itself, on node rank 0, and under srun runs them in\n"
+      "the first tasks. When another launcher starts the ranks (torchrun), start each role process by hand beside\n"
+      "them, e.g.:\n"
       "  MASTER_ADDR=node01 MASTER_PORT=29500 strata role ps-server --index 0 --count 2 --workers 8 --strategy ps \\\n"
       "      --strategy-opt servers=2\n"
       "It connects to rank 0's store at MASTER_ADDR:MASTER_PORT (waiting up to --timeout for it), tells the ranks\n"
-      "where it listens, and runs until SIGTERM or Ctrl-C.");
+      "where it listens, and runs until the job is done (rank 0 says so in the store, or its store closes), SIGTERM\n"
+      "or Ctrl-C.");
   c->add_option("name", o->name, "the role, as the strategy declares it")->required();
   c->add_option("--strategy", o->strategy, "the strategy plugin that declares the role")->required();
   addRoleFlags(c, o);
@@ -188,9 +192,11 @@ void addRoleCommand(CLI::App& app) {
   ps->strategy = "ps";
   CLI::App* server = app.add_subcommand("ps-server", "run one parameter server of a `--strategy ps` job by hand");
   server->footer(
-      "The same as `strata role ps-server --strategy ps`. `strata train --strategy ps` starts its servers itself;\n"
-      "start them by hand when another launcher (srun, torchrun) starts the workers, with the same --strategy-opt\n"
-      "flags, MASTER_ADDR/MASTER_PORT of rank 0's store, and STRATA_JOB_SECRET_FILE or key_file= for the CURVE key.");
+      "The same as `strata role ps-server --strategy ps`. `strata train --strategy ps` starts its servers itself "
+      "(under\n"
+      "srun: the first S tasks); start them by hand when another launcher (torchrun) starts the workers, with the\n"
+      "same --strategy-opt flags, MASTER_ADDR/MASTER_PORT of rank 0's store, and STRATA_JOB_SECRET_FILE or key_file=\n"
+      "for the CURVE key.");
   addRoleFlags(server, ps);
 
   CLI::App* keygen = app.add_subcommand("ps-keygen", "write a new CURVE secret for --strategy-opt key_file=PATH");

@@ -22,6 +22,10 @@ struct RoleOptions {
   std::string hostAddress;  // empty: this host's address on the route to the master
 };
 
+// Runs one role process in this process until it is stopped (SIGTERM/SIGINT): what `strata role` does, and what a
+// srun task that runs a role does (Note [Slurm roles]). Errors name the role and index.
+void runRoleProcess(const RoleOptions& options);
+
 // `role <name> --index I --count N --workers W --nnodes K --strategy S ...`: the arguments after the program name
 // that run `options` (the master's address comes from the environment, as for the ranks).
 std::vector<std::string> roleArguments(const RoleOptions& options);

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "strata/error.h"
 #include "strata/optim/optimizer.h"
@@ -29,7 +32,28 @@ void raiseStop(int /*signal*/) {
 RoleProcessContext::RoleProcessContext(Fields fields, Store& store) : fields_(std::move(fields)), store_(store) {}
 
 bool RoleProcessContext::stopRequested() const {
-  return stopFlag.load();
+  if (stopFlag.load() || jobDone_) {
+    return true;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (now - lastDoneCheck_ < std::chrono::seconds(1)) {
+    return false;
+  }
+  lastDoneCheck_ = now;
+  try {
+    jobDone_ = store_.check({kJobDoneKey});
+    if (jobDone_) {
+      fmt::print("role {} {}: the job is done ('{}' in the store); stopping\n", fields_.role, fields_.index,
+                 kJobDoneKey);
+    }
+  } catch (const std::exception& e) {
+    // Rank 0 serves the store and leaves last, often before this looks again: without it there is no job to serve
+    // (had rank 0 failed, its own exit status says so).
+    jobDone_ = true;
+    fmt::print("role {} {}: rank 0's store has closed, the job is over; stopping ({})\n", fields_.role, fields_.index,
+               e.what());
+  }
+  return jobDone_;
 }
 
 std::unique_ptr<SliceOptimizer> RoleProcessContext::createOptimizer(std::vector<ParameterSlice> slices) {

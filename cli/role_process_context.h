@@ -32,6 +32,7 @@ class RoleProcessContext final : public RoleContext {
   const std::map<std::string, std::string>& options() const override { return fields_.options; }
   std::chrono::milliseconds timeout() const override { return fields_.timeout; }
   std::string hostAddress() const override { return fields_.hostAddress; }
+  // SIGTERM or SIGINT, or the job is done (Note [Role stop]).
   bool stopRequested() const override;
   std::unique_ptr<SliceOptimizer> createOptimizer(std::vector<ParameterSlice> slices) override;
 
@@ -42,6 +43,9 @@ class RoleProcessContext final : public RoleContext {
  private:
   Fields fields_;
   Store& store_;
+  // Note [Role stop]: the job-done key, looked up at most once a second.
+  mutable std::chrono::steady_clock::time_point lastDoneCheck_{};
+  mutable bool jobDone_ = false;
 };
 
 // This host's address on the route to host:port (the local end a connection there would use), so that processes

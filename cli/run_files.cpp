@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -153,6 +154,9 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
                                 {"communication_s", figure("communication_s")},
                                 {"collective_s", figure("collective_s")},
                                 {"reserved_memory_bytes", mine.memory.reserved}};
+  if (setup_.restarts > 0) {
+    rankFigures["restarts"] = setup_.restarts;  // compute_s and the peaks are the last process's
+  }
   for (const auto& [key, value] : mine.strategyFigures) {
     rankFigures.emplace(key, value);  // the strategy's own figures, beside the standard ones
   }
@@ -185,6 +189,9 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
                   {"final_train_loss", totals.finalTrainLoss},
                   {"test_accuracy", orNull(totals.testAccuracy)},
                   {"ranks", ranks}});
+  if (std::any_of(setup_.roles.begin(), setup_.roles.end(), [](const RoleRequest& r) { return r.count > 0; })) {
+    summary["servers"] = roleFigures();
+  }
   if (setup_.finalFields) {
     setup_.finalFields(summary);
   }
@@ -192,15 +199,50 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
   fmt::print("summary: {}\n", (setup_.runDir / "summary.json").string());
 }
 
+// Note [Role figures]: each role process publishes its own figures in the store before the answers that changed
+// them, and every rank has had its last answer by now, so what is there is final. A role that publishes nothing (a
+// strategy's helper that measures nothing) is listed as not reported.
+nlohmann::json RunFiles::roleFigures() const {
+  nlohmann::json servers = nlohmann::json::array();
+  for (const RoleRequest& role : setup_.roles) {
+    for (int index = 0; index < role.count; ++index) {
+      const std::string key = roleFiguresKey(role.name, index);
+      nlohmann::json entry = {{"role", role.name}, {"index", index}};
+      try {
+        if (setup_.store == nullptr || !setup_.store->check({key})) {
+          entry["reported"] = false;
+        } else {
+          entry.update(nlohmann::json::parse(setup_.store->getString(key, setup_.timeout)));
+          entry["role"] = role.name;
+          entry["index"] = index;
+        }
+      } catch (const std::exception& e) {  // the run's figures are written whatever one role published
+        entry["reported"] = false;
+        entry["error"] = fmt::format("cannot read {} from the store: {}", key, e.what());
+        spdlog::warn("summary.json: role {} {}: {}", role.name, index, entry["error"].get<std::string>());
+      }
+      servers.push_back(std::move(entry));
+    }
+  }
+  return servers;
+}
+
 void RunFiles::release() {
-  if (setup_.store == nullptr || setup_.worldSize == 1) {
+  if (setup_.store == nullptr) {
+    return;
+  }
+  if (setup_.worldSize == 1) {
+    if (lead()) {
+      setup_.store->setString(kJobDoneKey, "1");  // Note [Role stop]: a one-worker job's roles
+    }
     return;
   }
   // Note [Leaving the store]: rank 0 serves the store, so it leaves last. It says it is done, then waits until every
   // other rank has said it read that: a rank still waiting when rank 0's process ends would lose its answer (on a
-  // lossy link the answer may still be in flight, and the rank's heartbeat meets a closed socket first).
+  // lossy link the answer may still be in flight, and the rank's heartbeat meets a closed socket first). Roles stop
+  // on the same key (Note [Role stop]).
   if (lead()) {
-    setup_.store->setString("summary/done", "1");
+    setup_.store->setString(kJobDoneKey, "1");
     for (int r = 1; r < setup_.worldSize; ++r) {
       try {
         getUnlessDeparted(*setup_.store, fmt::format("summary/left/{}", r), r, setup_.timeout);
@@ -209,7 +251,7 @@ void RunFiles::release() {
       }
     }
   } else {
-    setup_.store->getString("summary/done", setup_.timeout);
+    setup_.store->getString(kJobDoneKey, setup_.timeout);
     try {
       setup_.store->setString(fmt::format("summary/left/{}", setup_.rank), "1");
     } catch (const std::exception&) {

@@ -12,6 +12,7 @@
 #include "run_outputs.h"
 #include "strata/comm/store.h"
 #include "strata/device.h"
+#include "strata/sdk/roles.h"
 #include "strata/train/run_recorder.h"
 
 namespace strata::cli {
@@ -34,6 +35,11 @@ class RunFiles final : public RunRecorder {
     std::function<void(nlohmann::json&)> finalFields;
     // Note [Resource sampling]: RUN_DIR/timeseries/rank-<r>.jsonl every period; 0 turns it off.
     std::chrono::milliseconds samplePeriod{500};
+    // The strategy's role processes (parameter servers): summary.json lists what each published of itself under
+    // "servers" (Note [Role figures] in strata/sdk/roles.h).
+    std::vector<RoleRequest> roles;
+    // How often the launcher restarted this rank (Note [Rejoining workers]): its figures are its last process's.
+    int restarts = 0;
   };
 
   explicit RunFiles(Setup setup);
@@ -51,6 +57,7 @@ class RunFiles final : public RunRecorder {
 
  private:
   bool lead() const { return setup_.rank == 0; }
+  nlohmann::json roleFigures() const;
 
   Setup setup_;
   bool tty_;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "batch_sources.h"
@@ -18,6 +19,7 @@
 #include "model_options.h"
 #include "op_profiler.h"
 #include "process_group_factory.h"
+#include "role_command.h"
 #include "run_files.h"
 #include "strata/comm/tcp_store.h"
 #include "strata/graphs/specialize.h"
@@ -190,6 +192,7 @@ BuiltPlan buildPlan(const TrainOptions& options, const std::string& modelPath, D
 TrainerOptions trainerOptions(const TrainOptions& options, const StrategyRequirements& requirements,
                               const std::map<std::string, std::string>& strategyOptions) {
   TrainerOptions t;
+  t.rejoin = rankRestarts() > 0;
   t.epochs = options.epochs;
   t.stopAfterEpoch = options.stopAfterEpoch;
   t.maxSteps = options.maxSteps;
@@ -252,16 +255,40 @@ void train(const TrainOptions& options) {
   // process the world size is still 1: the job's is nproc x nnodes.
   const StrategyRequirements launched = strategy->requirements(
       StrategyQuery{strategyOptions, options.launch.nproc * options.launch.nnodes, options.launch.nnodes});
+  if (options.launch.maxRestarts > 0 && !launched.rejoinsWorkers) {
+    fail(
+        "--max-restarts {}: strategy '{}'{} cannot take a restarted rank back into a running job; it works with "
+        "--strategy ps (mode=sync), whose servers hold the parameters and wait for the restarted worker",
+        options.launch.maxRestarts, options.strategy,
+        options.strategyOptions.empty() ? "" : fmt::format(" ({})", fmt::join(options.strategyOptions, " ")));
+  }
   const RoleLaunch roles{.roles = launched.roles,
                          .strategy = options.strategy,
                          .strategyOptions = options.strategyOptions,
                          .pluginDirs = options.pluginDirs,
                          .timeoutS = options.timeoutS,
-                         .ranksMayDepart = launched.toleratesWorkerLoss};
+                         .ranksMayDepart = launched.toleratesWorkerLoss,
+                         .ranksMayRejoin = launched.rejoinsWorkers};
   if (launchIfNeeded(options.launch, roles)) {
     return;
   }
-  const RankEnvironment rankEnv = rankEnvironment();
+  // Note [Slurm roles]: under srun the first tasks run the strategy's roles (its parameter servers).
+  const RankEnvironment rankEnv = rankEnvironment(launched.roles);
+  if (rankEnv.roleTask) {
+    runRoleProcess(RoleOptions{.name = rankEnv.roleTask->name,
+                               .index = rankEnv.roleTask->index,
+                               .count = rankEnv.roleTask->count,
+                               .workers = rankEnv.worldSize,
+                               .nodes = options.launch.nnodes,
+                               .strategy = options.strategy,
+                               .strategyOptions = options.strategyOptions,
+                               .pluginDirs = options.pluginDirs,
+                               .timeoutS = options.timeoutS,
+                               .masterAddr = rankEnv.masterAddr,
+                               .masterPort = rankEnv.masterPort,
+                               .hostAddress = {}});
+    return;
+  }
   prepareRank(rankEnv);
   ModelOptions modelOptions = options.model;
   if (modelOptions.threads == 0) {
@@ -291,7 +318,10 @@ void train(const TrainOptions& options) {
                                                        .rank = rankEnv.rank,
                                                        .timeout = trainer.timeout});
   }
-  if (rankEnv.worldSize > 1) {
+  // Note [Rejoining workers]: a restarted rank cannot join the others' collectives (their groups were made without
+  // it); the strategies that take one back use none.
+  const int restarts = rankRestarts();
+  if (rankEnv.worldSize > 1 && restarts == 0) {
     group = createProcessGroup(store, rankEnv, device, trainer.timeout);
   }
   std::optional<LossScaler> lossScaler;
@@ -341,6 +371,8 @@ void train(const TrainOptions& options) {
                          {"device", describe(device)},
                          {"params", plan.parameters().totalElements()},
                          {"precision", options.device.precision}};
+  recording.roles = requirements.roles;
+  recording.restarts = restarts;
   recording.finalFields = [&](nlohmann::json& summary) {
     addPlanFields(summary, options, built, device, lossScaler ? &*lossScaler : nullptr);
   };
@@ -368,8 +400,9 @@ void train(const TrainOptions& options) {
     fmt::print("resumed from {} after epoch {} (step {})\n", checkpoints.describe(), run.startEpoch(), run.stepsDone());
   }
   if (rankEnv.worldSize > 1) {
-    fmt::print("rank {} of {}: strategy {} set up, {} batches of {} per epoch\n", rankEnv.rank, rankEnv.worldSize,
-               options.strategy, trainBatches.batchesPerEpoch(), options.batchSize);
+    fmt::print("rank {} of {}: strategy {} set up, {} batches of {} per epoch (local rank {} of {})\n", rankEnv.rank,
+               rankEnv.worldSize, options.strategy, trainBatches.batchesPerEpoch(), options.batchSize,
+               rankEnv.localRank, rankEnv.localWorldSize);
   }
   if (lead) {
     fmt::print(

@@ -43,6 +43,11 @@ class PsClient {
   // recovery]). Servers that had neither answered nor restarted by then are marked pending.
   std::vector<Reply> receiveUntilRestart(const std::vector<std::size_t>& servers, std::chrono::milliseconds timeout);
   int restartsSeen() const { return restartsSeen_; }
+  // The sequence number the next request to server s follows (Note [Rejoining workers]: a restarted worker goes on
+  // from its dead process's numbers).
+  void setLastSequence(int server, std::uint64_t sequence) {
+    sequence_.at(static_cast<std::size_t>(server)) = sequence;
+  }
 
  private:
   void connect(std::size_t server);

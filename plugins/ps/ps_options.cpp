@@ -9,7 +9,7 @@ namespace {
 
 constexpr const char* kKnown =
     "servers, mode, staleness, lr_staleness, dc_asgd, auth, key_file, checkpoint_every, checkpoint_dir, "
-    "max_restarts, server_nodes, trace, timeout_s";
+    "max_restarts, server_nodes, server_hosts, trace, timeout_s";
 
 std::int64_t integer(const std::string& key, const std::string& value, std::int64_t least) {
   try {
@@ -93,6 +93,18 @@ PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
         o.serverNodes.push_back(static_cast<int>(integer(key, value.substr(start, comma - start), 0)));
         start = comma + 1;
       }
+    } else if (key == "server_hosts") {
+      std::size_t start = 0;
+      while (start <= value.size()) {
+        const std::size_t comma = std::min(value.find(',', start), value.size());
+        const std::string host = value.substr(start, comma - start);
+        if (host.empty() || host.find_first_of(" \t") != std::string::npos) {
+          fail("ps: --strategy-opt server_hosts={}: '{}' is not a host name (a comma-separated list, one per server)",
+               value, host);
+        }
+        o.serverHosts.push_back(host);
+        start = comma + 1;
+      }
     } else if (key == "max_restarts") {
       o.maxRestarts = static_cast<int>(integer(key, value, 0));
     } else if (key == "checkpoint_dir") {
@@ -108,6 +120,13 @@ PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
   if (!o.serverNodes.empty() && o.serverNodes.size() != static_cast<std::size_t>(o.servers)) {
     fail("ps: --strategy-opt server_nodes names {} node(s) for {} server(s); give one node rank per server",
          o.serverNodes.size(), o.servers);
+  }
+  if (!o.serverHosts.empty() && o.serverHosts.size() != static_cast<std::size_t>(o.servers)) {
+    fail("ps: --strategy-opt server_hosts names {} host(s) for {} server(s); give one host name per server",
+         o.serverHosts.size(), o.servers);
+  }
+  if (!o.serverHosts.empty() && !o.serverNodes.empty()) {
+    fail("ps: --strategy-opt server_nodes and server_hosts both place the servers; give one of them");
   }
   if (o.servers > 1024) {
     fail("ps: --strategy-opt servers={} is more than 1024", o.servers);

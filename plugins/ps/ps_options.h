@@ -22,16 +22,17 @@ const char* modeName(Mode mode);
 struct PsOptions {
   int servers = 1;
   Mode mode = Mode::Sync;
-  int staleness = 2;                 // ssp's bound K; ssp with K = 0 runs as sync
-  bool lrStaleness = false;          // lr / staleness per push (Zhang et al., IJCAI 2016)
-  double dcAsgd = 0.0;               // DC-ASGD's lambda (0: off): g + lambda g*g*(w_now - w_pulled)
-  bool auth = true;                  // ZeroMQ CURVE between workers and servers
-  std::string keyFile;               // the job's CURVE secret (default: the launcher's per-job file)
-  std::int64_t checkpointEvery = 0;  // servers write their ranges every N updates (0: never)
-  int maxRestarts = 3;               // with checkpoints: how often the launcher restarts a dead server
-  std::vector<int> serverNodes;      // server_nodes=1,1: the node rank each server runs on (default: all on 0)
-  std::string checkpointDir;         // where servers write (default: a per-job directory the launcher removes)
-  std::string trace;                 // a server writes one JSON line per update to TRACE.<server>.jsonl
+  int staleness = 2;                     // ssp's bound K; ssp with K = 0 runs as sync
+  bool lrStaleness = false;              // lr / staleness per push (Zhang et al., IJCAI 2016)
+  double dcAsgd = 0.0;                   // DC-ASGD's lambda (0: off): g + lambda g*g*(w_now - w_pulled)
+  bool auth = true;                      // ZeroMQ CURVE between workers and servers
+  std::string keyFile;                   // the job's CURVE secret (default: the launcher's per-job file)
+  std::int64_t checkpointEvery = 0;      // servers write their ranges every N updates (0: never)
+  int maxRestarts = 3;                   // with checkpoints: how often the launcher restarts a dead server
+  std::vector<int> serverNodes;          // server_nodes=1,1: the node rank each server runs on (default: all on 0)
+  std::vector<std::string> serverHosts;  // server_hosts=a,b: the host name of the node each server runs on
+  std::string checkpointDir;             // where servers write (default: a per-job directory the launcher removes)
+  std::string trace;                     // a server writes one JSON line per update to TRACE.<server>.jsonl
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
 };
 

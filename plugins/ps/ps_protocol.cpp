@@ -16,7 +16,7 @@ struct LayoutEntry {
 static_assert(sizeof(LayoutEntry) == 16);
 
 bool knownKind(std::uint16_t kind) {
-  return kind >= static_cast<std::uint16_t>(Kind::Init) && kind <= static_cast<std::uint16_t>(Kind::RestoreState);
+  return kind >= static_cast<std::uint16_t>(Kind::Init) && kind <= static_cast<std::uint16_t>(Kind::Rejoined);
 }
 
 bool decodeLayout(Frame frame, FlatLayout& layout, std::string& why) {
@@ -82,6 +82,10 @@ const char* kindName(Kind kind) {
       return "state";
     case Kind::RestoreState:
       return "restore-state";
+    case Kind::Rejoin:
+      return "rejoin";
+    case Kind::Rejoined:
+      return "rejoined";
   }
   return "unknown";
 }
@@ -158,7 +162,7 @@ Verdict validateRequest(const std::vector<Frame>& frames, const ServerView& view
   v.headerDecoded = true;
   const Kind kind = static_cast<Kind>(header->kind);
   if (kind != Kind::Init && kind != Kind::Pull && kind != Kind::Push && kind != Kind::StatsRequest &&
-      kind != Kind::Idle && kind != Kind::StateRequest && kind != Kind::RestoreState) {
+      kind != Kind::Idle && kind != Kind::StateRequest && kind != Kind::RestoreState && kind != Kind::Rejoin) {
     v.error = fmt::format("a {} message is a reply, not a request", kindName(kind));
     return v;
   }
@@ -233,7 +237,11 @@ Verdict validateRequest(const std::vector<Frame>& frames, const ServerView& view
     v.ok = true;
     return v;
   }
-  if (kind == Kind::Pull || kind == Kind::StatsRequest || kind == Kind::Idle) {
+  if (kind == Kind::Rejoin && !view.initialized) {
+    v.error = "rejoin before the server was initialised: there is no job to rejoin yet";
+    return v;
+  }
+  if (kind == Kind::Pull || kind == Kind::StatsRequest || kind == Kind::Idle || kind == Kind::Rejoin) {
     if (frames.size() != 1) {
       v.error = fmt::format("a {} carries no data, this one has {} frames", kindName(kind), frames.size() - 1);
       return v;

@@ -41,6 +41,11 @@ enum class Kind : std::uint16_t {
   StateRequest = 9,   // worker 0 -> server: the optimizer state (answered: State)
   State = 10,         // server -> worker 0: one JSON frame (optimizer steps, byte sizes), then each state tensor
   RestoreState = 11,  // worker 0 -> server: a State's frames, to load (answered: State, the state now held)
+  // Note [Rejoining workers]: a restarted worker asks where it stands.
+  Rejoin = 12,  // worker -> server (sync mode): this worker's last push and clock, and the values (answered: Rejoined)
+  // server -> worker: one JSON frame (last_sequence, clock, waiting, version, previous), the values of the server's
+  // segments (+ buffers on server 0) at `version`, then, when `previous`, those at version - 1.
+  Rejoined = 13,
 };
 
 // The largest JSON frame of a State or RestoreState.

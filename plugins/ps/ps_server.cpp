@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ps_checkpoint.h"
+#include "ps_counted_bytes.h"
 #include "ps_transport.h"
 #include "strata/error.h"
 
@@ -104,6 +105,9 @@ PsServer::PsServer(const PsOptions& options, RoleContext& context)
   jobId_ = jobId != nullptr ? jobId : "";
   const char* restarts = std::getenv("STRATA_ROLE_RESTARTS");
   restarts_ = restarts != nullptr ? std::atoll(restarts) : 0;
+  figures_ = std::make_unique<ServerFigures>(context.store(), context.role(), view_.index, restarts_);
+  const char* rankRestarts = std::getenv("STRATA_RANK_MAX_RESTARTS");
+  keepPrevious_ = options_.mode == Mode::Sync && rankRestarts != nullptr && std::atoll(rankRestarts) > 0;
   if (options_.checkpointEvery > 0) {
     std::filesystem::path dir = options_.checkpointDir;
     if (dir.empty()) {
@@ -150,6 +154,7 @@ void PsServer::start() {
   if (!checkpointPath_.empty()) {
     loadCheckpoint();
   }
+  figures_->publishIfChanged();
   publishRoleEndpoint(context_.store(), context_.role(), view_.index, endpoint);
   fmt::print("ps-server {} of {}: serving {} workers at {} (mode {}{}, auth {})\n", view_.index, view_.servers,
              view_.workers, endpoint, modeName(options_.mode),
@@ -235,6 +240,8 @@ void PsServer::handleZap() {
 
 void PsServer::handleRequest() {
   std::vector<zmq::message_t> frames = receiveMessage(router_);
+  // Note [PS server memory]: the request's bytes count as communication buffers until it has been handled.
+  const CountedBytes received(MemoryCategory::Communication, messageBytes(frames));
   if (frames.size() < 2) {
     ++rejected_;
     return;  // only a routing id: nothing to answer
@@ -292,6 +299,14 @@ void PsServer::handleRequest() {
         return;
       }
       reply(identity, header, Kind::State, 0);
+      return;
+    case Kind::Rejoin:
+      // Note [Rejoining workers]: a restarted worker's new process; its next push (the same sequence number when
+      // this server holds it already) tells this server where to send the round's answer.
+      fmt::print("ps-server {}: worker {} rejoins (restarted): its last push {} ({} pushes), {}at version {}\n",
+                 view_.index, header.worker, worker.lastSequence, worker.clock,
+                 worker.waiting ? "waiting in the round, " : "", version_);
+      reply(identity, header, Kind::Rejoined, 0);
       return;
     case Kind::Idle:
       // A worker done with its epoch's steps (shared steps) no longer holds the others back in SSP.
@@ -351,7 +366,20 @@ void PsServer::allocate() {
       bufferSums_.push_back(Tensor::zeros(b.dtype, {b.numel}, MemoryCategory::Other));
     }
   }
+  if (keepPrevious_) {
+    for (const Tensor& values : values_) {
+      previous_.push_back(Tensor::empty(values.dtype(), {values.numel()}, MemoryCategory::Parameters));
+    }
+    for (const Tensor& buffer : buffers_) {
+      previousBuffers_.push_back(Tensor::empty(buffer.dtype(), {buffer.numel()}, MemoryCategory::Other));
+    }
+  }
   optimizer_ = context_.createOptimizer(std::move(slices));
+  std::int64_t keyBytes = 0;
+  for (const Tensor& values : values_) {
+    keyBytes += static_cast<std::int64_t>(values.bytes());
+  }
+  figures_->setKeyRanges(view_.segments.size(), keyBytes);
   view_.stateSizes.clear();
   for (const Tensor& state : optimizer_->state()) {
     view_.stateSizes.push_back(state.bytes());
@@ -478,6 +506,15 @@ void PsServer::applySync(WorkerState& worker, const std::vector<zmq::message_t>&
       scale(gradients, 1.0 / view_.workers);
     }
   }
+  if (keepPrevious_) {
+    for (std::size_t k = 0; k < values_.size(); ++k) {
+      previous_[k].copyFrom(values_[k]);
+    }
+    for (std::size_t b = 0; b < buffers_.size(); ++b) {
+      previousBuffers_[b].copyFrom(buffers_[b]);
+    }
+    hasPrevious_ = true;
+  }
   optimizer_->step(roundLr_);
   for (std::size_t b = 0; b < buffers_.size(); ++b) {
     buffers_[b].copyFrom(bufferSums_[b]);
@@ -502,12 +539,12 @@ int PsServer::applyAsync(WorkerState& worker, const std::vector<zmq::message_t>&
   for (std::size_t k = 0; k < gradients_.size(); ++k) {
     Tensor& g = gradients_[k];
     addFrame(g, frames[frame++], true);
-    if (options_.dcAsgd > 0 && !worker.pulledValues.empty()) {
+    if (options_.dcAsgd > 0 && worker.pulledValues.defined()) {
       std::int64_t offset = 0;
       for (std::size_t j = 0; j < k; ++j) {
         offset += static_cast<std::int64_t>(values_[j].bytes());
       }
-      const char* then = worker.pulledValues.data() + offset;
+      const char* then = static_cast<const char*>(worker.pulledValues.rawData()) + offset;
       if (g.dtype() == DType::Float64) {
         compensate(g.data<double>(), values_[k].data<double>(), then, g.numel(), options_.dcAsgd);
       } else {
@@ -615,18 +652,47 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
       if (options_.mode == Mode::Sync) {
         data.emplace_back(values.rawData(), values.bytes(), nullptr);
       } else {
-        data.emplace_back(values.rawData(), values.bytes());
+        data.push_back(countedCopy(values.rawData(), values.bytes()));  // Note [PS server memory]
       }
     }
     for (const Tensor& buffer : buffers_) {
-      data.emplace_back(buffer.rawData(), buffer.bytes());
+      data.push_back(countedCopy(buffer.rawData(), buffer.bytes()));
     }
     if (options_.dcAsgd > 0) {
+      // DC-ASGD's backup of the values a worker pulled is part of the update rule's state.
       WorkerState& worker = workers_.at(static_cast<std::size_t>(request.worker));
-      worker.pulledValues.clear();
+      std::int64_t bytes = 0;
       for (const Tensor& values : values_) {
-        const char* bytes = static_cast<const char*>(values.rawData());
-        worker.pulledValues.insert(worker.pulledValues.end(), bytes, bytes + values.bytes());
+        bytes += static_cast<std::int64_t>(values.bytes());
+      }
+      if (!worker.pulledValues.defined()) {
+        worker.pulledValues = Tensor::empty(DType::UInt8, {bytes}, MemoryCategory::OptimizerState);
+      }
+      char* into = static_cast<char*>(worker.pulledValues.rawData());
+      for (const Tensor& values : values_) {
+        std::memcpy(into, values.rawData(), values.bytes());
+        into += values.bytes();
+      }
+    }
+  } else if (kind == Kind::Rejoined) {
+    // Copies: another worker's push may complete the round (and change the values) before ZeroMQ has sent them.
+    const WorkerState& worker = workers_.at(static_cast<std::size_t>(request.worker));
+    const nlohmann::json description = {{"last_sequence", worker.lastSequence},
+                                        {"clock", worker.clock},
+                                        {"waiting", worker.waiting},
+                                        {"version", version_},
+                                        {"previous", hasPrevious_}};
+    data.emplace_back(description.dump());
+    for (const auto* tensors : {&values_, &buffers_}) {
+      for (const Tensor& t : *tensors) {
+        data.push_back(countedCopy(t.rawData(), t.bytes()));
+      }
+    }
+    if (hasPrevious_) {
+      for (const auto* tensors : {&previous_, &previousBuffers_}) {
+        for (const Tensor& t : *tensors) {
+          data.push_back(countedCopy(t.rawData(), t.bytes()));
+        }
       }
     }
   } else if (kind == Kind::Stats) {
@@ -639,7 +705,7 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
                                   {"state_bytes", view_.stateSizes}};
     data.emplace_back(description.dump());
     for (const Tensor& state : optimizer_->state()) {
-      data.emplace_back(state.rawData(), state.bytes());
+      data.push_back(countedCopy(state.rawData(), state.bytes()));
     }
   }
   header.frames = static_cast<std::uint32_t>(data.size());
@@ -647,6 +713,7 @@ void PsServer::reply(zmq::message_t& identity, const Header& request, Kind kind,
   for (zmq::message_t& d : data) {
     frames.push_back(std::move(d));
   }
+  figures_->publishIfChanged();  // Note [Role figures]: before the answer
   sendMessage(router_, frames);
 }
 
@@ -662,6 +729,7 @@ void PsServer::replyError(zmq::message_t& identity, const Header* request, const
   header.frames = 1;
   frames.push_back(bytesFrame(encodeHeader(header)));
   frames.emplace_back(fmt::format("ps-server {}: {}", view_.index, message));
+  figures_->publishIfChanged();
   sendMessage(router_, frames);
 }
 
@@ -682,8 +750,9 @@ std::string PsServer::statsJson() const {
                     s.stalenessMax, s.departed ? "true" : "false");
   }
   return fmt::format(
-      R"({{"server":{},"version":{},"rejected":{},"refused":{},"restarts":{},"replayed_answers":{},"workers":[{}]}})",
-      view_.index, version_, rejected_, refused_, restarts_, replayedPushes_, perWorker);
+      R"({{"server":{},"version":{},"rejected":{},"refused":{},"restarts":{},"replayed_answers":{},"workers":[{}],)"
+      R"("figures":{}}})",
+      view_.index, version_, rejected_, refused_, restarts_, replayedPushes_, perWorker, figures_->json().dump());
 }
 
 }  // namespace strata::ps

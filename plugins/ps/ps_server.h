@@ -21,6 +21,7 @@
 
 #include "ps_options.h"
 #include "ps_protocol.h"
+#include "ps_server_figures.h"
 #include "strata/sdk/roles.h"
 
 namespace strata::ps {
@@ -47,7 +48,7 @@ class PsServer {
     double stalenessSum = 0;
     std::int64_t stalenessMax = 0;
     std::int64_t pushes = 0;
-    std::vector<char> pulledValues;     // DC-ASGD: the values this worker computed its next gradient on
+    Tensor pulledValues;                // DC-ASGD: the values this worker computed its next gradient on (bytes)
     std::vector<Tensor> latestBuffers;  // async/ssp, server 0: this worker's last pushed buffers
     bool departed = false;              // died; the job goes on without it (Note [Departed ranks])
     bool idle = false;                  // done with its epoch's steps (Kind::Idle) until its next push
@@ -98,8 +99,15 @@ class PsServer {
   std::string checkpointPath_;  // empty: no checkpoints
   std::string jobId_;
   std::int64_t restarts_ = 0;
-  std::int64_t replayedPushes_ = 0;     // pushes answered again without being applied (resent after a restart)
-  std::vector<std::uint64_t> durable_;  // per worker: its last sequence the latest checkpoint holds
+  std::int64_t replayedPushes_ = 0;         // pushes answered again without being applied (resent after a restart)
+  std::vector<std::uint64_t> durable_;      // per worker: its last sequence the latest checkpoint holds
+  std::unique_ptr<ServerFigures> figures_;  // Note [PS server memory]
+  // Note [Rejoining workers]: in sync mode, when the launcher may restart workers (STRATA_RANK_MAX_RESTARTS > 0),
+  // the values (and buffers) before the last update, for a restarted worker that must recompute that round.
+  bool keepPrevious_ = false;
+  bool hasPrevious_ = false;
+  std::vector<Tensor> previous_;
+  std::vector<Tensor> previousBuffers_;
 };
 
 }  // namespace strata::ps

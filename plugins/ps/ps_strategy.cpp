@@ -5,12 +5,17 @@
 // Note [PS zero copy]: a push's data frames are ZeroMQ messages over the gradient buffers themselves (no copy, no
 // free function). That is safe because a worker waits for every server's answer before the next backward writes
 // those buffers, and a server answers only after it has received the whole message.
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -56,39 +61,18 @@ class PsStrategy final : public Strategy {
     requirements.roles.push_back(RoleRequest{.name = kRole,
                                              .count = options.servers,
                                              .maxRestarts = options.checkpointEvery > 0 ? options.maxRestarts : 0,
-                                             .nodes = options.serverNodes});
+                                             .nodes = options.serverNodes,
+                                             .hosts = options.serverHosts});
     // async and ssp workers do not wait for each other: a fast one takes more of an epoch's steps.
     requirements.sharedSteps = options.mode != Mode::Sync;
     requirements.toleratesWorkerLoss = options.mode != Mode::Sync;
+    // Note [Rejoining workers]: in sync mode the servers wait in the round for a restarted worker.
+    requirements.rejoinsWorkers = options.mode == Mode::Sync;
     return requirements;
   }
 
   void setup(StrategyContext& context) override {
-    context_ = &context;
-    options_ = parsePsOptions(context.options());
-    if (context.store() == nullptr) {
-      fail("ps: no store: the parameter server needs `strata train` to start its servers (roles)");
-    }
-    if (!options_.auth && context.rank() == 0) {
-      fmt::print(
-          "ps: WARNING: auth=off: the servers accept any client that reaches them; use it on trusted "
-          "networks only\n");
-    }
-    ParameterGroups& parameters = context.parameters();
-    for (std::size_t g = 0; g < parameters.groupCount(); ++g) {
-      const Tensor& flat = parameters.flatParameters(g);
-      layout_.groups.push_back({flat.dtype(), flat.numel()});
-    }
-    for (const Tensor& buffer : context.buffers()) {
-      if (buffer.dtype() == DType::Float32 || buffer.dtype() == DType::Float64) {
-        layout_.buffers.push_back({buffer.dtype(), buffer.numel()});
-        buffers_.push_back(buffer);
-      }
-    }
-    keys_ = partitionKeys(layout_, options_.servers);
-    client_ = std::make_unique<PsClient>(options_, context.rank(), *context.store(), kRole);
-    versions_.assign(static_cast<std::size_t>(options_.servers), 0);
-    retained_.resize(static_cast<std::size_t>(options_.servers));
+    connect(context);
     if (context.rank() == 0) {
       sendInit(/*overwrite=*/false);
     } else {
@@ -122,6 +106,7 @@ class PsStrategy final : public Strategy {
           data.emplace_back(source.rawData(), source.bytes(), nullptr);  // Note [PS zero copy]
         }
         client_->send(s, Kind::Push, at.step, version, lr, std::move(data));
+        exitForTest(at.step, s);
         continue;
       }
       // Note [PS recovery]: a copy kept until the server's checkpoint holds it; the frames are views of the copy.
@@ -132,6 +117,7 @@ class PsStrategy final : public Strategy {
       }
       push.sequence = client_->send(s, Kind::Push, at.step, version, lr, framesOf(push));
       retained_[static_cast<std::size_t>(s)].push_back(std::move(push));
+      exitForTest(at.step, s);
     }
     std::vector<Reply> replies = receiveReplaying([&](int s) { return replay(s, /*thenPull=*/false); });
     takeValues(replies);
@@ -143,6 +129,96 @@ class PsStrategy final : public Strategy {
       stalenessMax_ = staleness;
     }
     context_->addFigure("communication_s", seconds(std::chrono::steady_clock::now() - start));
+  }
+
+  // Note [Rejoining workers]: this worker's process died and the launcher started it again; the other workers wait
+  // for it in the servers' rounds. Each server says how many of this worker's pushes it has (its clock) and whether
+  // the last one still waits in the round, and sends its values now and before its last update. The clocks differ
+  // by at most one: a server cannot complete a round that lacks this worker. The worker recomputes the step of the
+  // lowest clock when some server lacks that step's push, else the last step it pushed (so a log point or epoch end
+  // the dead process may not have reached is reached again), from the values of that step's version and the same
+  // batches (Trainer::rejoin), and so pushes the same bytes the dead process would have. A server that holds the push
+  // already gets it with the same sequence number and applies nothing twice: it answers when its round completes,
+  // or at once with its newer values. The run ends with the parameters of an uninterrupted one.
+  std::int64_t rejoin(StrategyContext& context) override {
+    connect(context);
+    if (options_.mode != Mode::Sync) {
+      fail("ps: worker {}: only mode=sync takes a restarted worker back (mode={} goes on without it)", context.rank(),
+           modeName(options_.mode));
+    }
+    for (int s = 0; s < options_.servers; ++s) {
+      client_->send(s, Kind::Rejoin, -1, 0, 0, {});
+    }
+    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    struct Standing {
+      std::uint64_t lastSequence = 0;
+      std::int64_t clock = 0;
+      std::int64_t version = 0;
+      bool previous = false;
+    };
+    std::vector<Standing> standing;
+    for (int s = 0; s < options_.servers; ++s) {
+      Reply& reply = replies[static_cast<std::size_t>(s)];
+      if (reply.header.kind != static_cast<std::uint16_t>(Kind::Rejoined) || reply.data.empty()) {
+        fail("ps: worker {}: ps-server {} answered the rejoin with a {}", context.rank(), s,
+             kindName(static_cast<Kind>(reply.header.kind)));
+      }
+      try {
+        const nlohmann::json d = nlohmann::json::parse(reply.data[0].to_string());
+        standing.push_back({d.at("last_sequence").get<std::uint64_t>(), d.at("clock").get<std::int64_t>(),
+                            d.at("version").get<std::int64_t>(), d.at("previous").get<bool>()});
+      } catch (const nlohmann::json::exception& e) {
+        fail("ps: worker {}: ps-server {}'s rejoin answer is malformed: {}", context.rank(), s, e.what());
+      }
+    }
+    const auto [low, high] = std::minmax_element(
+        standing.begin(), standing.end(), [](const Standing& a, const Standing& b) { return a.clock < b.clock; });
+    if (high->clock > low->clock + 1) {
+      fail("ps: worker {}: the servers hold from {} to {} of its pushes; in sync mode they differ by one at most",
+           context.rank(), low->clock, high->clock);
+    }
+    const std::int64_t step = high->clock > low->clock ? low->clock : std::max<std::int64_t>(low->clock - 1, 0);
+    ParameterGroups& parameters = context.parameters();
+    for (int s = 0; s < options_.servers; ++s) {
+      const Standing& at = standing[static_cast<std::size_t>(s)];
+      const std::vector<Segment>& keys = keys_[static_cast<std::size_t>(s)];
+      const std::size_t perVersion = keys.size() + (s == 0 ? buffers_.size() : 0);
+      // The frames after the description: the values at `version`, then (when kept) at version - 1.
+      std::size_t first = 1;
+      if (at.version == step + 1) {
+        if (!at.previous) {
+          fail(
+              "ps: worker {}: ps-server {} has applied step {} but keeps no values from before it (a server "
+              "restarted since, or started without --max-restarts), so this worker cannot recompute it",
+              context.rank(), s, step);
+        }
+        first += perVersion;
+      } else if (at.version != step) {
+        fail("ps: worker {}: ps-server {} is at version {}, which step {} cannot be recomputed from", context.rank(), s,
+             at.version, step);
+      }
+      std::vector<zmq::message_t>& data = replies[static_cast<std::size_t>(s)].data;
+      if (data.size() < first + perVersion) {
+        fail("ps: worker {}: ps-server {} sent {} frames in its rejoin answer, expected at least {}", context.rank(), s,
+             data.size(), first + perVersion);
+      }
+      for (std::size_t k = 0; k < keys.size(); ++k) {
+        copyFrame(data[first + k], parameters.flatParameters(keys[k].group).flatSlice(keys[k].offset, keys[k].count),
+                  static_cast<std::size_t>(s));
+      }
+      if (s == 0) {
+        for (std::size_t b = 0; b < buffers_.size(); ++b) {
+          copyFrame(data[first + keys.size() + b], buffers_[b], 0);
+        }
+      }
+      // The push of `step` carries the sequence number the server has for it, if it has it; else the next one.
+      client_->setLastSequence(s, at.clock > step ? at.lastSequence - 1 : at.lastSequence);
+      versions_[static_cast<std::size_t>(s)] = step;
+    }
+    parameters.bumpVersion();
+    fmt::print("ps: worker {}: restarted; rejoins at step {} (the servers hold {} of its pushes)\n", context.rank(),
+               step, high->clock);
+    return step;
   }
 
   // async and ssp: this worker takes no more steps this epoch (shared steps), so the servers stop holding the
@@ -261,6 +337,60 @@ class PsStrategy final : public Strategy {
   }
 
   void teardown() override { client_.reset(); }
+
+  // A test hook (tests/multirank/check_ps_worker_restart.py): STRATA_TEST_PS_WORKER_EXIT=R:STEP:N makes the first
+  // process of worker R exit with status 3 once it has sent its push of STEP to the first N servers, so a test can
+  // end a worker between its pushes to two servers, or while its push waits in the round.
+  void exitForTest(std::int64_t step, int server) const {
+    if (testExit_ && testExit_->step == step && testExit_->servers == server + 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // ZeroMQ's I/O thread delivers the push
+      fmt::print("test hook STRATA_TEST_PS_WORKER_EXIT: worker {} exits after sending step {} to {} server(s)\n",
+                 context_->rank(), step, server + 1);
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+  }
+
+  // What setup and rejoin share: the options, the layout of the flat buffers, the keys and the servers' sockets.
+  void connect(StrategyContext& context) {
+    context_ = &context;
+    options_ = parsePsOptions(context.options());
+    if (context.store() == nullptr) {
+      fail("ps: no store: the parameter server needs `strata train` to start its servers (roles)");
+    }
+    if (!options_.auth && context.rank() == 0) {
+      fmt::print(
+          "ps: WARNING: auth=off: the servers accept any client that reaches them; use it on trusted "
+          "networks only\n");
+    }
+    ParameterGroups& parameters = context.parameters();
+    for (std::size_t g = 0; g < parameters.groupCount(); ++g) {
+      const Tensor& flat = parameters.flatParameters(g);
+      layout_.groups.push_back({flat.dtype(), flat.numel()});
+    }
+    for (const Tensor& buffer : context.buffers()) {
+      if (buffer.dtype() == DType::Float32 || buffer.dtype() == DType::Float64) {
+        layout_.buffers.push_back({buffer.dtype(), buffer.numel()});
+        buffers_.push_back(buffer);
+      }
+    }
+    keys_ = partitionKeys(layout_, options_.servers);
+    const char* testExit = std::getenv("STRATA_TEST_PS_WORKER_EXIT");
+    const char* restarted = std::getenv("STRATA_RANK_RESTARTS");
+    if (testExit != nullptr && (restarted == nullptr || std::string(restarted) == "0")) {
+      int rank = -1;
+      TestExit exit;
+      if (std::sscanf(testExit, "%d:%ld:%d", &rank, &exit.step, &exit.servers) != 3) {
+        fail("STRATA_TEST_PS_WORKER_EXIT='{}' is not RANK:STEP:SERVERS", testExit);
+      }
+      if (rank == context.rank()) {
+        testExit_ = exit;
+      }
+    }
+    client_ = std::make_unique<PsClient>(options_, context.rank(), *context.store(), kRole);
+    versions_.assign(static_cast<std::size_t>(options_.servers), 0);
+    retained_.resize(static_cast<std::size_t>(options_.servers));
+  }
 
   void runRole(RoleContext& context) override {
     if (context.role() != kRole) {
@@ -431,6 +561,11 @@ class PsStrategy final : public Strategy {
   std::vector<std::int64_t> versions_;
   std::vector<std::deque<RetainedPush>> retained_;  // per server (Note [PS recovery])
   int stalenessMax_ = 0;
+  struct TestExit {
+    long step = 0;
+    int servers = 0;
+  };
+  std::optional<TestExit> testExit_;  // STRATA_TEST_PS_WORKER_EXIT
 };
 
 }  // namespace

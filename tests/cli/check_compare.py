@@ -1,6 +1,7 @@
 """Checks a `strata compare` output directory (tests/cli/compare_test.sh): the report files exist, results.csv
 parses, every configuration's figures in results.json and results.csv equal its own summary.json, the resource
-time series exist per rank, and (with --screenshot) that a rendered report.html is not blank."""
+time series exist per rank, and (with --screenshot) that a rendered report.html is not blank. With --servers
+(tests/cli/compare_servers_test.sh): the parameter servers' memory in results.json, results.csv and report.md."""
 import argparse
 import csv
 import json
@@ -32,14 +33,68 @@ def check_screenshot(path):
     print(f"screenshot {width}x{height}, {dark} dark pixels")
 
 
+def mib(value):
+    return f"{value / (1 << 20):.1f}"
+
+
+def check_servers(out, expect_servers):
+    """The parameter servers' own memory (summary.json's "servers") in results.json, results.csv and the memory
+    table of report.md, equal to each run's summary.json; configurations without servers show none."""
+    results = json.loads((out / "results.json").read_text())["configurations"]
+    rows = {row["name"]: row for row in csv.DictReader(open(out / "results.csv", newline=""))}
+    report = (out / "report.md").read_text()
+    categories = ["parameters", "gradients", "optimizer_state", "activations", "communication", "workspace", "other"]
+    for r in results:
+        name = r["name"]
+        if r["status"] != "done":
+            fail(f"{name}: {r['status']} ({r['reason']})")
+        summary = json.loads((pathlib.Path(r["run_dir"]) / "summary.json").read_text())
+        servers = summary.get("servers", [])
+        if len(servers) != expect_servers.get(name, 0):
+            fail(f"{name}: summary.json lists {len(servers)} servers, expected {expect_servers.get(name, 0)}")
+        if len(r["servers"]) != len(servers):
+            fail(f"{name}: results.json lists {len(r['servers'])} servers, summary.json {len(servers)}")
+        for mine, theirs in zip(r["servers"], servers):
+            for key in ["role", "index", "peak_memory_bytes", "memory_breakdown", "resident_peak_bytes"]:
+                same(mine[key], theirs[key], f"{name} server {theirs['index']} {key}")
+        row = rows[name]
+        server_row = f"| {r['model']} | {r['label']}, {r['world_size']} ranks | servers ({len(servers)}) |"
+        if not servers:
+            if r["server_peak_memory_bytes"] is not None or row["servers"] or row["server_peak_memory_bytes"]:
+                fail(f"{name}: server figures without servers: {r['server_peak_memory_bytes']}, {row}")
+            if "| servers (" in "".join(line for line in report.splitlines() if f"| {r['label']}, " in line):
+                fail(f"{name}: report.md shows a servers row without servers")
+            continue
+        peak = max(s["peak_memory_bytes"] for s in servers)
+        resident = max(s["resident_peak_bytes"] for s in servers)
+        same(r["server_peak_memory_bytes"], float(peak), f"{name} server_peak_memory_bytes")
+        same(r["server_resident_peak_bytes"], float(resident), f"{name} server_resident_peak_bytes")
+        same(int(row["servers"]), len(servers), f"{name} results.csv servers")
+        same(float(row["server_peak_memory_bytes"]), float(peak), f"{name} results.csv server_peak_memory_bytes")
+        same(float(row["server_resident_peak_bytes"]), float(resident), f"{name} results.csv server resident")
+        cells = [mib(max(s["memory_breakdown"][c] for s in servers)) for c in categories] + [mib(resident)]
+        for c in categories:
+            most = max(s["memory_breakdown"][c] for s in servers)
+            same(float(row[f"server_peak_{c}_bytes"]), float(most), f"{name} results.csv server_peak_{c}_bytes")
+        expected = server_row + " " + " | ".join(cells) + " |"
+        if expected not in report:
+            fail(f"{name}: report.md lacks the servers' memory row {expected!r}")
+    print(f"check_compare: the servers' memory of {len(results)} configurations agrees with their summary.json")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--expect-failed", action="append", default=[])
     parser.add_argument("--screenshot")
+    parser.add_argument("--servers", action="append", default=[],
+                        help="NAME=S: check only the servers' memory; configuration NAME has S servers")
     args = parser.parse_args()
     if args.screenshot:
         check_screenshot(args.screenshot)
+        return
+    if args.servers:
+        check_servers(args.out, {k: int(v) for k, v in (item.split("=") for item in args.servers)})
         return
     for name in ["report.md", "report.html", "results.csv", "results.json", "comparison.json",
                  "figures/pareto-default_cnn.svg", "figures/loss.svg"]:

@@ -3,6 +3,7 @@
 # a failing rank stopping the others, signals reaching the ranks, no orphans, and malformed rank environments.
 set -euo pipefail
 strata=$1
+port=${2:-29500}  # the store's, for every job here (they run one at a time)
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -12,9 +13,10 @@ cleanup() {
 trap cleanup EXIT
 # wait_for_none
 source "$(dirname "$0")/../support/processes.sh"
-common=(--data synthetic --synthetic-samples 64 --batch-size 16 --seed 1)
+common=(--data synthetic --synthetic-samples 64 --batch-size 16 --seed 1 --master-port "$port")
 # A run that lasts until it is stopped.
-forever=(--data synthetic --synthetic-samples 64 --batch-size 16 --max-steps 100000000 --log-every 1000000)
+forever=(--data synthetic --synthetic-samples 64 --batch-size 16 --max-steps 100000000 --log-every 1000000
+  --master-port "$port")
 
 # Polls until FILE holds COUNT "[rank R] rank R of N: ... set up" lines (or fails after 60 s): the ranks are
 # running strata train itself, past fork, exec and the rendezvous.

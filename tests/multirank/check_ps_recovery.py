@@ -5,8 +5,9 @@ Trains the bundled CNN with --strategy ps (mode=sync, 2 workers, 2 servers, chec
 undisturbed, once with `kill -9` of ps-server 0 after it has applied some updates. The launcher restarts the
 server, which reloads its last checkpoint; the workers reconnect and resend the pushes it lost (Note [PS recovery]).
 Checks: the killed run finishes, its log names the restart, summary.json counts the restart and the pushes
-replayed, and every exported parameter equals the undisturbed run's (sync mode: the same updates in the same
-order; float32 sums of the two workers' gradients may add in either order, hence a 1e-6 relative tolerance).
+replayed (and its servers' figures show the restart), and every exported parameter equals the undisturbed run's
+(sync mode: the same updates in the same order; float32 sums of the two workers' gradients may add in either order,
+hence a 1e-6 relative tolerance).
 """
 import argparse
 import glob
@@ -22,11 +23,11 @@ import onnx
 from onnx import numpy_helper
 
 
-def command(strata, out, trace):
-    return [strata, "train", "--data", "synthetic", "--synthetic-samples", "1024", "--batch-size", "8",
-            "--max-steps", "40", "--seed", "1", "--lr", "0.05", "--momentum", "0.9", "--lr-schedule", "constant",
-            "--nproc", "2", "--threads", "1", "--strategy", "ps", "--strategy-opt", "servers=2",
-            "--strategy-opt", "checkpoint_every=3", "--strategy-opt", f"trace={trace}", "--out", out,
+def command(strata, out, trace, port):
+    return [strata, "train", "--master-port", str(port), "--data", "synthetic", "--synthetic-samples", "1024",
+            "--batch-size", "8", "--max-steps", "40", "--seed", "1", "--lr", "0.05", "--momentum", "0.9",
+            "--lr-schedule", "constant", "--nproc", "2", "--threads", "1", "--strategy", "ps", "--strategy-opt",
+            "servers=2", "--strategy-opt", "checkpoint_every=3", "--strategy-opt", f"trace={trace}", "--out", out,
             "--export", out + ".onnx"]
 
 
@@ -34,29 +35,37 @@ def weights(path):
     return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
 
 
-def server_pid(index):
+def server_pid(index, port):
+    """This job's ps-server `index` (its store port tells it from another job's)."""
     result = subprocess.run(["pgrep", "-f", f"role ps-server --index {index} "], capture_output=True, text=True)
-    pids = [int(p) for p in result.stdout.split()]
-    return pids[0] if pids else None
+    for pid in result.stdout.split():
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if f"MASTER_PORT={port}".encode() in environ:
+            return int(pid)
+    return None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--master-port", type=int, default=29500)
     args = parser.parse_args()
     os.makedirs(args.work_dir, exist_ok=True)
     base = os.path.join(args.work_dir, "ps-recovery")
     for old in glob.glob(base + "*trace*"):
         os.remove(old)
-    quiet = subprocess.run(command(args.strata, base + "-quiet", base + "-quiet.trace"), capture_output=True,
-                           text=True, timeout=600)
+    quiet = subprocess.run(command(args.strata, base + "-quiet", base + "-quiet.trace", args.master_port),
+                           capture_output=True, text=True, timeout=600)
     if quiet.returncode != 0:
         print(quiet.stdout, quiet.stderr)
         return 1
     trace = base + "-killed.trace"
-    job = subprocess.Popen(command(args.strata, base + "-killed", trace), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+    job = subprocess.Popen(command(args.strata, base + "-killed", trace, args.master_port),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed = False
     deadline = time.time() + 120
     while time.time() < deadline and job.poll() is None:
@@ -65,7 +74,7 @@ def main() -> int:
         except OSError:
             updates = 0
         if updates >= 10:
-            pid = server_pid(0)
+            pid = server_pid(0, args.master_port)
             if pid is not None:
                 os.kill(pid, signal.SIGKILL)
                 killed = True
@@ -85,7 +94,16 @@ def main() -> int:
         print(output)
         print("FAILED: the log does not name the restart")
         return 1
-    ranks = json.load(open(os.path.join(base + "-killed", "summary.json")))["ranks"]
+    summary = json.load(open(os.path.join(base + "-killed", "summary.json")))
+    ranks = summary["ranks"]
+    # The restarted server's figures (Note [PS server memory]) say so and still hold its key ranges, the
+    # undisturbed one's are unchanged.
+    servers = summary.get("servers", [])
+    print(f"servers' figures: {[(s.get('restarts'), s.get('memory_breakdown')) for s in servers]}")
+    if ([s.get("restarts") for s in servers] != [1, 0] or
+            any(s["memory_breakdown"]["parameters"] != s["key_range_bytes"] for s in servers)):
+        print("FAILED: summary.json's servers do not show ps-server 0's restart with its key ranges")
+        return 1
     restarts = [r.get("ps_server_restarts_seen", 0) for r in ranks]
     replayed = [r.get("ps_pushes_replayed", 0) for r in ranks]
     print(f"restarts seen per worker {restarts}, pushes replayed per worker {replayed}")

@@ -21,13 +21,15 @@ def main() -> int:
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--staleness", type=int, default=2)
     parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--master-port", type=int, default=29500, help="of the job's store")
     args = parser.parse_args()
     out = os.path.join(args.work_dir, f"ps-ssp-k{args.staleness}")
     os.makedirs(args.work_dir, exist_ok=True)
     for old in glob.glob(out + ".trace.*"):
         os.remove(old)
     steps = 36
-    command = [args.strata, "train", "--data", "synthetic", "--synthetic-samples", "768", "--batch-size", "8",
+    command = [args.strata, "train", "--master-port", str(args.master_port), "--data", "synthetic",
+               "--synthetic-samples", "768", "--batch-size", "8",
                "--max-steps", str(steps), "--seed", "1", "--lr", "0.05", "--threads", "1", "--nproc", "3",
                "--slow-rank", "2:4", "--strategy", "ps", "--strategy-opt", "mode=ssp",
                "--strategy-opt", f"staleness={args.staleness}", "--strategy-opt", f"servers={args.servers}",

@@ -32,13 +32,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--master-port", type=int, default=29500, help="of the job's store")
     args = parser.parse_args()
     os.makedirs(args.work_dir, exist_ok=True)
     out = os.path.join(args.work_dir, "ps-worker-killed")
     trace = out + ".trace"
     if os.path.exists(trace + ".0.jsonl"):
         os.remove(trace + ".0.jsonl")
-    command = [args.strata, "train", "--data", "synthetic", "--synthetic-samples", "1536", "--batch-size", "8",
+    command = [args.strata, "train", "--master-port", str(args.master_port), "--data", "synthetic",
+               "--synthetic-samples", "1536", "--batch-size", "8",
                "--epochs", "2", "--seed", "1", "--lr", "0.05", "--nproc", "3", "--threads", "1", "--strategy", "ps",
                "--strategy-opt", "mode=async", "--strategy-opt", f"trace={trace}", "--out", out]
     job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -51,6 +51,7 @@ class LoadedStrategy {
 
   StrategyRequirements requirements(const StrategyQuery& query);
   void setup(StrategyContext& context);
+  std::int64_t rejoin(StrategyContext& context);
   void beforeForward(const StepInfo& at);
   void afterBackward(const StepInfo& at);
   void step(const StepInfo& at, double lr);

@@ -31,6 +31,12 @@ void LoadedStrategy::setup(StrategyContext& context) {
   check("setup", handle_->setup(context));
 }
 
+std::int64_t LoadedStrategy::rejoin(StrategyContext& context) {
+  std::int64_t step = 0;
+  check("rejoin", handle_->rejoin(context, step));
+  return step;
+}
+
 void LoadedStrategy::beforeForward(const StepInfo& at) {
   check("beforeForward", handle_->beforeForward(at));
 }

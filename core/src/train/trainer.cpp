@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -120,13 +121,17 @@ Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(parts), op
       // Role processes (parameter servers) apply the workers' update rule: they read it here.
       parts_.store->setString(kRunOptimizerKey, optimizerOptionsToText(options_.optimizer));
     }
-    parts_.strategy.setup(*context_);
+    if (options_.rejoin) {
+      rejoin();
+    } else {
+      parts_.strategy.setup(*context_);
+    }
     // Note [Accumulation in place]: the plan adds every micro-batch's gradients into the buffers, which each step
     // zeroes first. The mode stays on for the whole run (switching it per micro-batch would discard a recorded step).
     if (options_.accumulation == Accumulation::InPlace && micro > 1) {
       parts_.program.executor().setAccumulateGradients(true);
     }
-    if (options_.resume) {
+    if (options_.resume && !options_.rejoin) {
       restoreCheckpoint();
     }
   } catch (...) {
@@ -261,8 +266,15 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
   parts_.train.startEpoch(epoch);
   parts_.recorder.started(epoch);
   const auto epochStart = std::chrono::steady_clock::now();
-  std::int64_t stepInEpoch = 0;
-  const std::int64_t stepsThisEpoch = std::min(stepsPerEpoch_, totalSteps_ - step_);
+  // Note [Rejoining workers]: a restarted rank starts inside its first epoch, past the batches the job has taken.
+  std::int64_t stepInEpoch = std::exchange(rejoinSkip_, 0);
+  for (std::int64_t skipped = 0; skipped < stepInEpoch * micro; ++skipped) {
+    if (!parts_.train.next()) {
+      fail("rank {}: the data loader ran out of batches skipping to step {} of epoch {}", parts_.place.rank,
+           stepInEpoch, epoch);
+    }
+  }
+  const std::int64_t stepsThisEpoch = std::min(stepsPerEpoch_, stepInEpoch + totalSteps_ - step_);
   LogWindow window;
   double lastStepSeconds = 0;
   std::int64_t windowSteps = 0;
@@ -445,22 +457,47 @@ void Trainer::saveCheckpoint(std::int64_t epochsDone) {
     parts_.strategy.saveState(*context_, *writer);
   }
   if (parts_.store != nullptr && parts_.place.worldSize > 1) {
+    // One key per rank, not a counter: a rank that writes twice (restarted, Note [Rejoining workers]) counts once.
     const std::string key = fmt::format("trainer/checkpoint/{}", epochsDone);
-    parts_.store->add(key, 1);
+    parts_.store->setString(fmt::format("{}/{}", key, parts_.place.rank), "1");
     if (lead()) {
-      const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-      while (parts_.store->add(key, 0) < parts_.place.worldSize) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          fail("checkpoint after epoch {}: only {} of {} ranks finished writing within the timeout", epochsDone,
-               parts_.store->add(key, 0), parts_.place.worldSize);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::vector<std::string> keys;
+      for (int r = 0; r < parts_.place.worldSize; ++r) {
+        keys.push_back(fmt::format("{}/{}", key, r));
+      }
+      const std::vector<std::string> missing = parts_.store->tryWait(keys, options_.timeout);
+      if (!missing.empty()) {
+        fail("checkpoint after epoch {}: only {} of {} ranks finished writing within the timeout", epochsDone,
+             parts_.place.worldSize - static_cast<int>(missing.size()), parts_.place.worldSize);
       }
     }
   }
   if (lead()) {
     parts_.checkpoints->commit();
   }
+}
+
+// Note [Rejoining workers]: a rank restarted by the launcher (--max-restarts) joins a job that is training. The
+// strategy brings its state to the job's and says which step to compute; the rank then runs from there: the batches
+// of that step within its epoch (the loader's order depends on the seed and the epoch only, so skipping them gives
+// the batches the dead process would have had), the executor's run count (per-run randomness) and the schedule's
+// step as an uninterrupted rank would have them. What differs is the log window the dead process left unfinished:
+// its losses are lost, so the next log point and the epoch's mean loss count the steps since the rejoin only.
+void Trainer::rejoin() {
+  if (options_.sharedSteps) {
+    fail("trainer: a restarted rank cannot rejoin a job whose ranks claim shared steps (asynchronous strategies)");
+  }
+  const std::int64_t step = parts_.strategy.rejoin(*context_);
+  if (step < 0 || step > totalSteps_) {
+    fail("trainer: the strategy wants the restarted rank {} to rejoin at step {}, but the run has steps 0 to {}",
+         parts_.place.rank, step, totalSteps_);
+  }
+  step_ = step;
+  startEpoch_ = step / stepsPerEpoch_;
+  rejoinSkip_ = step % stepsPerEpoch_;
+  parts_.program.executor().setRunCount(static_cast<std::uint64_t>(step * options_.microBatches));
+  spdlog::info("rank {}: restarted, rejoining the job at step {} (epoch {}, step {} of it)", parts_.place.rank, step,
+               startEpoch_, rejoinSkip_);
 }
 
 void Trainer::restoreCheckpoint() {

@@ -146,6 +146,24 @@ TEST_F(TrainerTest, ResumedRunMatchesAnUninterruptedOne) {
   EXPECT_EQ(parametersOf(resumed), parametersOf(full));  // momentum restored too: bit for bit
 }
 
+// Note [Rejoining workers]: only a strategy that can take a restarted rank back gets one (the ps plugin's sync mode,
+// tests/multirank/check_ps_worker_restart.py); the others refuse it by name instead of training from step 0.
+TEST_F(TrainerTest, ARestartedRankNeedsAStrategyThatTakesItBack) {
+  TrainingPlan plan = testing::mlpPlan(dir_, 8);
+  RowBatches batches(train_.first, train_.second, 8);
+  KeptRecords records;
+  auto strategy = loadStrategy("single");
+  TrainerOptions options = sgdOptions(1);
+  options.rejoin = true;
+  try {
+    Trainer(TrainerParts{.program = plan, .train = batches, .strategy = *strategy, .recorder = records}, options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("strategy 'single'"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("failed in rejoin: this strategy cannot take a restarted worker back"));
+  }
+}
+
 TEST_F(TrainerTest, ALossThatIsNotFiniteNamesItsStep) {
   TrainingPlan plan = testing::mlpPlan(dir_, 8);
   RowBatches batches(train_.first, train_.second, 8);

@@ -68,6 +68,7 @@ class ServerThread {
     thread_.join();
   }
   const std::string& endpoint() const { return endpoint_; }
+  Store& store() { return store_; }
 
  private:
   InMemoryStore store_;

@@ -36,6 +36,9 @@ struct TrainerOptions {
   std::map<std::string, std::string> strategyOptions;
   bool saveEachEpoch = false;
   bool resume = false;
+  // This rank was started again after it died (--max-restarts; Note [Rejoining workers]): the strategy's rejoin()
+  // instead of setup() and of any checkpoint, then training from the step it returns, in the middle of its epoch.
+  bool rejoin = false;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   // --slow-rank R:F, a straggler simulation: rank R's forward and backward take F times as long (it sleeps for
   // F - 1 times what they took), so strategies can be compared with one slow worker on one machine.
@@ -96,6 +99,7 @@ class Trainer {
   double evaluate(std::int64_t epoch);
   void saveCheckpoint(std::int64_t epochsDone);
   void restoreCheckpoint();
+  void rejoin();
   // Sums `values` over the ranks through the store under `key` (the lead rank gets the sums; the others get their
   // own values back).
   std::vector<double> sumOverRanks(const std::string& key, const std::vector<double>& values);
@@ -112,6 +116,7 @@ class Trainer {
   std::int64_t totalSteps_ = 0;
   std::int64_t startEpoch_ = 0;
   std::int64_t step_ = 0;
+  std::int64_t rejoinSkip_ = 0;  // steps of the first epoch a rejoining rank does not take (the job took them)
   double computeSeconds_ = 0;
   double lastLoss_ = NAN;              // until the first log point reads the losses
   std::vector<Tensor> pendingLosses_;  // this log window's micro-batch losses, still on the device

@@ -26,6 +26,10 @@ struct RoleRequest {
   int maxRestarts = 0;
   // The node rank (--node-rank) whose launcher runs each process of the role, by index; empty: all on node 0.
   std::vector<int> nodes = {};
+  // Or the host name of the node each process runs on, by index (Note [Placing roles by host] in cli/node_hosts.h):
+  // every node's launcher publishes its host name in the job's store and the node of that name starts the process.
+  // At most one of `nodes` and `hosts` is given.
+  std::vector<std::string> hosts = {};
   int nodeOf(int index) const {
     return index < static_cast<int>(nodes.size()) ? nodes[static_cast<std::size_t>(index)] : 0;
   }
@@ -58,6 +62,21 @@ inline std::string roleEndpointKey(const std::string& role, int index) {
 
 inline void publishRoleEndpoint(Store& store, const std::string& role, int index, const std::string& endpoint) {
   store.setString(roleEndpointKey(role, index), endpoint);
+}
+
+// Note [Role stop]: rank 0 writes this key when the job no longer needs its roles (the summary is written, the
+// ranks are leaving; Note [Leaving the store]). `strata train`'s launcher stops the roles it started with SIGTERM
+// once the ranks have exited; a role process that no launcher of Strata's started (a srun task, Note [Slurm roles];
+// `strata role` by hand) stops when the key appears (RoleContext::stopRequested).
+inline constexpr const char* kJobDoneKey = "summary/done";
+
+// Note [Role figures]: the store key under which process `index` of `role` publishes what it measured of itself, a
+// JSON object: `peak_memory_bytes`, `memory_breakdown` (peak bytes by memory category, from Strata's allocator, as
+// the ranks report theirs), `resident_peak_bytes` (the process's peak resident set), and whatever else the role
+// adds. A role publishes before it answers the requests that changed them, so what the workers have seen answered
+// is in it; `strata train`'s rank 0 copies every role process's figures into summary.json ("servers").
+inline std::string roleFiguresKey(const std::string& role, int index) {
+  return fmt::format("roles/{}/{}/figures", role, index);
 }
 
 // Blocks until process `index` of `role` has published its endpoint; throws Error naming the key after `timeout`.

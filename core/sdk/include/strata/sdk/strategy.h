@@ -1,8 +1,8 @@
 #pragma once
 
-// Strata's strategy SDK, version 2: what a distributed-training strategy plugin implements. The headers under
-// strata/sdk/ (plus the value types they include: tensors, dtypes, the process group, work and store interfaces)
-// are the only include path a plugin target gets; see docs/plugins.md.
+// Strata's strategy SDK, version 4 (kStrategyAbiVersion): what a distributed-training strategy plugin implements. The
+// headers under strata/sdk/ (plus the value types they include: tensors, dtypes, the process group, work and store
+// interfaces) are the only include path a plugin target gets; see docs/plugins.md.
 //
 // A plugin is a shared library exporting the entry points declared by STRATA_EXPORT_STRATEGY (extern "C",
 // noexcept). The host checks the ABI version first; errors cross the library boundary as messages, never as
@@ -22,7 +22,7 @@
 namespace strata {
 
 // Bumped whenever a type of the SDK changes layout or meaning. StrategyInfo's layout never changes.
-inline constexpr int kStrategyAbiVersion = 3;
+inline constexpr int kStrategyAbiVersion = 4;
 
 struct StrategyInfo {
   const char* name;
@@ -64,6 +64,10 @@ struct StrategyRequirements {
   // Ranks other than 0 may die without ending the job (an asynchronous parameter server goes on with W-1 workers):
   // the launcher reports the death (Note [Departed ranks] in core) instead of stopping the others.
   bool toleratesWorkerLoss = false;
+  // A rank other than 0 that dies may be started again (`strata train --max-restarts N`) and rejoin the job where it
+  // is: the new process calls Strategy::rejoin instead of setup (a synchronous parameter server, whose servers
+  // hold the parameters and wait for the restarted worker in the round; Note [Rejoining workers]).
+  bool rejoinsWorkers = false;
 };
 
 struct StrategyQuery {
@@ -81,6 +85,11 @@ class Strategy {
   virtual StrategyRequirements requirements(const StrategyQuery& /*query*/) { return {}; }
   // Once, before training: broadcast parameters, build buckets, install hooks on context.hooks().
   virtual void setup(StrategyContext& context) = 0;
+  // Instead of setup(), in a rank the launcher started again after it died (requirements().rejoinsWorkers): brings
+  // this process to the job's state (parameters, buffers, whatever the strategy keeps) and returns the step it must
+  // compute next, which the other ranks wait for. It may be a step the dead process already took part of: the
+  // strategy makes its repetition harmless (Note [Rejoining workers]).
+  virtual std::int64_t rejoin(StrategyContext& /*context*/);
   // Before the forward pass of a micro-batch.
   virtual void beforeForward(const StepInfo& /*at*/) {}
   // After the backward pass of a micro-batch: wait for communication that must finish before the step.
@@ -133,6 +142,10 @@ inline void Strategy::loadState(StrategyContext& context, StateReader& reader) {
   parameters.bumpVersion();
 }
 
+inline std::int64_t Strategy::rejoin(StrategyContext& /*context*/) {
+  throw Error("this strategy cannot take a restarted worker back (it sets no StrategyRequirements::rejoinsWorkers)");
+}
+
 inline void Strategy::runRole(RoleContext& context) {
   throw Error(fmt::format("this strategy declares no role '{}'", context.role()));
 }
@@ -143,6 +156,7 @@ class StrategyHandle {
   virtual ~StrategyHandle() = default;
   virtual std::string requirements(const StrategyQuery& query, StrategyRequirements& out) noexcept = 0;
   virtual std::string setup(StrategyContext& context) noexcept = 0;
+  virtual std::string rejoin(StrategyContext& context, std::int64_t& step) noexcept = 0;
   virtual std::string beforeForward(const StepInfo& at) noexcept = 0;
   virtual std::string afterBackward(const StepInfo& at) noexcept = 0;
   virtual std::string step(const StepInfo& at, double lr) noexcept = 0;
@@ -164,6 +178,9 @@ class StrategyAdapter final : public StrategyHandle {
   }
   std::string setup(StrategyContext& context) noexcept override {
     return guard([&] { impl_.setup(context); });
+  }
+  std::string rejoin(StrategyContext& context, std::int64_t& step) noexcept override {
+    return guard([&] { step = impl_.rejoin(context); });
   }
   std::string beforeForward(const StepInfo& at) noexcept override {
     return guard([&] { impl_.beforeForward(at); });
