@@ -9,6 +9,7 @@
 #include "strata/graphs/autocast.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
+#include "strata/graphs/transposed_weights.h"
 #include "strata/graphs/unit_partition.h"
 
 namespace strata {
@@ -121,6 +122,11 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     }
   }
   Graph full = specialize(withLoss, SpecializeOptions{.inputMetas = metas, .training = true});
+  // Note [Transposed weights]: Linear layers read their weights, not a transposed copy of them.
+  int folded = 0;
+  full = foldTransposedWeights(full, &folded);
+  if (folded > 0)
+    full = specialize(full, SpecializeOptions{.inputMetas = metas, .training = true});
   if (options.mixedPrecision) {
     full =
         specialize(autocast(full, *options.mixedPrecision), SpecializeOptions{.inputMetas = metas, .training = true});
@@ -253,7 +259,8 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
                         eval.inputs.end());
       eval.nodes.erase(eval.nodes.begin() + lossNode);
     }
-    Graph specialised = specialize(eval, SpecializeOptions{.inputMetas = metas, .training = false});
+    const SpecializeOptions evalOptions{.inputMetas = metas, .training = false};
+    Graph specialised = specialize(foldTransposedWeights(specialize(eval, evalOptions)), evalOptions);
     for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
       specialised.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);
     }

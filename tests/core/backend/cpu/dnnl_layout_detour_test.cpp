@@ -136,8 +136,9 @@ TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
       const Tensor x32 = toFloat32(x64);
       const Tensor dy32 = toFloat32(dy64);
       const std::string implementation = implementationOf("MaxPoolGrad", {dy32.meta(), x32.meta()}, *attrs);
-      if (attrs != &dilated)
+      if (attrs != &dilated) {
         EXPECT_TRUE(isJit(implementation)) << implementation;
+      }
       const Tensor expected = runOpEagerly("MaxPoolGrad", {&dy64, &x64}, *attrs).at(0);
       const Tensor actual = runOpEagerly("MaxPoolGrad", {&dy32, &x32}, *attrs).at(0);
       ASSERT_EQ(actual.numel(), expected.numel());
