@@ -16,7 +16,8 @@ For each model: PyTorch builds it, exports a training-mode file (opset 17, no co
 Rounds alternate between the tools; every figure is a median over rounds of per-round medians. Ratios are
 Strata / peer: below 1.0 means Strata is faster.
 
-`--isa avx2` makes Strata run as on an AVX2-only host (ONEDNN_MAX_CPU_ISA=AVX2); the peers keep the host's ISA.
+`--isa avx2` runs Strata and PyTorch as on an AVX2-only host (oneDNN's, PyTorch's and MKL's ISA switches); ONNX
+Runtime has no such switch and keeps the host's ISA.
 """
 import argparse
 import json
@@ -31,10 +32,12 @@ import tempfile
 import time
 import warnings
 
-# oneDNN's switch for Strata's kernels (read when the library loads). The peers keep the host's best ISA: on hosts
-# whose AVX-512 units are 256 bits wide inside (AMD Zen 4) that is no faster than AVX2, and on others it is the
-# conservative comparison for Strata.
-ISA_ENV = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2"}}
+# Every tool as on a host with only this ISA: oneDNN's switch (Strata's kernels, and PyTorch's bundled oneDNN),
+# PyTorch's own kernels (ATEN_CPU_CAPABILITY) and MKL's. ONNX Runtime's MLAS kernels have no such switch: ORT keeps
+# the host's ISA. On hosts with full-width AVX-512 units (AMD Zen 5, Intel server cores) capping only Strata would
+# halve its arithmetic against the peers'.
+ISA_ENV = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+                    "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
 
 
 def parse_args():
@@ -58,6 +61,7 @@ def parse_args():
 
 args = parse_args()
 STRATA_ENV = dict(os.environ, **ISA_ENV.get(args.isa, {}))
+os.environ.update(ISA_ENV.get(args.isa, {}))  # before torch loads: PyTorch in this process, ORT in its own
 warnings.filterwarnings("ignore")  # the exporter's notes on BN's num_batches_tracked, once per layer
 
 import torch  # noqa: E402
@@ -96,7 +100,7 @@ def host_description():
         model += f" (family {family.get('cpu family', '?')} model {family.get('model', '?')})"
     isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "SSE4"
     if args.isa:
-        isa += f", Strata run as {args.isa.upper()}"
+        isa += f", Strata and PyTorch run as {args.isa.upper()}"
     return f"{model}, {isa}, {os.cpu_count()} cores"
 
 
