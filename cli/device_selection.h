@@ -29,6 +29,8 @@ void addChannelsLastOption(CLI::App& command, DeviceOptions& options);
 // tensor-core convolutions are NHWC; on the CPU, and in float32, it is transposes around the same kernels, so only
 // `on` asks for it there.
 bool channelsLastOf(const DeviceOptions& options, Device device);
+// The same for a forward-only plan (strata run): auto is also on for float32 models on the CPU.
+bool channelsLastForInference(const DeviceOptions& options, Device device, bool float32);
 
 // BFloat16 or Float16 for --precision bf16 / fp16 (mixed precision over float32 master weights); nullopt otherwise.
 std::optional<DType> mixedPrecisionOf(const DeviceOptions& options);

@@ -12,6 +12,7 @@
 #include "model_options.h"
 #include "op_profiler.h"
 #include "strata/executor.h"
+#include "strata/graphs/channels_last.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
 #include "strata/loaders/onnx_importer.h"
@@ -30,6 +31,13 @@ struct RunOptions {
   int profileTop = 0;
   DeviceOptions device;
 };
+
+std::vector<TensorMeta> metasOf(const std::vector<Tensor>& tensors) {
+  std::vector<TensorMeta> metas;
+  for (const Tensor& t : tensors)
+    metas.push_back(t.meta());
+  return metas;
+}
 
 Tensor randomTensor(const TensorMeta& meta, std::mt19937_64& rng) {
   Tensor t = Tensor::empty(meta, MemoryCategory::Other);
@@ -88,7 +96,15 @@ void run(const RunOptions& options) {
   }
   LowerOptions lowerOptions;
   lowerOptions.device = device;
-  Executor executor(lowerToProgram(specialised, lowerOptions), device);
+  // --channels-last: convolutions, pooling and batch norm on NHWC activations (strata/graphs/channels_last.h).
+  const bool float32 = std::all_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
+    return !isFloatingPoint(t.dtype()) || t.dtype() == DType::Float32;
+  });
+  const Graph planned = channelsLastForInference(options.device, device, float32)
+                            ? specialize(channelsLast(specialised),
+                                         SpecializeOptions{.inputMetas = metasOf(inputs), .foldParameters = true})
+                            : specialised;
+  Executor executor(lowerToProgram(planned, lowerOptions), device);
   std::vector<Tensor> outputs;
   std::unique_ptr<OpProfiler> profiler;
   if (options.profile) {
@@ -136,6 +152,7 @@ void addRunCommand(CLI::App& app) {
   command->add_option("--profile-top", options->profileTop, "with --profile: also list the N slowest nodes");
   addModelOptions(*command, options->model);
   addDeviceOptions(*command, options->device);
+  addChannelsLastOption(*command, options->device);
   command->callback([options] { run(*options); });
 }
 

@@ -89,6 +89,7 @@ void OpRegistry::addSchema(OpSchema schema) {
 void OpRegistry::addKernel(const std::string& type, DeviceType device, KernelFactory factory,
                            std::function<bool(const KernelInit&)> nativeChannelsLast) {
   if (isChannelsLastOp(type)) {
+    nativeChannelsLast_[{type, device}] = nativeChannelsLast;
     factory = channelsLastByTransposing(std::move(factory), device, std::move(nativeChannelsLast));
   }
   kernels_[{type, device}] = std::move(factory);
@@ -109,6 +110,11 @@ const OpSchema* OpRegistry::schema(std::string_view type) const {
 const KernelFactory* OpRegistry::kernel(std::string_view type, DeviceType device) const {
   auto it = kernels_.find({std::string(type), device});
   return it == kernels_.end() ? nullptr : &it->second;
+}
+
+std::function<bool(const KernelInit&)> OpRegistry::nativeChannelsLast(std::string_view type, DeviceType device) const {
+  auto it = nativeChannelsLast_.find({std::string(type), device});
+  return it == nativeChannelsLast_.end() ? nullptr : it->second;
 }
 
 std::vector<std::string> OpRegistry::opTypes() const {

@@ -110,7 +110,7 @@ Graph specialize(const Graph& graph, const SpecializeOptions& options) {
       }
       const Value& value = out.values[static_cast<std::size_t>(v)];
       inputs.push_back(InputInfo{true, value.meta, value.constant.defined() ? &value.constant : nullptr});
-      allLiteral = allLiteral && value.constant.defined() && !isParameter(value);
+      allLiteral = allLiteral && value.constant.defined() && (options.foldParameters || !isParameter(value));
     }
 
     if (node.outputs.size() == 1 && node.outputs[0] != kNoValue &&

@@ -1,7 +1,8 @@
 // Channels-last nodes (Note [Channels-last] in strata/channels_last.h) against their channels-first selves: every
 // layout-aware op, forward and gradient, run on channels-last inputs must give the channels-last transpose of what
 // it gives on channels-first ones. On the test device (Note [Test device]): on a GPU this checks cuDNN's NHWC
-// kernels; elsewhere the transposing adapter.
+// kernels; on the CPU its own channels-last kernels for float32 (Note [CPU channels-last]) and the transposing
+// adapter for float64.
 
 #include "strata/channels_last.h"
 
@@ -174,6 +175,86 @@ TEST(ChannelsLastOpsTest, SixteenBitConvAndBatchNormMatchChannelsFirst) {
     expectLayoutsAgree({"BatchNormalizationGrad", {dy, x, scale}, attrs({{"training_mode", std::int64_t{1}}}), 3},
                        2e-2);
     expectLayoutsAgree({"MaxPool", {x}, attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}})}, 0);
+  }
+}
+
+// The CPU's float32 channels-last kernels on what they treat apart: pruned taps (Note [Pruned taps]), one output
+// pixel as a GEMM (Note [Convolutions as one GEMM]), depthwise, 1-D and 3-D windows, one-pixel batch norm.
+TEST(ChannelsLastOpsTest, SmallMapsOnePixelAndOtherRanksMatchChannelsFirst) {
+  struct ConvCase {
+    Shape x, w;
+    Attributes a;
+  };
+  const std::vector<ConvCase> convs{
+      {{3, 8, 1, 1}, {6, 8, 3, 3}, attrs({{"pads", kPads1}})},                           // centre tap, GEMM
+      {{3, 8, 2, 2}, {6, 8, 3, 3}, attrs({{"pads", kPads1}, {"strides", Ints{2, 2}}})},  // 2x2 taps, GEMM
+      {{3, 8, 2, 2}, {6, 8, 1, 1}, attrs({{"strides", Ints{2, 2}}})},                    // one pixel gathered
+      {{2, 6, 2, 2}, {6, 1, 7, 7}, attrs({{"pads", Ints{3, 3, 3, 3}}, {"group", std::int64_t{6}}})},  // depthwise
+      {{2, 6, 2, 3}, {4, 6, 3, 3}, attrs({{"pads", kPads1}})},                                        // pruned rows
+      {{2, 3, 9}, {4, 3, 3}, attrs({{"pads", Ints{1, 1}}, {"strides", Ints{2}}})},                    // 1-D
+      {{1, 3, 3, 4, 2}, {2, 3, 3, 3, 3}, attrs({{"pads", Ints{1, 1, 1, 1, 1, 1}}})},                  // 3-D
+  };
+  unsigned seed = 70;
+  for (const ConvCase& c : convs) {
+    SCOPED_TRACE(shapeToString(c.x) + " * " + shapeToString(c.w));
+    const Tensor x = random(DType::Float32, c.x, seed++);
+    const Tensor w = random(DType::Float32, c.w, seed++);
+    const Tensor b = random(DType::Float32, {c.w[0]}, seed++);
+    expectLayoutsAgree({"Conv", {x, w, b}, c.a}, 1e-5);
+    const Tensor y = runOpEagerly("Conv", {&x, &w}, c.a).at(0);
+    const Tensor dy = random(DType::Float32, y.shape(), seed++);
+    expectLayoutsAgree({"ConvGrad", {dy, x, w}, c.a, 3}, 1e-5);
+    Attributes input = c.a;
+    input.set("input_shape", x.shape());
+    expectLayoutsAgree({"ConvGradInput", {dy, w}, input}, 1e-5);
+    Attributes weight = c.a;
+    weight.set("weight_shape", w.shape());
+    expectLayoutsAgree({"ConvGradWeight", {dy, x}, weight, 1}, 1e-5);
+  }
+  const Tensor x = random(DType::Float32, {6, 5, 1, 1}, 90);
+  const Tensor scale = random(DType::Float32, {5}, 91), bias = random(DType::Float32, {5}, 92);
+  const Tensor mean = random(DType::Float32, {5}, 93), var = random(DType::Float32, {5}, 94, 0.5, 2.0);
+  expectLayoutsAgree(
+      {"BatchNormalization", {x, scale, bias, mean, var}, attrs({{"training_mode", std::int64_t{1}}}), 3}, 1e-5);
+  expectLayoutsAgree({"BatchNormalizationGrad",
+                      {random(DType::Float32, x.shape(), 95), x, scale},
+                      attrs({{"training_mode", std::int64_t{1}}}),
+                      3},
+                     1e-4);
+}
+
+// Note [CPU channels-last]: float32 channels-last nodes of every layout-aware op run on the CPU's own kernels, not
+// through the transposing adapter; float64 ones are transposed around the float64 loops.
+TEST(ChannelsLastOpsTest, CpuFloat32KernelsRunChannelsLastThemselves) {
+  const Attributes pool =
+      attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}, {"channels_last", std::int64_t{1}}});
+  const Attributes conv = attrs({{"pads", kPads1}, {"channels_last", std::int64_t{1}}});
+  const auto implementation = [](const std::string& type, const std::vector<TensorMeta>& inputs, const Attributes& a,
+                                 std::size_t outputs) {
+    std::vector<InputInfo> infos;
+    for (const TensorMeta& meta : inputs)
+      infos.push_back(InputInfo{true, meta});
+    const std::string node = "node";
+    const std::vector<TensorMeta> out =
+        OpRegistry::instance().schema(type)->inferShapes(ShapeContext{infos, a, outputs, node, type});
+    return (*OpRegistry::instance().kernel(type, DeviceType::CPU))(KernelInit{infos, out, a, node, true})
+        ->implementation();
+  };
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const TensorMeta x{dtype, {2, 8, 8, 4}}, w{dtype, {6, 3, 3, 4}}, y{dtype, {2, 8, 8, 6}}, c{dtype, {4}};
+    Attributes bn;
+    bn.set("training_mode", std::int64_t{1});
+    bn.set("channels_last", std::int64_t{1});
+    Attributes poolGrad = pool;
+    const std::vector<std::string> found{
+        implementation("Conv", {x, w}, conv, 1), implementation("ConvGrad", {y, x, w}, conv, 3),
+        implementation("MaxPool", {x}, pool, 1),
+        implementation("MaxPoolGrad", {TensorMeta{dtype, {2, 4, 4, 4}}, x}, poolGrad, 1),
+        implementation("BatchNormalization", {x, c, c, c, c}, bn, 3)};
+    for (const std::string& kernel : found) {
+      EXPECT_EQ(kernel.find("transposed from channels-last") == std::string::npos, dtype == DType::Float32)
+          << dtypeName(dtype) << ": " << kernel;
+    }
   }
 }
 

@@ -46,6 +46,16 @@ void sumPlane(const float* x, const float* dy, std::int64_t size, float shift, d
 
 }  // namespace
 
+ChannelLayout channelLayoutOf(const Shape& stored, bool channelsLast) {
+  const std::int64_t numel = numElements(stored);
+  if (channelsLast) {
+    const std::int64_t channels = stored.back();
+    return ChannelLayout{channels == 0 ? 0 : numel / channels, channels, 1};
+  }
+  const std::int64_t batch = stored.at(0), channels = stored.at(1);
+  return ChannelLayout{batch, channels, batch * channels == 0 ? 0 : numel / (batch * channels)};
+}
+
 ChannelSums channelSums(const ChannelLayout& layout, const float* x, const float* dy, const float* shift) {
   const auto channels = static_cast<std::size_t>(layout.channels);
   ChannelSums sums{std::vector<double>(channels), std::vector<double>(channels), std::vector<double>(channels),

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "strata/shape.h"
+
 namespace strata::cpu {
 
 // X's extents as batch norm sees them: [batch, channels, inner] with inner = the spatial size.
@@ -20,6 +22,10 @@ struct ChannelLayout {
   std::int64_t batch = 0, channels = 0, inner = 0;
   std::int64_t count() const { return batch * inner; }  // elements per channel
 };
+
+// The layout of a batch-norm operand as stored: [N, C, spatial...] is [N, C, spatial]; channels-last
+// [N, spatial..., C] (Note [CPU channels-last]) is [N x spatial, C, 1], which the loops vectorise across channels.
+ChannelLayout channelLayoutOf(const Shape& stored, bool channelsLast);
 
 // Per-channel sums of x - shift[c], its square and, when dy is given, of dy and dy * (x - shift[c]).
 struct ChannelSums {

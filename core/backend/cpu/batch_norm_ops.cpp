@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "batch_norm_loops.h"
+#include "cpu_layouts.h"
 #include "dnnl_context.h"
 #include "strata/thread_pool.h"
 
@@ -146,9 +147,12 @@ class BatchNormF64 {
 class BatchNormKernel : public OpKernel {
  public:
   explicit BatchNormKernel(const KernelInit& init) {
+    // Note [CPU channels-last]: a float32 channels-last node is [N x spatial, C] rows to the loops.
+    const bool channelsLast = channelsLastOf(init.attrs);
     std::vector<TensorMeta> metas;
     for (std::size_t i = 0; i < 5; ++i)
       metas.push_back(init.inputs.at(i).meta);
+    metas[0].shape = logicalShape(metas[0].shape, channelsLast);
     checkBatchNormInputs(metas);
     epsilon_ = init.attrs.getFloat("epsilon", 1e-5f);
     momentum_ = init.attrs.getFloat("momentum", 0.9f);
@@ -162,12 +166,15 @@ class BatchNormKernel : public OpKernel {
       f64_ = std::make_unique<BatchNormF64>(metas[0].shape, decimalOf(epsilon_), decimalOf(momentum_), training_);
       return;
     }
-    layout_.batch = metas[0].shape[0];
-    layout_.channels = channels_;
-    layout_.inner = metas[0].numel() / (layout_.batch * channels_);
+    layout_ = channelLayoutOf(init.inputs.at(0).meta.shape, channelsLast);
+    channelsLast_ = channelsLast;
   }
 
-  std::string implementation() const override { return f64_ != nullptr ? "float64 loop" : "vectorised NCHW loop"; }
+  std::string implementation() const override {
+    if (f64_ != nullptr)
+      return "float64 loop";
+    return channelsLast_ ? "vectorised loop, channels-last" : "vectorised loop";
+  }
 
   void compute(KernelContext& ctx) override {
     if (empty_) {
@@ -250,6 +257,7 @@ class BatchNormKernel : public OpKernel {
   std::int64_t channels_ = 0;
   std::unique_ptr<BatchNormF64> f64_;  // set for float64
   ChannelLayout layout_;
+  bool channelsLast_ = false;
 };
 
 // ---- InstanceNormalization: y = scale * (x - mean) / sqrt(var + epsilon) + B per (n, c) plane ----
@@ -308,9 +316,10 @@ void computeInstanceNorm(const KernelContext& ctx, float epsilon) {
 
 void registerNormOps(OpRegistry& registry) {
   registry.addSchema({"BatchNormalization", inferBatchNorm, true});
-  registry.addKernel("BatchNormalization", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<BatchNormKernel>(init);
-  });
+  registry.addKernel(
+      "BatchNormalization", DeviceType::CPU,
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<BatchNormKernel>(init); },
+      [](const KernelInit& init) { return init.inputs.at(0).meta.dtype == DType::Float32; });
   registry.addSchema({"InstanceNormalization", inferInstanceNorm, true});
   registry.addKernel("InstanceNormalization", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
     const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);

@@ -33,7 +33,7 @@ void run(dnnl::matmul& primitive, std::unordered_map<int, memory> args, char* sc
 }  // namespace
 
 std::unique_ptr<ConvGemm> ConvGemm::plan(const Shape& x, const Shape& w, std::int64_t group, const WindowGeometry& g,
-                                         bool bias) {
+                                         bool bias, bool channelsLast) {
   if (group != 1 || x.size() < 3)
     return nullptr;
   const std::size_t dims = g.kernel.size();
@@ -60,9 +60,10 @@ std::unique_ptr<ConvGemm> ConvGemm::plan(const Shape& x, const Shape& w, std::in
     gemm->k_ = x[1] * plane;  // X is A: [N, C x pixels], W [O, C x taps] with the same order
   } else {
     gemm->k_ = x[1];
-    if (plane > 1) {  // A is one pixel per channel plane: gathered
-      gemm->pixel_ = pixel;
-      gemm->planeSize_ = plane;
+    if (plane > 1) {  // A is one pixel of each image's channels: gathered
+      gemm->imageSize_ = x[1] * plane;
+      gemm->pixel_ = channelsLast ? pixel * x[1] : pixel;
+      gemm->channelStride_ = channelsLast ? 1 : plane;
       gemm->rowsBytes_ = alignUp(static_cast<std::size_t>(gemm->n_ * gemm->k_) * sizeof(float));
     }
   }
@@ -103,12 +104,15 @@ std::string ConvGemm::implementation() const {
 }
 
 const float* ConvGemm::sourceRows(const float* x, char* scratch) const {
-  if (planeSize_ == 0)
+  if (imageSize_ == 0)
     return x;
   auto* rows = reinterpret_cast<float*>(scratch);
-  parallelFor(0, n_ * k_, 4096, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i)
-      rows[i] = x[i * planeSize_ + pixel_];
+  parallelFor(0, n_, std::max<std::int64_t>(1, 4096 / k_), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t n = begin; n < end; ++n) {
+      const float* image = x + n * imageSize_ + pixel_;
+      for (std::int64_t c = 0; c < k_; ++c)
+        rows[n * k_ + c] = image[c * channelStride_];
+    }
   });
   return rows;
 }
@@ -146,18 +150,21 @@ void ConvGemm::backward(const float* dy, const float* x, const float* w, float* 
     });
   }
   if (dx != nullptr) {
-    // A single tap's dA goes to one pixel of each plane of dX, zeros elsewhere.
-    float* rows = planeSize_ == 0 ? dx : reinterpret_cast<float*>(scratch + rowsBytes_);
+    // A single tap's dA goes to one pixel of each image's channels in dX, zeros elsewhere.
+    float* rows = imageSize_ == 0 ? dx : reinterpret_cast<float*>(scratch + rowsBytes_);
     dataSrc_.set_data_handle(const_cast<float*>(dy));
     dataWeights_.set_data_handle(const_cast<float*>(w));
     dataDst_.set_data_handle(rows);
     run(data_, {{DNNL_ARG_SRC, dataSrc_}, {DNNL_ARG_WEIGHTS, dataWeights_}, {DNNL_ARG_DST, dataDst_}}, own,
         ownScratch_);
-    if (planeSize_ != 0) {
-      parallelFor(0, n_ * k_, 1024, [&](std::int64_t begin, std::int64_t end) {
-        std::fill(dx + begin * planeSize_, dx + end * planeSize_, 0.0f);
-        for (std::int64_t i = begin; i < end; ++i)
-          dx[i * planeSize_ + pixel_] = rows[i];
+    if (imageSize_ != 0) {
+      parallelFor(0, n_, std::max<std::int64_t>(1, 4096 / imageSize_), [&](std::int64_t begin, std::int64_t end) {
+        std::fill(dx + begin * imageSize_, dx + end * imageSize_, 0.0f);
+        for (std::int64_t n = begin; n < end; ++n) {
+          float* image = dx + n * imageSize_ + pixel_;
+          for (std::int64_t c = 0; c < k_; ++c)
+            image[c * channelStride_] = rows[n * k_ + c];
+        }
       });
     }
   }

@@ -20,10 +20,12 @@ namespace strata::cpu {
 
 class ConvGemm {
  public:
-  // The GEMM for a convolution of X `x` with (cropped) weights of shape `w` ([O, C, k...]) and window `geometry`
-  // (after pruning), with a bias input when `bias`, or nullptr when it is not one.
+  // The GEMM for a convolution of X of logical shape `x` with (cropped) weights of logical shape `w` ([O, C, k...])
+  // and window `geometry` (after pruning), with a bias input when `bias`, or nullptr when it is not one. With
+  // `channelsLast` (Note [CPU channels-last]) X is stored [N, spatial..., C] and the weights KRSC, so K runs over
+  // (spatial..., C) instead of (C, spatial...).
   static std::unique_ptr<ConvGemm> plan(const Shape& x, const Shape& w, std::int64_t group,
-                                        const WindowGeometry& geometry, bool bias);
+                                        const WindowGeometry& geometry, bool bias, bool channelsLast = false);
 
   // Scratchpad bytes forward() and backward() need at `scratch` (64-byte aligned).
   std::size_t scratchBytes() const { return scratchBytes_; }
@@ -41,8 +43,9 @@ class ConvGemm {
   const float* sourceRows(const float* x, char* scratch) const;
 
   std::int64_t n_ = 0, k_ = 0, o_ = 0;
-  // A single-tap GEMM reads one pixel of each channel plane: its offset and the plane's size (0: A is X itself).
-  std::int64_t pixel_ = 0, planeSize_ = 0;
+  // A single-tap GEMM reads one pixel of each image's channels, gathered: A[n, c] = X[n * imageSize_ + pixel_ +
+  // c * channelStride_] (imageSize_ 0: A is X itself).
+  std::int64_t pixel_ = 0, imageSize_ = 0, channelStride_ = 1;
   std::size_t rowsBytes_ = 0;   // the gathered A and dA, each, at the scratchpad's start (single tap only)
   std::size_t ownScratch_ = 0;  // after them: the largest of the matmuls' own scratchpads
   std::size_t scratchBytes_ = 0;

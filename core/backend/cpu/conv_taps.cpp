@@ -11,27 +11,39 @@
 namespace strata::cpu {
 namespace {
 
-// The used taps of one (output channel, input channel) plane of W: their offsets in the full plane, in the
-// cropped box's row-major order.
-std::vector<std::int64_t> tapOffsets(const Shape& weight, const TapCrop& crop) {
-  const std::vector<std::int64_t> strides = contiguousStrides(Shape(weight.begin() + 2, weight.end()));
-  std::vector<std::int64_t> offsets{0};
+// Weights as planes of taps: OIHW is O x I planes of k... taps of one element each; KRSC is O planes of k... taps
+// of I elements each (a run).
+struct TapLayout {
+  std::int64_t planes = 0, planeSize = 0, run = 1;
+  std::vector<std::int64_t> offsets;  // of the used taps in a plane, in the cropped box's row-major order
+};
+
+TapLayout tapLayout(const Shape& weight, const TapCrop& crop, bool channelsLast) {
+  TapLayout layout;
+  const Shape kernel(weight.begin() + 2, weight.end());
+  layout.run = channelsLast ? weight[1] : 1;
+  layout.planes = channelsLast ? weight[0] : weight[0] * weight[1];
+  layout.planeSize = numElements(kernel) * layout.run;
+  std::vector<std::int64_t> strides = contiguousStrides(kernel);
+  for (std::int64_t& stride : strides)
+    stride *= layout.run;
+  layout.offsets = {0};
   for (std::size_t d = 0; d < crop.count.size(); ++d) {
     std::vector<std::int64_t> next;
-    for (std::int64_t base : offsets) {
+    for (std::int64_t base : layout.offsets) {
       for (std::int64_t k = 0; k < crop.count[d]; ++k)
         next.push_back(base + (crop.first[d] + k) * strides[d]);
     }
-    offsets = std::move(next);
+    layout.offsets = std::move(next);
   }
-  return offsets;
+  return layout;
 }
 
 // Runs fn(first plane, end plane) over W's planes in parallel; the planes are small (the kernel's taps), so each
 // task takes many.
 template <typename Fn>
-void forPlanes(const Shape& weight, Fn&& fn) {
-  parallelFor(0, weight[0] * weight[1], 1024, fn);
+void forPlanes(const TapLayout& layout, Fn&& fn) {
+  parallelFor(0, layout.planes, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(layout.planeSize, 1)), fn);
 }
 
 }  // namespace
@@ -83,35 +95,38 @@ Shape croppedWeightShape(const Shape& weight, const TapCrop& crop) {
   return out;
 }
 
-std::int64_t croppedWeightOffset(const Shape& weight, const TapCrop& crop) {
-  const std::vector<std::int64_t> strides = contiguousStrides(weight);
+std::int64_t croppedOffset(const std::vector<std::int64_t>& strides, std::size_t spatialStart, const TapCrop& crop) {
   std::int64_t offset = 0;
   for (std::size_t d = 0; d < crop.first.size(); ++d)
-    offset += crop.first[d] * strides[d + 2];
+    offset += crop.first[d] * strides[spatialStart + d];
   return offset;
 }
 
-void gatherTaps(const float* w, float* cropped, const Shape& weight, const TapCrop& crop) {
-  const std::vector<std::int64_t> taps = tapOffsets(weight, crop);
-  const auto used = static_cast<std::int64_t>(taps.size());
-  const std::int64_t plane = numElements(Shape(weight.begin() + 2, weight.end()));
-  forPlanes(weight, [&](std::int64_t begin, std::int64_t end) {
+void gatherTaps(const float* w, float* cropped, const Shape& weight, const TapCrop& crop, bool channelsLast) {
+  const TapLayout layout = tapLayout(weight, crop, channelsLast);
+  const auto used = static_cast<std::int64_t>(layout.offsets.size());
+  const std::int64_t run = layout.run;
+  forPlanes(layout, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t p = begin; p < end; ++p) {
-      for (std::int64_t t = 0; t < used; ++t)
-        cropped[p * used + t] = w[p * plane + taps[static_cast<std::size_t>(t)]];
+      for (std::int64_t t = 0; t < used; ++t) {
+        const float* from = w + p * layout.planeSize + layout.offsets[static_cast<std::size_t>(t)];
+        std::copy(from, from + run, cropped + (p * used + t) * run);
+      }
     }
   });
 }
 
-void scatterTaps(const float* cropped, float* w, const Shape& weight, const TapCrop& crop) {
-  const std::vector<std::int64_t> taps = tapOffsets(weight, crop);
-  const auto used = static_cast<std::int64_t>(taps.size());
-  const std::int64_t plane = numElements(Shape(weight.begin() + 2, weight.end()));
-  forPlanes(weight, [&](std::int64_t begin, std::int64_t end) {
-    std::fill(w + begin * plane, w + end * plane, 0.0f);
+void scatterTaps(const float* cropped, float* w, const Shape& weight, const TapCrop& crop, bool channelsLast) {
+  const TapLayout layout = tapLayout(weight, crop, channelsLast);
+  const auto used = static_cast<std::int64_t>(layout.offsets.size());
+  const std::int64_t run = layout.run;
+  forPlanes(layout, [&](std::int64_t begin, std::int64_t end) {
+    std::fill(w + begin * layout.planeSize, w + end * layout.planeSize, 0.0f);
     for (std::int64_t p = begin; p < end; ++p) {
-      for (std::int64_t t = 0; t < used; ++t)
-        w[p * plane + taps[static_cast<std::size_t>(t)]] = cropped[p * used + t];
+      for (std::int64_t t = 0; t < used; ++t) {
+        const float* from = cropped + (p * used + t) * run;
+        std::copy(from, from + run, w + p * layout.planeSize + layout.offsets[static_cast<std::size_t>(t)]);
+      }
     }
   });
 }

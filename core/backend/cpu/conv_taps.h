@@ -33,14 +33,16 @@ WindowGeometry croppedWindow(const WindowGeometry& geometry, const std::vector<s
 // W's shape [O, I, k...] with the kernel dims cut to the used taps.
 Shape croppedWeightShape(const Shape& weight, const TapCrop& crop);
 
-// The element offset in W of its first used tap (for a strided view of the used taps).
-std::int64_t croppedWeightOffset(const Shape& weight, const TapCrop& crop);
+// The element offset of the first used tap in weights whose dims have `strides` (spatial dims from `spatialStart`):
+// where a strided view of the used taps starts.
+std::int64_t croppedOffset(const std::vector<std::int64_t>& strides, std::size_t spatialStart, const TapCrop& crop);
 
-// Copies the used taps of the full weights `w` (shape `weight`) into a dense cropped tensor.
-void gatherTaps(const float* w, float* cropped, const Shape& weight, const TapCrop& crop);
+// Copies the used taps of the full weights `w` (logical shape `weight`, [O, I, k...], stored OIHW or, channels-last,
+// KRSC) into a dense cropped tensor in the same layout.
+void gatherTaps(const float* w, float* cropped, const Shape& weight, const TapCrop& crop, bool channelsLast = false);
 
 // Writes a dense cropped gradient into the full one, with zeros at the unused taps.
-void scatterTaps(const float* cropped, float* w, const Shape& weight, const TapCrop& crop);
+void scatterTaps(const float* cropped, float* w, const Shape& weight, const TapCrop& crop, bool channelsLast = false);
 
 // "; taps 1x1 of 3x3" for a kernel's implementation(), empty when nothing is pruned.
 std::string tapNote(const Shape& weight, const TapCrop& crop);

@@ -6,8 +6,10 @@
 #include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "conv_taps.h"
+#include "cpu_layouts.h"
 #include "dnnl_context.h"
 #include "dnnl_layout_detour.h"
+#include "strata/channels_last.h"
 
 namespace strata::cpu {
 namespace {
@@ -157,14 +159,16 @@ class WeightCache {
 class ConvKernel : public OpKernel {
  public:
   explicit ConvKernel(const KernelInit& init) {
-    const TensorMeta& x = init.inputs.at(0).meta;
-    const TensorMeta& w = init.inputs.at(1).meta;
+    // Note [CPU channels-last]: everything below works on logical [N, C, spatial...] dims.
+    const bool channelsLast = channelsLastOf(init.attrs);
+    const TensorMeta x{init.inputs.at(0).meta.dtype, logicalShape(init.inputs.at(0).meta.shape, channelsLast)};
+    const TensorMeta w{init.inputs.at(1).meta.dtype, logicalShape(init.inputs.at(1).meta.shape, channelsLast)};
     hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
     ConvSetup s = resolveConv(init.attrs, x, w, hasBias_ ? &init.inputs[2].meta : nullptr);
     empty_ = numElements(s.output) == 0 || numElements(x.shape) == 0;
     if (empty_)
       return;
-    if (x.dtype == DType::Float64) {  // plain loops, no primitive
+    if (x.dtype == DType::Float64) {  // plain loops, no primitive (channels-last float64 is transposed around them)
       f64_ = std::make_unique<ConvSetup>(s);
       xShape_ = x.shape;
       wShape_ = w.shape;
@@ -173,12 +177,16 @@ class ConvKernel : public OpKernel {
 
     // Note [Pruned taps]: the primitive convolves with the used taps only, read through a strided view of W.
     taps_ = usedTaps(s.geometry, spatialOf(x.shape));
+    const int weightInner = weightInnermost(channelsLast, s.group > 1);
+    const std::vector<std::int64_t> weightStrides =
+        stridesWithInnermost(groupedWeightDims(w.shape, s.group), weightInner);
     Shape kernelWeights = w.shape;
     std::size_t weightByteOffset = 0;
     if (taps_.pruned) {
       s.geometry = croppedWindow(s.geometry, spatialOf(x.shape), taps_);
       kernelWeights = croppedWeightShape(w.shape, taps_);
-      weightByteOffset = static_cast<std::size_t>(croppedWeightOffset(w.shape, taps_)) * sizeof(float);
+      weightByteOffset =
+          static_cast<std::size_t>(croppedOffset(weightStrides, s.group > 1 ? 3 : 2, taps_)) * sizeof(float);
     }
     tapNote_ = tapNote(w.shape, taps_);
     const std::size_t n = s.geometry.kernel.size();
@@ -187,22 +195,22 @@ class ConvKernel : public OpKernel {
       padEnd[i] = dnnlPadEnd(s.geometry, spatialOf(x.shape), i);
 
     const Shape weightDims = groupedWeightDims(kernelWeights, s.group);
-    const memory::desc srcDesc = plainDesc(x.shape);
-    const memory::desc dstDesc = plainDesc(s.output);
-    const memory::desc userWeightDesc = memory::desc(toDims(weightDims), memory::data_type::f32,
-                                                     toDims(contiguousStrides(groupedWeightDims(w.shape, s.group))));
+    const memory::desc srcDesc = activationDesc(x.shape, channelsLast);
+    const memory::desc dstDesc = activationDesc(s.output, channelsLast);
+    const memory::desc userWeightDesc = memory::desc(toDims(weightDims), memory::data_type::f32, toDims(weightStrides));
     // Let the convolution pick its weight layout; the weights are reordered once (WeightCache).
     const memory::desc anyWeightDesc(toDims(weightDims), memory::data_type::f32, memory::format_tag::any);
     const memory::desc biasDesc = hasBias_ ? plainDesc({w.shape[0]}) : memory::desc();
     const memory::desc convSrcDesc(toDims(x.shape), memory::data_type::f32, memory::format_tag::any);
     const memory::desc convDstDesc(toDims(s.output), memory::data_type::f32, memory::format_tag::any);
 
-    // Note [Convolutions as one GEMM]: one output pixel per image; the weights cached as a dense [O, K] copy
-    // when they are a strided view of some taps.
-    gemm_ = withDnnlErrors(init.nodeName, "plan the convolution as a GEMM",
-                           [&] { return ConvGemm::plan(x.shape, kernelWeights, s.group, s.geometry, hasBias_); });
+    // Note [Convolutions as one GEMM]: one output pixel per image; the weights cached as a dense [O, K] copy (K in
+    // the activations' order) when they are a strided view of some taps.
+    gemm_ = withDnnlErrors(init.nodeName, "plan the convolution as a GEMM", [&] {
+      return ConvGemm::plan(x.shape, kernelWeights, s.group, s.geometry, hasBias_, channelsLast);
+    });
     if (gemm_ != nullptr) {
-      weights_ = WeightCache(userWeightDesc, plainDesc(weightDims), numElements(w.shape),
+      weights_ = WeightCache(userWeightDesc, descWithInnermost(weightDims, weightInner), numElements(w.shape),
                              init.inputs[1].constant != nullptr, weightByteOffset);
       if (init.inputs[1].constant != nullptr)
         weights_.get(*init.inputs[1].constant);
@@ -429,9 +437,11 @@ class ConvTransposeKernel : public OpKernel {
 
 void registerDnnlConvOps(OpRegistry& registry) {
   registry.addSchema({"Conv", inferConv, true});
-  registry.addKernel("Conv", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<ConvKernel>(init);
-  });
+  registry.addKernel(
+      "Conv", DeviceType::CPU,
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<ConvKernel>(init); },
+      // Note [CPU channels-last]: float32 runs NHWC activations and KRSC weights itself.
+      [](const KernelInit& init) { return init.inputs.at(0).meta.dtype == DType::Float32; });
   registry.addSchema({"ConvTranspose", inferConvTranspose, true});
   registry.addKernel("ConvTranspose", DeviceType::CPU, [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
     return std::make_unique<ConvTransposeKernel>(init);

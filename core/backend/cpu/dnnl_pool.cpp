@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 
+#include "cpu_layouts.h"
 #include "dnnl_context.h"
 #include "dnnl_layout_detour.h"
 #include "strata/thread_pool.h"
@@ -165,7 +166,9 @@ void naivePool(const PoolSetup& s, const Tensor& x, Tensor& y, Tensor* indices) 
 class PoolKernel : public OpKernel {
  public:
   PoolKernel(const std::string& opType, const KernelInit& init) {
-    const TensorMeta& x = init.inputs.at(0).meta;
+    // Note [CPU channels-last]: a channels-last node runs on oneDNN only (runsOnDnnl), on logical dims.
+    const bool channelsLast = channelsLastOf(init.attrs);
+    const TensorMeta x{init.inputs.at(0).meta.dtype, logicalShape(init.inputs.at(0).meta.shape, channelsLast)};
     setup_ = resolvePool(opType, init.attrs, x);
     empty_ = numElements(setup_.output) == 0;
     if (empty_ || x.dtype != DType::Float32 || x.shape.size() > 5)
@@ -188,8 +191,8 @@ class PoolKernel : public OpKernel {
     const dnnl::algorithm algorithm = setup_.kind == PoolKind::Max ? dnnl::algorithm::pooling_max
                                       : setup_.countIncludePad     ? dnnl::algorithm::pooling_avg_include_padding
                                                                    : dnnl::algorithm::pooling_avg_exclude_padding;
-    const memory::desc srcDesc = plainDesc(x.shape);
-    const memory::desc dstDesc = plainDesc(setup_.output);
+    const memory::desc srcDesc = activationDesc(x.shape, channelsLast);
+    const memory::desc dstDesc = activationDesc(setup_.output, channelsLast);
     const memory::desc anyDstDesc(memory::dims(setup_.output.begin(), setup_.output.end()), memory::data_type::f32,
                                   memory::format_tag::any);
     try {
@@ -214,6 +217,9 @@ class PoolKernel : public OpKernel {
   std::string implementation() const override {
     return useDnnl_ ? fmt::format("oneDNN {}{}", implementation_, detourNote(detour_)) : "direct loop";
   }
+
+  // Whether the node runs on oneDNN (the direct loops are channels-first only).
+  bool runsOnDnnl() const { return useDnnl_ || empty_; }
 
   void compute(KernelContext& ctx) override {
     if (empty_)
@@ -258,9 +264,12 @@ void registerDnnlPoolOps(OpRegistry& registry) {
   for (const char* type : {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}) {
     const std::string opType = type;
     registry.addSchema({opType, inferPool, true});
-    registry.addKernel(opType, DeviceType::CPU, [opType](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-      return std::make_unique<PoolKernel>(opType, init);
-    });
+    registry.addKernel(
+        opType, DeviceType::CPU,
+        [opType](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+          return std::make_unique<PoolKernel>(opType, init);
+        },
+        [opType](const KernelInit& init) { return init.outputs.size() == 1 && PoolKernel(opType, init).runsOnDnnl(); });
   }
 }
 

@@ -8,6 +8,7 @@
 #include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "conv_taps.h"
+#include "cpu_layouts.h"
 #include "dnnl_layout_detour.h"
 #include "grad_nn_common.h"
 #include "strata/thread_pool.h"
@@ -287,11 +288,12 @@ struct BatchedWeightGradient {
 class ConvGradKernel : public OpKernel {
  public:
   ConvGradKernel(ConvGradMode mode, const KernelInit& init) {
+    // Note [CPU channels-last]: everything below works on logical [N, C, spatial...] dims.
+    channelsLast_ = channelsLastOf(init.attrs);
     const TensorMeta& dy = init.inputs.at(0).meta;
     io_ = convGradOperands(mode, init);
-    const Shape& x = io_.x;
-    const Shape& w = io_.w;
-    setup_ = resolveConvGrad(init.attrs, dy.dtype, x, w, dy.shape);
+    setup_ = resolveConvGrad(init.attrs, dy.dtype, logicalShape(io_.x, channelsLast_),
+                             logicalShape(io_.w, channelsLast_), logicalShape(dy.shape, channelsLast_));
     empty_ = numElements(setup_.x) == 0 || numElements(setup_.w) == 0 || numElements(setup_.y) == 0;
     if (empty_ || setup_.dtype == DType::Float64)
       return;
@@ -305,8 +307,9 @@ class ConvGradKernel : public OpKernel {
       setup_.w = croppedWeightShape(setup_.w, taps_);
     }
     // Note [Convolutions as one GEMM]: one output pixel per image.
-    gemm_ = withDnnlErrors(init.nodeName, "plan the convolution backward as a GEMM",
-                           [&] { return ConvGemm::plan(setup_.x, setup_.w, setup_.group, setup_.geometry, false); });
+    gemm_ = withDnnlErrors(init.nodeName, "plan the convolution backward as a GEMM", [&] {
+      return ConvGemm::plan(setup_.x, setup_.w, setup_.group, setup_.geometry, false, channelsLast_);
+    });
     if (gemm_ != nullptr) {
       planCroppedCopies(alignUp(gemm_->scratchBytes()));
       return;
@@ -370,7 +373,7 @@ class ConvGradKernel : public OpKernel {
       gemm_->backward(dy.data<float>(), x, w, dx != nullptr ? dx->data<float>() : nullptr, dwTarget,
                       db != nullptr ? db->data<float>() : nullptr, scratch);
       if (dw != nullptr && taps_.pruned)
-        scatterTaps(croppedDw, dw->data<float>(), fullW_, taps_);
+        scatterTaps(croppedDw, dw->data<float>(), fullW_, taps_, channelsLast_);
       return;
     }
     if ((dw != nullptr || db != nullptr) && batched_) {
@@ -403,7 +406,7 @@ class ConvGradKernel : public OpKernel {
         dwWeights_.copyOut(scratch, primBytes);
     }
     if (dw != nullptr && taps_.pruned)
-      scatterTaps(croppedDw, dw->data<float>(), fullW_, taps_);
+      scatterTaps(croppedDw, dw->data<float>(), fullW_, taps_, channelsLast_);
     if (dx != nullptr) {
       memory* dyMem = nullptr;
       if (shareDy_ && dyConverted) {
@@ -433,9 +436,9 @@ class ConvGradKernel : public OpKernel {
     const memory::dims strides = toDims(s.geometry.strides);
     const memory::dims padBegin = toDims(s.geometry.padBegin);
     const Shape wDims = groupedWeightDims(s.w, s.group);
-    const memory::desc xPlain = plainDesc(s.x);
-    const memory::desc yPlain = plainDesc(s.y);
-    const memory::desc wPlain = plainDesc(wDims);
+    const memory::desc xPlain = activationDesc(s.x, channelsLast_);
+    const memory::desc yPlain = activationDesc(s.y, channelsLast_);
+    const memory::desc wPlain = descWithInnermost(wDims, weightInnermost(channelsLast_, s.group > 1));
     const memory::desc wAny(toDims(wDims), memory::data_type::f32, memory::format_tag::any);
     const memory::desc xConv(toDims(s.x), memory::data_type::f32, memory::format_tag::any);
     const memory::desc yConv(toDims(s.y), memory::data_type::f32, memory::format_tag::any);
@@ -457,7 +460,7 @@ class ConvGradKernel : public OpKernel {
       dnnl::convolution_backward_weights::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine(), fwdPd);
       weightsPrimitive_ = dnnl::convolution_backward_weights(pd);
       weightsImplementation_ = pd.impl_info_str();
-      if (planBatchedWeights(weightsImplementation_)) {
+      if (!channelsLast_ && planBatchedWeights(weightsImplementation_)) {
         // Note [Batched weight gradient]: the primitive above is not run.
         weightsImplementation_ = "batched im2col + oneDNN sgemm";
       } else {
@@ -522,7 +525,7 @@ class ConvGradKernel : public OpKernel {
     if (!taps_.pruned)
       return w;
     auto* cropped = reinterpret_cast<float*>(scratch + croppedWOffset_);
-    gatherTaps(w, cropped, fullW_, taps_);
+    gatherTaps(w, cropped, fullW_, taps_, channelsLast_);
     return cropped;
   }
 
@@ -559,6 +562,7 @@ class ConvGradKernel : public OpKernel {
   memory dbMemory_;
   std::size_t primitiveScratchBytes_ = 0;  // the largest scratchpad of the primitives and reorders
   std::size_t totalScratchBytes_ = 0;      // plus the converted copies
+  bool channelsLast_ = false;              // Note [CPU channels-last]: operands NHWC and KRSC; setup_ logical
   TapCrop taps_;                           // Note [Pruned taps]: setup_ then holds the cropped kernel
   std::unique_ptr<ConvGemm> gemm_;         // Note [Convolutions as one GEMM]: set instead of the primitives
   Shape fullW_;                            // W's own shape
@@ -567,9 +571,13 @@ class ConvGradKernel : public OpKernel {
 
 void addConvGradOp(OpRegistry& registry, const std::string& type, ConvGradMode mode) {
   registry.addSchema({type, [mode](const ShapeContext& ctx) { return inferConvGrad(mode, ctx); }, true});
-  registry.addKernel(type, DeviceType::CPU, [mode](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<ConvGradKernel>(mode, init);
-  });
+  registry.addKernel(
+      type, DeviceType::CPU,
+      [mode](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+        return std::make_unique<ConvGradKernel>(mode, init);
+      },
+      // Note [CPU channels-last]: float32 runs NHWC activations and KRSC weights itself.
+      [](const KernelInit& init) { return init.inputs.at(0).meta.dtype == DType::Float32; });
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "batch_norm_loops.h"
 #include "grad_nn_common.h"
+#include "strata/channels_last.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu::grad_nn {
@@ -161,10 +162,9 @@ void batchNormGradF64(const KernelContext& ctx, bool training, double epsilon) {
 }
 
 // Float32: the loops of Note [Batch-norm loops].
-void batchNormGradF32(const KernelContext& ctx, bool training, double epsilon) {
+void batchNormGradF32(const KernelContext& ctx, bool training, bool channelsLast, double epsilon) {
   const Tensor& xt = ctx.input(1);
-  ChannelLayout layout{xt.dim(0), xt.dim(1), 0};
-  layout.inner = layout.batch * layout.channels == 0 ? 0 : xt.numel() / (layout.batch * layout.channels);
+  const ChannelLayout layout = channelLayoutOf(xt.shape(), channelsLast);
   const float* dy = ctx.input(0).data<float>();
   const float* x = xt.data<float>();
   const float* scale = ctx.input(2).data<float>();
@@ -199,21 +199,25 @@ void batchNormGradF32(const KernelContext& ctx, bool training, double epsilon) {
 
 void registerNormGradOps(OpRegistry& registry) {
   registry.addSchema({"BatchNormalizationGrad", inferBatchNormGrad, true});
-  registry.addKernel("BatchNormalizationGrad", DeviceType::CPU,
-                     [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-                       const bool training = init.attrs.getInt("training_mode", 0) != 0;
-                       const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
-                       const DType dtype = init.inputs.at(0).meta.dtype;
-                       // Each dtype reads epsilon as its forward kernel does.
-                       const double eps = dtype == DType::Float64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
-                       return makeFunctionKernel([training, eps, dtype](KernelContext& ctx) {
-                         if (dtype == DType::Float64) {
-                           batchNormGradF64(ctx, training, eps);
-                         } else {
-                           batchNormGradF32(ctx, training, eps);
-                         }
-                       });
-                     });
+  registry.addKernel(
+      "BatchNormalizationGrad", DeviceType::CPU,
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+        const bool training = init.attrs.getInt("training_mode", 0) != 0;
+        const bool channelsLast = channelsLastOf(init.attrs);  // float32 only (the predicate below)
+        const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);
+        const DType dtype = init.inputs.at(0).meta.dtype;
+        // Each dtype reads epsilon as its forward kernel does.
+        const double eps = dtype == DType::Float64 ? decimalOf(epsilon) : static_cast<double>(epsilon);
+        return makeFunctionKernel([training, channelsLast, eps, dtype](KernelContext& ctx) {
+          if (dtype == DType::Float64) {
+            batchNormGradF64(ctx, training, eps);
+          } else {
+            batchNormGradF32(ctx, training, channelsLast, eps);
+          }
+        });
+      },
+      // Note [CPU channels-last]: float32 channels-last nodes are [N x spatial, C] rows to the loops.
+      [](const KernelInit& init) { return init.inputs.at(0).meta.dtype == DType::Float32; });
 }
 
 }  // namespace strata::cpu::grad_nn

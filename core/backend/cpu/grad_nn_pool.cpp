@@ -18,6 +18,7 @@
 #include <memory>
 #include <vector>
 
+#include "cpu_layouts.h"
 #include "dnnl_layout_detour.h"
 #include "grad_nn_common.h"
 #include "strata/thread_pool.h"
@@ -207,77 +208,93 @@ void averagePoolGrad(const PoolGradSetup& s, const T* dy, T* dx) {
   });
 }
 
-// Max-pooling backward on oneDNN (Note [Pooling backward]): forward_training for the workspace, then backward,
-// both on the layout pickJitLayout chooses, with X and dY reordered in and dX out when it is not plain.
-class DnnlMaxPoolGrad {
+// Pooling backward on oneDNN (Note [Pooling backward]): for max pooling forward_training first, for its
+// workspace, then backward, both on the layout pickJitLayout chooses, with X and dY reordered in and dX out when it
+// is not Strata's. Average pooling needs no forward.
+class DnnlPoolGrad {
  public:
-  // False when oneDNN has no JIT kernel for this geometry on this host: the direct loop runs instead.
-  bool init(const PoolGradSetup& s) {
+  // False when oneDNN has no JIT kernel for this geometry on this host, or (average pooling) would count other
+  // positions in its divisor: the direct loop runs instead.
+  bool init(const PoolGradSetup& s, bool isMax, bool channelsLast) {
+    isMax_ = isMax;
     const WindowGeometry& g = s.geometry;
     const std::vector<std::int64_t> in(s.x.begin() + 2, s.x.end());
     memory::dims padEnd, dilations;
+    bool extended = false;  // whether ceil_mode needs positions past the explicit end padding
     for (std::size_t i = 0; i < g.kernel.size(); ++i) {
       padEnd.push_back(dnnlPadEnd(g, in, i));
       dilations.push_back(g.dilations[i] - 1);  // oneDNN counts dilation from 0
+      extended = extended || padEnd.back() > g.padEnd[i];
     }
+    if (!isMax && s.countIncludePad && extended)
+      return false;  // oneDNN would count the extra ceil_mode positions in the divisor
+    const dnnl::algorithm algorithm = isMax               ? dnnl::algorithm::pooling_max
+                                      : s.countIncludePad ? dnnl::algorithm::pooling_avg_include_padding
+                                                          : dnnl::algorithm::pooling_avg_exclude_padding;
     const memory::dims strides(g.strides.begin(), g.strides.end()), kernel(g.kernel.begin(), g.kernel.end());
     const memory::dims padBegin(g.padBegin.begin(), g.padBegin.end());
-    const memory::desc xPlain = plainDesc(s.x), yPlain = plainDesc(s.y);
+    const memory::desc xPlain = activationDesc(s.x, channelsLast), yPlain = activationDesc(s.y, channelsLast);
     const memory::desc yAny(memory::dims(s.y.begin(), s.y.end()), memory::data_type::f32, memory::format_tag::any);
     try {
       const auto forwardPd =
           pickJitLayout<dnnl::pooling_v2_forward::primitive_desc>(xPlain, [&](const memory::desc& src) {
-            dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, src,
-                                                yAny, strides, kernel, dilations, padBegin, padEnd);
+            dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_training, algorithm, src, yAny, strides,
+                                                kernel, dilations, padBegin, padEnd);
             return dnnl::pooling_v2_forward::primitive_desc(desc, userScratchpadAttr(), dnnlEngine());
           });
-      dnnl::pooling_v2_backward::desc backwardDesc(dnnl::algorithm::pooling_max, forwardPd.src_desc(),
-                                                   forwardPd.dst_desc(), strides, kernel, dilations, padBegin, padEnd);
+      dnnl::pooling_v2_backward::desc backwardDesc(algorithm, forwardPd.src_desc(), forwardPd.dst_desc(), strides,
+                                                   kernel, dilations, padBegin, padEnd);
       dnnl::pooling_v2_backward::primitive_desc backwardPd(backwardDesc, userScratchpadAttr(), dnnlEngine(), forwardPd);
       implementation_ = backwardPd.impl_info_str();
       if (!isJitImplementation(forwardPd.impl_info_str()) || !isJitImplementation(implementation_))
         return false;
-      forward_ = dnnl::pooling_v2_forward(forwardPd);
       backward_ = dnnl::pooling_v2_backward(backwardPd);
-      // Scratchpad: [the largest own scratchpad | X's copy | Y | workspace | dY's copy | dX's copy].
-      std::size_t own = std::max(forwardPd.scratchpad_desc().get_size(), backwardPd.scratchpad_desc().get_size());
-      own = std::max(own, x_.init(xPlain, forwardPd.src_desc(), true));
+      std::size_t own = backwardPd.scratchpad_desc().get_size();
       own = std::max(own, dy_.init(yPlain, backwardPd.diff_dst_desc(), true));
       own = std::max(own, dx_.init(xPlain, backwardPd.diff_src_desc(), false));
+      if (isMax) {
+        forward_ = dnnl::pooling_v2_forward(forwardPd);
+        own = std::max(own, forwardPd.scratchpad_desc().get_size());
+        own = std::max(own, x_.init(xPlain, forwardPd.src_desc(), true));
+        y_ = memory(forwardPd.dst_desc(), dnnlEngine(), nullptr);
+        workspace_ = memory(forwardPd.workspace_desc(), dnnlEngine(), nullptr);
+      }
+      // Scratchpad: [the largest own scratchpad | X's copy | Y | workspace | dY's copy | dX's copy].
       ownScratchBytes_ = own;
       std::size_t offset = alignUp(own);
       x_.offset = offset;
       offset += alignUp(x_.bytes);
-      y_ = memory(forwardPd.dst_desc(), dnnlEngine(), nullptr);
       yOffset_ = offset;
-      offset += alignUp(forwardPd.dst_desc().get_size());
-      workspace_ = memory(forwardPd.workspace_desc(), dnnlEngine(), nullptr);
+      offset += isMax ? alignUp(forwardPd.dst_desc().get_size()) : 0;
       workspaceOffset_ = offset;
-      offset += alignUp(forwardPd.workspace_desc().get_size());
+      offset += isMax ? alignUp(forwardPd.workspace_desc().get_size()) : 0;
       dy_.offset = offset;
       offset += alignUp(dy_.bytes);
       dx_.offset = offset;
       offset += alignUp(dx_.bytes);
       totalScratchBytes_ = offset;
-      if (x_.needed)
-        layout_ = reorderNote(forwardPd.src_desc(), forwardPd.dst_desc());
+      if (dx_.needed)
+        layout_ = reorderNote(backwardPd.diff_src_desc(), backwardPd.diff_dst_desc());
       return true;
     } catch (const dnnl::error&) {
       return false;  // geometry oneDNN rejects
     }
   }
 
-  void run(const Tensor& dy, const Tensor& x, Tensor& dx) {
+  // `x` is read by max pooling only.
+  void run(const Tensor& dy, const Tensor* x, Tensor& dx) {
     char* scratch = static_cast<char*>(dnnlScratchpad(totalScratchBytes_));
-    y_.set_data_handle(scratch + yOffset_);
-    workspace_.set_data_handle(scratch + workspaceOffset_);
-    std::unordered_map<int, memory> forwardArgs{{DNNL_ARG_SRC, x_.bind(x, scratch, ownScratchBytes_, true)},
-                                                {DNNL_ARG_DST, y_},
-                                                {DNNL_ARG_WORKSPACE, workspace_}};
-    executeDnnlAt(forward_, forwardArgs, scratch, ownScratchBytes_);
     std::unordered_map<int, memory> backwardArgs{{DNNL_ARG_DIFF_DST, dy_.bind(dy, scratch, ownScratchBytes_, true)},
-                                                 {DNNL_ARG_DIFF_SRC, dx_.bind(dx, scratch, ownScratchBytes_, false)},
-                                                 {DNNL_ARG_WORKSPACE, workspace_}};
+                                                 {DNNL_ARG_DIFF_SRC, dx_.bind(dx, scratch, ownScratchBytes_, false)}};
+    if (isMax_) {
+      y_.set_data_handle(scratch + yOffset_);
+      workspace_.set_data_handle(scratch + workspaceOffset_);
+      std::unordered_map<int, memory> forwardArgs{{DNNL_ARG_SRC, x_.bind(*x, scratch, ownScratchBytes_, true)},
+                                                  {DNNL_ARG_DST, y_},
+                                                  {DNNL_ARG_WORKSPACE, workspace_}};
+      executeDnnlAt(forward_, forwardArgs, scratch, ownScratchBytes_);
+      backwardArgs[DNNL_ARG_WORKSPACE] = workspace_;
+    }
     executeDnnlAt(backward_, backwardArgs, scratch, ownScratchBytes_);
     dx_.copyOut(scratch, ownScratchBytes_);
   }
@@ -285,6 +302,7 @@ class DnnlMaxPoolGrad {
   std::string implementation() const { return fmt::format("oneDNN {}{}", implementation_, layout_); }
 
  private:
+  bool isMax_ = true;
   dnnl::pooling_v2_forward forward_;
   dnnl::pooling_v2_backward backward_;
   std::string implementation_, layout_;
@@ -296,15 +314,22 @@ class DnnlMaxPoolGrad {
 class PoolGradKernel : public OpKernel {
  public:
   PoolGradKernel(bool isMax, const KernelInit& init) : isMax_(isMax) {
+    // Note [CPU channels-last]: a channels-last node runs on oneDNN only (runsOnDnnl), on logical dims.
+    const bool channelsLast = channelsLastOf(init.attrs);
     const TensorMeta& dy = init.inputs.at(0).meta;
     const Shape x = isMax ? init.inputs.at(1).meta.shape : Shape(init.attrs.getInts("input_shape"));
-    setup_ = resolvePoolGrad(init.attrs, dy.dtype, x, dy.shape);
+    setup_ = resolvePoolGrad(init.attrs, dy.dtype, logicalShape(x, channelsLast), logicalShape(dy.shape, channelsLast));
     dtype_ = dy.dtype;
-    if (isMax && dtype_ == DType::Float32 && numElements(setup_.y) > 0 && x.size() <= 5)
-      useDnnl_ = dnnl_.init(setup_);
+    // Float32 max pooling always tries oneDNN (Note [Pooling backward]); average pooling only for channels-last
+    // nodes, where the direct loop cannot run.
+    if (dtype_ == DType::Float32 && numElements(setup_.y) > 0 && x.size() <= 5 && (isMax || channelsLast))
+      useDnnl_ = dnnl_.init(setup_, isMax, channelsLast);
   }
 
   std::string implementation() const override { return useDnnl_ ? dnnl_.implementation() : "direct loop"; }
+
+  // Whether the node runs on oneDNN (the direct loops are channels-first only).
+  bool runsOnDnnl() const { return useDnnl_ || numElements(setup_.y) == 0; }
 
   void compute(KernelContext& ctx) override {
     Tensor& dx = ctx.output(0);
@@ -322,7 +347,7 @@ class PoolGradKernel : public OpKernel {
         averagePoolGrad<double>(setup_, dy.data<double>(), dx.data<double>());
       }
     } else if (useDnnl_) {
-      dnnl_.run(dy, ctx.input(1), dx);
+      dnnl_.run(dy, isMax_ ? &ctx.input(1) : nullptr, dx);
     } else if (isMax_) {
       maxPoolGrad<float>(setup_, dy.data<float>(), ctx.input(1).data<float>(), dx.data<float>());
     } else {
@@ -335,14 +360,17 @@ class PoolGradKernel : public OpKernel {
   DType dtype_ = DType::Float32;
   PoolGradSetup setup_;
   bool useDnnl_ = false;
-  DnnlMaxPoolGrad dnnl_;
+  DnnlPoolGrad dnnl_;
 };
 
 void addPoolGradOp(OpRegistry& registry, const std::string& type, bool isMax) {
   registry.addSchema({type, [isMax](const ShapeContext& ctx) { return inferPoolGrad(isMax, ctx); }, true});
-  registry.addKernel(type, DeviceType::CPU, [isMax](const KernelInit& init) -> std::unique_ptr<OpKernel> {
-    return std::make_unique<PoolGradKernel>(isMax, init);
-  });
+  registry.addKernel(
+      type, DeviceType::CPU,
+      [isMax](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+        return std::make_unique<PoolGradKernel>(isMax, init);
+      },
+      [isMax](const KernelInit& init) { return PoolGradKernel(isMax, init).runsOnDnnl(); });
 }
 
 }  // namespace

@@ -204,8 +204,18 @@ void emulateLowPrecision(OpRegistry& registry, const std::string& type, const Lo
     return metas;
   };
   registry.addSchema(std::move(wrapped));
+  // Float32 channels-last nodes the inner kernel runs itself stay native (Note [CPU channels-last]); 16-bit ones
+  // are transposed around the widening.
+  std::function<bool(const KernelInit&)> native = registry.nativeChannelsLast(type, DeviceType::CPU);
+  if (native) {
+    native = [inner = std::move(native), slots](const KernelInit& init) {
+      const std::optional<DType> low = lowPrecisionOf(dtypesOf(init.inputs), slots.inputs, [](const std::string&) {});
+      return !low && inner(init);
+    };
+  }
   registry.addKernel(
-      type, DeviceType::CPU, [inner = *factory, slots](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+      type, DeviceType::CPU,
+      [inner = *factory, slots](const KernelInit& init) -> std::unique_ptr<OpKernel> {
         const std::optional<DType> low =
             lowPrecisionOf(dtypesOf(init.inputs), slots.inputs,
                            [&init](const std::string& why) { fail("node '{}': {}", init.nodeName, why); });
@@ -224,7 +234,8 @@ void emulateLowPrecision(OpRegistry& registry, const std::string& type, const Lo
           }
         }
         return std::make_unique<WideningKernel>(inner(wide), std::move(kept));
-      });
+      },
+      std::move(native));
 }
 
 }  // namespace

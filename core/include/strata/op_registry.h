@@ -116,12 +116,16 @@ class OpRegistry {
 
   const OpSchema* schema(std::string_view type) const;
   const KernelFactory* kernel(std::string_view type, DeviceType device) const;
+  // The nativeChannelsLast a kernel was registered with (nullptr: none), for code that wraps a registered kernel
+  // and registers the wrapper (low-precision emulation) without losing it.
+  std::function<bool(const KernelInit&)> nativeChannelsLast(std::string_view type, DeviceType device) const;
   bool supports(std::string_view type, DeviceType device) const { return kernel(type, device) != nullptr; }
   std::vector<std::string> opTypes() const;
 
  private:
   std::map<std::string, OpSchema, std::less<>> schemas_;
   std::map<std::pair<std::string, DeviceType>, KernelFactory> kernels_;
+  std::map<std::pair<std::string, DeviceType>, std::function<bool(const KernelInit&)>> nativeChannelsLast_;
 };
 
 // Runs one op eagerly: infers shapes, creates the kernel for `device`, allocates outputs and computes them; the

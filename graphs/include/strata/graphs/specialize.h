@@ -16,6 +16,9 @@ struct SpecializeOptions {
   // the executor still expects the same values at run time.
   std::vector<Tensor> boundInputs{};
   bool training = false;
+  // Plans whose weights never change (`strata run`): parameters fold like any constant, so that a rewrite's
+  // Transposes of weights (channels-last) are done once, when the plan is built.
+  bool foldParameters = false;
 };
 
 // Fixes every value's shape for the given input metas and folds shape arithmetic (any foldable node whose inputs
