@@ -97,8 +97,11 @@ def main():
             torch.manual_seed(0)
             model = constructor().train()
             path = os.path.join(tmp, f"{name}.onnx")
-            torch.onnx.export(model, torch.randn(*shape), path, opset_version=17, do_constant_folding=False,
-                              training=torch.onnx.TrainingMode.TRAINING)
+            kwargs = dict(opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
+            try:  # the current PyTorch exports with dynamo (onnxscript) unless told not to
+                torch.onnx.export(model, torch.randn(*shape), path, dynamo=False, **kwargs)
+            except TypeError:  # Debian's PyTorch 1.13 has no dynamo argument
+                torch.onnx.export(model, torch.randn(*shape), path, **kwargs)
             s_times, t_times, blocked, hidden = [], [], [], []
             for _ in range(args.rounds):
                 port += 1

@@ -11,7 +11,9 @@
 // a window with a NaN routes its gradient wherever oneDNN's comparison leaves it (the loss is NaN then anyway).
 // Float64, and geometry oneDNN has no JIT kernel for, run direct loops over one (n, c) plane per task, with the same
 // rule and a gradient to the first NaN of a window. AveragePoolGrad is a direct loop using the forward kernel's
-// divisor rule (count_include_pad counts explicit pads but never the extra ceil_mode positions).
+// divisor rule (count_include_pad counts explicit pads but never the extra ceil_mode positions), except for
+// channels-last nodes (Note [CPU channels-last]), which run oneDNN's average-pooling backward where its divisor is
+// the same, and are transposed around the loop elsewhere.
 
 #include <cmath>
 #include <cstring>
