@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """FSDP step time and per-rank memory beside DDP and beside PyTorch, in one run: Strata's `fsdp` plugin (shard=full,
-grad_op; module units) against Strata's `ddp`, and each against PyTorch's DistributedDataParallel and FSDP2
-(torch.distributed.fsdp.fully_shard, the same module units, reshard_after_forward True for full and False for
-grad_op), 2 ranks x 1 thread, gloo, same per-rank batch, Adam, rounds interleaved. Figures: medians of the per-step
+grad_op; Strata's default units, and one unit per module) against Strata's `ddp`, and each against PyTorch's
+DistributedDataParallel and FSDP2 (torch.distributed.fsdp.fully_shard on every module, reshard_after_forward True for
+full and False for grad_op), 2 ranks x 1 thread, gloo, same per-rank batch, Adam, rounds interleaved. Figures: medians of the per-step
 times rank 0 logs after two warm-up steps; how much of the all-gather and reduce-scatter time was hidden behind
 compute (1 - time blocked / time the collectives ran, Strata's `communication_s` and `collective_s`); rank 0's
 training model-state peak (parameters, gradients, optimizer state) and training peak from summary.json.
@@ -27,8 +27,14 @@ CASES = {
                       (8, 3, 32, 32)),
 }
 # label: (Strata options, the PyTorch peer's mode or None)
+# "every module": one unit per module (small_module_params=0), the units the PyTorch peer shards; the plain labels
+# use Strata's default units, where small modules join the unit before them (Note [Small modules]).
 STRATEGIES = {"ddp": ([], "ddp"), "fsdp grad_op": (["--strategy-opt", "shard=grad_op"], "grad_op"),
               "fsdp full": (["--strategy-opt", "shard=full"], "full"),
+              "fsdp grad_op every module": (["--strategy-opt", "shard=grad_op", "--strategy-opt",
+                                             "small_module_params=0"], "grad_op"),
+              "fsdp full every module": (["--strategy-opt", "shard=full", "--strategy-opt", "small_module_params=0"],
+                                         "full"),
               "fsdp full 1M": (["--strategy-opt", "shard=full", "--strategy-opt", "unit_params=1000000"], None),
               "fsdp grad_op 1M": (["--strategy-opt", "shard=grad_op", "--strategy-opt", "unit_params=1000000"], None)}
 
@@ -74,7 +80,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", default=os.path.join(os.path.dirname(__file__), "..", "build", "cli", "strata"))
     parser.add_argument("--models", default="resnet18,convnext_tiny")
-    parser.add_argument("--strategies", default="ddp,fsdp grad_op,fsdp full")
+    parser.add_argument("--strategies",
+                        default="ddp,fsdp grad_op,fsdp full,fsdp grad_op every module,fsdp full every module")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peer-python", default=os.environ.get("PEER_PY", ""))

@@ -18,13 +18,31 @@ std::vector<int> partitionUnits(const std::vector<UnitCandidate>& parameters, co
   switch (partition.kind) {
     case UnitPartition::Kind::None:
       break;
-    case UnitPartition::Kind::ByModule:
-      for (std::size_t i = 1; i < parameters.size(); ++i) {
-        const std::string_view module = modulePath(parameters[i].name);
-        const bool sameModule = !module.empty() && module == modulePath(parameters[i - 1].name);
-        unitOf[i] = unitOf[i - 1] + (sameModule ? 0 : 1);
+    case UnitPartition::Kind::ByModule: {
+      // Note [Small modules]: a module below partition.smallModule elements (a batch norm, a bias-only layer, a
+      // depthwise convolution) joins the unit of the module before it in execution order, which is what it
+      // computes right after: one collective each way fewer, and a unit barely larger.
+      std::size_t begin = 0;  // the current module's first parameter
+      for (std::size_t i = 1; i <= parameters.size(); ++i) {
+        const std::string_view module = i < parameters.size() ? modulePath(parameters[i].name) : std::string_view();
+        if (i < parameters.size() && !module.empty() && module == modulePath(parameters[i - 1].name)) {
+          unitOf[i] = unitOf[i - 1];
+          continue;
+        }
+        // parameters [begin, i) are one module: merge it into the unit before it when small
+        std::int64_t elements = 0;
+        for (std::size_t j = begin; j < i; ++j)
+          elements += parameters[j].elements;
+        if (begin > 0 && elements < partition.smallModule) {
+          for (std::size_t j = begin; j < i; ++j)
+            unitOf[j] = unitOf[begin - 1];
+        }
+        if (i < parameters.size())
+          unitOf[i] = unitOf[i - 1] + 1;
+        begin = i;
       }
       break;
+    }
     case UnitPartition::Kind::ByParameterCount: {
       STRATA_CHECK(partition.parameters > 0, "a unit partition by parameter count needs a positive count, not {}",
                    partition.parameters);

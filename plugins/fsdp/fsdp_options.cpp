@@ -5,7 +5,7 @@
 namespace strata::plugins::fsdp {
 namespace {
 
-std::int64_t positiveInteger(const std::string& key, const std::string& value) {
+std::int64_t integerAtLeast(const std::string& key, const std::string& value, std::int64_t minimum) {
   std::size_t used = 0;
   long long parsed = 0;
   try {
@@ -13,10 +13,14 @@ std::int64_t positiveInteger(const std::string& key, const std::string& value) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used != value.size() || parsed <= 0) {
-    fail("fsdp: --strategy-opt {}={} must be a positive integer", key, value);
+  if (used != value.size() || parsed < minimum) {
+    fail("fsdp: --strategy-opt {}={} must be a {} integer", key, value, minimum > 0 ? "positive" : "non-negative");
   }
   return parsed;
+}
+
+std::int64_t positiveInteger(const std::string& key, const std::string& value) {
+  return integerAtLeast(key, value, 1);
 }
 
 }  // namespace
@@ -73,6 +77,8 @@ FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) 
       if (!parsed.unitsByModule && parsed.unitParams == 0) {
         parsed.unitParams = 1000000;  // units=size without unit_params
       }
+    } else if (key == "small_module_params") {
+      parsed.smallModuleParams = integerAtLeast(key, value, 0);
     } else if (key == "max_inflight") {
       parsed.maxInflight = static_cast<int>(positiveInteger(key, value));
     } else if (key == "accumulate") {
@@ -99,8 +105,8 @@ FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) 
       parsed.offload = value == "none" ? Offload::None : value == "optimizer" ? Offload::Optimizer : Offload::Params;
     } else {
       fail(
-          "fsdp: unknown --strategy-opt '{}' (known: shard, units, unit_params, max_inflight, accumulate, "
-          "reduce_dtype, offload, timeout_s)",
+          "fsdp: unknown --strategy-opt '{}' (known: shard, units, unit_params, small_module_params, max_inflight, "
+          "accumulate, reduce_dtype, offload, timeout_s)",
           key);
     }
   }

@@ -70,8 +70,9 @@ StrategyRequirements FsdpStrategy::requirements(const StrategyQuery& query) {
         "add into; use accumulate=local");
   }
   StrategyRequirements requirements;
-  requirements.units = options.unitsByModule ? UnitPartition{UnitPartition::Kind::ByModule, 0}
-                                             : UnitPartition{UnitPartition::Kind::ByParameterCount, options.unitParams};
+  requirements.units = options.unitsByModule
+                           ? UnitPartition{UnitPartition::Kind::ByModule, 0, options.smallModuleParams}
+                           : UnitPartition{UnitPartition::Kind::ByParameterCount, options.unitParams};
   requirements.accumulation =
       options.accumulate == AccumulateIn::Sharded ? Accumulation::ByStrategy : Accumulation::InPlace;
   return requirements;

@@ -43,6 +43,31 @@ TEST(UnitPartitionTest, ByModuleStartsAUnitWhereTheModuleChanges) {
             (std::vector<int>{0, 1, 1, 2, 2, 3, 4, 5}));
 }
 
+// Note [Small modules]: a module below smallModule elements joins the unit before it; the first module always
+// starts unit 0, and a module that is large enough starts a unit even after small ones.
+TEST(UnitPartitionTest, SmallModulesJoinTheUnitBeforeThem) {
+  const auto params = candidates({{"conv1.weight", 9},
+                                  {"bn1.weight", 3},
+                                  {"bn1.bias", 3},  // bn1: 6 elements, small
+                                  {"conv2.weight", 50},
+                                  {"bn2.weight", 3},
+                                  {"bn2.bias", 3},
+                                  {"act.scale", 1},  // two small modules in a row join conv2's unit
+                                  {"fc.weight", 30},
+                                  {"fc.bias", 3}});
+  const UnitPartition small{.kind = UnitPartition::Kind::ByModule, .smallModule = 8};
+  EXPECT_EQ(partitionUnits(params, small), (std::vector<int>{0, 0, 0, 1, 1, 1, 1, 2, 2}));
+  // conv1 (9 elements) is below 10 too, but it comes first: it starts unit 0 and bn1 joins it.
+  const UnitPartition larger{.kind = UnitPartition::Kind::ByModule, .smallModule = 10};
+  EXPECT_EQ(partitionUnits(params, larger), (std::vector<int>{0, 0, 0, 1, 1, 1, 1, 2, 2}));
+  // Everything below 100: one unit.
+  const UnitPartition all{.kind = UnitPartition::Kind::ByModule, .smallModule = 100};
+  EXPECT_EQ(partitionUnits(params, all), (std::vector<int>(9, 0)));
+  // smallModule 0: one unit per module.
+  EXPECT_EQ(partitionUnits(params, UnitPartition{.kind = UnitPartition::Kind::ByModule}),
+            (std::vector<int>{0, 1, 1, 2, 3, 3, 4, 5, 5}));
+}
+
 TEST(UnitPartitionTest, ByParameterCountClosesAUnitOnceItHoldsEnough) {
   const auto params = candidates({{"a", 40}, {"b", 50}, {"c", 30}, {"d", 100}, {"e", 1}, {"f", 99}, {"g", 5}});
   // 40+50 < 100, +30 = 120: closed; 100: closed; 1+99: closed; 5: the last unit may hold less.

@@ -235,6 +235,12 @@ TEST(FsdpOptionsTest, BadOptionsSayWhatIsKnown) {
   EXPECT_NE(message({{"shard", "ful"}}).find("unknown --strategy-opt shard=ful (known: full, grad_op, none, hybrid)"),
             std::string::npos);
   EXPECT_NE(message({{"unit_params", "0"}}).find("unit_params=0 must be a positive integer"), std::string::npos);
+  EXPECT_NE(message({{"small_module_params", "-1"}}).find("small_module_params=-1 must be a non-negative integer"),
+            std::string::npos);
+  EXPECT_EQ(message({{"small_module_params", "0"}}), "no error");
+  const StrategyRequirements merged = strategy->requirements(StrategyQuery{{{"small_module_params", "262144"}}, 2, 1});
+  EXPECT_EQ(merged.units.kind, UnitPartition::Kind::ByModule);
+  EXPECT_EQ(merged.units.smallModule, 262144);
   EXPECT_NE(message({{"shard", "hybrid"}})
                 .find("shard=hybrid shards within a node and replicates across nodes, so "
                       "it needs --nnodes 2 or more"),

@@ -40,6 +40,8 @@ struct UnitPartition {
   };
   Kind kind = Kind::None;
   std::int64_t parameters = 0;
+  // ByModule: a module with fewer elements than this joins the unit before it (0: every module is a unit).
+  std::int64_t smallModule = 0;
 };
 
 // Gradient accumulation over micro-batches (--grad-accum K).
