@@ -22,7 +22,11 @@ class ServerFigures {
 
   // The key ranges this server holds and their bytes (once an Init or a reloaded checkpoint gave them).
   void setKeyRanges(std::size_t ranges, std::int64_t bytes);
-  // Publishes the figures when a peak rose or the key ranges changed since the last publish; otherwise costs an
+  // How far the peak resident set must rise to be published again by itself.
+  static constexpr std::int64_t kResidentStep = std::int64_t{1} << 20;
+
+  // Publishes the figures when an allocator peak rose, the resident peak rose by kResidentStep or the key ranges
+  // changed since the last publish; otherwise costs an
   // allocator snapshot and a getrusage call. Called before every answer (Note [Role figures]).
   void publishIfChanged();
   // The figures as published.
