@@ -69,12 +69,16 @@ nlohmann::json ServerFigures::figures(const MemorySnapshot& now, std::int64_t re
           {"restarts", restarts_}};
 }
 
+std::int64_t ServerFigures::residentStep(std::int64_t published) {
+  return std::max(std::int64_t{1} << 20, published / 32);
+}
+
 void ServerFigures::publishIfChanged() {
   const MemorySnapshot now = allocatorFor(Device::cpu()).stats().snapshot();
   const std::int64_t resident = residentPeakBytes();
-  // The resident set creeps by a page here and there (and by every allocation under ASan's quarantine): a rise
-  // under kResidentStep waits for the next publish, so the figure is at most that much behind.
-  const bool residentRose = publishedResident_ < 0 || resident >= publishedResident_ + kResidentStep;
+  // The resident set creeps by a page here and there (and by megabytes under ASan's allocator): a rise under
+  // residentStep() waits for the next publish, so the figure is at most that much behind.
+  const bool residentRose = publishedResident_ < 0 || resident >= publishedResident_ + residentStep(publishedResident_);
   if (now.totalPeak == published_.totalPeak && now.peak == published_.peak && !residentRose &&
       keyRangeBytes_ == publishedKeyBytes_) {
     return;

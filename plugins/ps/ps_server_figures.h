@@ -22,10 +22,11 @@ class ServerFigures {
 
   // The key ranges this server holds and their bytes (once an Init or a reloaded checkpoint gave them).
   void setKeyRanges(std::size_t ranges, std::int64_t bytes);
-  // How far the peak resident set must rise to be published again by itself.
-  static constexpr std::int64_t kResidentStep = std::int64_t{1} << 20;
+  // How far the peak resident set must rise above the published one to be published again by itself: 1 MiB or
+  // 1/32 of it, whichever is more.
+  static std::int64_t residentStep(std::int64_t published);
 
-  // Publishes the figures when an allocator peak rose, the resident peak rose by kResidentStep or the key ranges
+  // Publishes the figures when an allocator peak rose, the resident peak rose by residentStep() or the key ranges
   // changed since the last publish; otherwise costs an
   // allocator snapshot and a getrusage call. Called before every answer (Note [Role figures]).
   void publishIfChanged();

@@ -59,12 +59,14 @@ TEST(PsServerFiguresTest, PublishesWhenAPeakRisesAndOnlyThen) {
   EXPECT_EQ(first["key_ranges"], 2);
   EXPECT_EQ(first["key_range_bytes"], 4096);
   EXPECT_EQ(first["restarts"], 0);
+  EXPECT_EQ(ServerFigures::residentStep(0), 1 << 20);
+  EXPECT_EQ(ServerFigures::residentStep(std::int64_t{64} << 20), 2 << 20);
   EXPECT_GT(first["resident_peak_bytes"].get<std::int64_t>(), 0);
   ASSERT_EQ(first["memory_breakdown"].size(), kMemoryCategoryCount);
   figures.publishIfChanged();
   figures.publishIfChanged();
   // The resident peak may still rise between two calls (pages touched elsewhere in this test process, or ASan's
-  // quarantine), but not by ServerFigures::kResidentStep; the allocator's peaks do not rise.
+  // allocator), but not by ServerFigures::residentStep(); the allocator's peaks do not rise.
   EXPECT_EQ(store.writes(), 1) << "published again although nothing rose";
   const int before = store.writes();
   // A communication peak above anything this process held before.
