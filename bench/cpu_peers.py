@@ -10,8 +10,9 @@ For each model: PyTorch builds it, exports a training-mode file (opset 17, no co
   PyTorch's forward + cross-entropy + backward + SGD-with-momentum step on a fixed batch; ONNX Runtime Training's
   step on the same training-mode file (bench/ort_train_step.py; plain SGD, it has no momentum).
 - Forward: `strata run --repeat` on the eval-mode file against PyTorch eager under no_grad.
-- GFLOP/s: the step's floating-point work (PyTorch's FlopCounterMode over one training step, less the convolution
-  taps that only meet padding, which Strata skips: Note [Pruned taps]) divided by Strata's step time, against the
+- GFLOP/s: the step's floating-point work (PyTorch's FlopCounterMode over one training step, with the convolutions'
+  backward counted from their forward since it ignores groups there, less the convolution taps that only meet
+  padding, which Strata skips: Note [Pruned taps]) divided by Strata's step time, against the
   host's sgemm peak (a 2048^3 float32 matmul in PyTorch, same threads).
 Rounds alternate between the tools; every figure is a median over rounds of per-round medians. Ratios are
 Strata / peer: below 1.0 means Strata is faster.
@@ -156,17 +157,21 @@ def used_tap_fraction(conv, spatial):
 
 
 def step_flops(model, x, y):
-    """The training step's floating-point work (PyTorch's FlopCounterMode), and the part of it Strata's kernels do:
-    without the convolution taps that only meet padding (forward, data and weight gradient: 3x each conv's
-    forward work)."""
+    """The training step's floating-point work, and the part of it Strata's kernels do: without the convolution
+    taps that only meet padding (forward, data and weight gradient: 3x each conv's forward work).
+    PyTorch's FlopCounterMode counts every op but the convolutions' backward, which it counts as if groups were 1
+    (12x the forward work on EfficientNetV2-S, whose depthwise convolutions have one channel per group): each
+    convolution's backward is counted here instead, as its forward work once for the weight gradient and once more
+    for the data gradient where its input needs one."""
     model.train()
     skipped = []
+    conv_backward = []
 
     def note(conv, inputs, output):
+        forward = 2 * output.numel() * (conv.in_channels // conv.groups) * math.prod(conv.kernel_size)
+        conv_backward.append(forward * (2 if inputs[0].requires_grad else 1))
         fraction = used_tap_fraction(conv, inputs[0].shape[2:])
         if fraction < 1.0:
-            forward = 2 * output.numel() * (conv.in_channels // conv.groups) * \
-                math.prod(conv.kernel_size)
             skipped.append(3 * forward * (1.0 - fraction))
 
     hooks = [m.register_forward_hook(note) for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
@@ -175,7 +180,8 @@ def step_flops(model, x, y):
     for h in hooks:
         h.remove()
     model.zero_grad()
-    total = counter.get_total_flops()
+    counted = counter.get_flop_counts()["Global"]
+    total = counter.get_total_flops() - counted.get(torch.ops.aten.convolution_backward, 0) + sum(conv_backward)
     return total, total - sum(skipped)
 
 

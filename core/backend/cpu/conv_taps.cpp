@@ -39,6 +39,15 @@ TapLayout tapLayout(const Shape& weight, const TapCrop& crop, bool channelsLast)
   return layout;
 }
 
+// Copies a run of taps. OIHW weights have runs of one element: std::copy would call memmove for each of the
+// million taps of a 512 x 512 x 3 x 3 kernel (2 ms of ResNet-50's step on its layer4 alone).
+inline void copyRun(const float* from, std::int64_t run, float* to) {
+  if (run == 1)
+    *to = *from;
+  else
+    std::copy(from, from + run, to);
+}
+
 // Runs fn(first plane, end plane) over W's planes in parallel; the planes are small (the kernel's taps), so each
 // task takes many.
 template <typename Fn>
@@ -108,10 +117,9 @@ void gatherTaps(const float* w, float* cropped, const Shape& weight, const TapCr
   const std::int64_t run = layout.run;
   forPlanes(layout, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t p = begin; p < end; ++p) {
-      for (std::int64_t t = 0; t < used; ++t) {
-        const float* from = w + p * layout.planeSize + layout.offsets[static_cast<std::size_t>(t)];
-        std::copy(from, from + run, cropped + (p * used + t) * run);
-      }
+      for (std::int64_t t = 0; t < used; ++t)
+        copyRun(w + p * layout.planeSize + layout.offsets[static_cast<std::size_t>(t)], run,
+                cropped + (p * used + t) * run);
     }
   });
 }
@@ -123,10 +131,9 @@ void scatterTaps(const float* cropped, float* w, const Shape& weight, const TapC
   forPlanes(layout, [&](std::int64_t begin, std::int64_t end) {
     std::fill(w + begin * layout.planeSize, w + end * layout.planeSize, 0.0f);
     for (std::int64_t p = begin; p < end; ++p) {
-      for (std::int64_t t = 0; t < used; ++t) {
-        const float* from = cropped + (p * used + t) * run;
-        std::copy(from, from + run, w + p * layout.planeSize + layout.offsets[static_cast<std::size_t>(t)]);
-      }
+      for (std::int64_t t = 0; t < used; ++t)
+        copyRun(cropped + (p * used + t) * run, run,
+                w + p * layout.planeSize + layout.offsets[static_cast<std::size_t>(t)]);
     }
   });
 }
