@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """FSDP step time and per-rank memory beside DDP and beside PyTorch, in one run: Strata's `fsdp` plugin (shard=full,
-grad_op; Strata's default units, and one unit per module) against Strata's `ddp`, and each against PyTorch's
+grad_op; one unit per module, Strata's default, and small modules joined to the unit before them) against Strata's `ddp`, and each against PyTorch's
 DistributedDataParallel and FSDP2 (torch.distributed.fsdp.fully_shard on every module, reshard_after_forward True for
 full and False for grad_op), 2 ranks x 1 thread, gloo, same per-rank batch, Adam, rounds interleaved. Figures: medians of the per-step
 times rank 0 logs after two warm-up steps; how much of the all-gather and reduce-scatter time was hidden behind
@@ -27,14 +27,14 @@ CASES = {
                       (8, 3, 32, 32)),
 }
 # label: (Strata options, the PyTorch peer's mode or None)
-# "every module": one unit per module (small_module_params=0), the units the PyTorch peer shards; the plain labels
-# use Strata's default units, where small modules join the unit before them (Note [Small modules]).
+# The plain labels use Strata's default units, one per module: the units the PyTorch peer shards. "small modules":
+# a module of fewer than 262144 parameters joins the unit before it (Note [Small modules]; Strata only).
 STRATEGIES = {"ddp": ([], "ddp"), "fsdp grad_op": (["--strategy-opt", "shard=grad_op"], "grad_op"),
               "fsdp full": (["--strategy-opt", "shard=full"], "full"),
-              "fsdp grad_op every module": (["--strategy-opt", "shard=grad_op", "--strategy-opt",
-                                             "small_module_params=0"], "grad_op"),
-              "fsdp full every module": (["--strategy-opt", "shard=full", "--strategy-opt", "small_module_params=0"],
-                                         "full"),
+              "fsdp grad_op small modules": (["--strategy-opt", "shard=grad_op", "--strategy-opt",
+                                              "small_module_params=262144"], None),
+              "fsdp full small modules": (["--strategy-opt", "shard=full", "--strategy-opt",
+                                           "small_module_params=262144"], None),
               "fsdp full 1M": (["--strategy-opt", "shard=full", "--strategy-opt", "unit_params=1000000"], None),
               "fsdp grad_op 1M": (["--strategy-opt", "shard=grad_op", "--strategy-opt", "unit_params=1000000"], None)}
 
@@ -81,7 +81,7 @@ def main():
     parser.add_argument("--strata", default=os.path.join(os.path.dirname(__file__), "..", "build", "cli", "strata"))
     parser.add_argument("--models", default="resnet18,convnext_tiny")
     parser.add_argument("--strategies",
-                        default="ddp,fsdp grad_op,fsdp full,fsdp grad_op every module,fsdp full every module")
+                        default="ddp,fsdp grad_op,fsdp full,fsdp grad_op small modules,fsdp full small modules")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peer-python", default=os.environ.get("PEER_PY", ""))
@@ -89,7 +89,7 @@ def main():
     labels = args.strategies.split(",")
     print(f"{peer_version(args.peer_python)}; Strata {args.strata}; 2 ranks x 1 thread, gloo, Adam, "
           f"{args.rounds} rounds x {args.steps} steps")
-    print(f"{'model':<14}{'strategy':<17}{'strata ms':>10}{'vs ddp':>8}{'torch ms':>10}{'torch vs ddp':>13}"
+    print(f"{'model':<14}{'strategy':<28}{'strata ms':>10}{'vs ddp':>8}{'torch ms':>10}{'torch vs ddp':>13}"
           f"{'strata/torch':>13}{'hidden':>8}{'model state MiB':>17}{'train peak MiB':>16}")
     port = 29711
     with tempfile.TemporaryDirectory() as tmp:
@@ -122,7 +122,7 @@ def main():
                 peer_cols = (f"{torch_ms:>10.1f}{torch_ms / torch_ddp_ms:>13.2f}{ms / torch_ms:>13.2f}"
                              if torch_ms and torch_ddp_ms else f"{'-':>10}{'-':>13}{'-':>13}")
                 hidden_col = f"{100 * hidden:>7.0f}%" if hidden == hidden else f"{'-':>8}"
-                print(f"{name:<14}{label:<17}{ms:>10.1f}{ms / ddp_ms:>8.2f}{peer_cols}{hidden_col}{state:>17.1f}"
+                print(f"{name:<14}{label:<28}{ms:>10.1f}{ms / ddp_ms:>8.2f}{peer_cols}{hidden_col}{state:>17.1f}"
                       f"{peak:>16.1f}", flush=True)
 
 
