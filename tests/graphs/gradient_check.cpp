@@ -91,6 +91,23 @@ void expectFloat32MatchesFloat64(const std::string& opType, const std::vector<Te
   }
 }
 
+ConvGradientInputs expectConvGradientsMatchFloat64(const Shape& xShape, const Shape& wShape, const Attributes& attrs,
+                                                   unsigned seed) {
+  const Tensor x = randomTensor(DType::Float64, xShape, seed);
+  const Tensor w = randomTensor(DType::Float64, wShape, seed + 1);
+  const Tensor y = runOpEagerly("Conv", {&x, &w}, attrs).at(0);
+  const Tensor dy = randomTensor(DType::Float64, y.shape(), seed + 2);
+  ConvGradientInputs inputs{toFloat32(dy), toFloat32(x), toFloat32(w), attrs, attrs};
+  inputs.inputAttrs.set("input_shape", xShape);
+  inputs.weightAttrs.set("weight_shape", wShape);
+  expectFloat32MatchesFloat64("ConvGrad", {dy, x, w}, attrs, 3);
+  expectFloat32MatchesFloat64("ConvGrad", {dy, x, w}, attrs, 2);
+  expectFloat32MatchesFloat64("ConvGradInput", {dy, w}, inputs.inputAttrs, 1);
+  expectFloat32MatchesFloat64("ConvGradWeight", {dy, x}, inputs.weightAttrs, 2);
+  expectFloat32MatchesFloat64("ConvGradWeight", {dy, x}, inputs.weightAttrs, 1);
+  return inputs;
+}
+
 Tensor randomTensor(DType dtype, const Shape& shape, unsigned seed, double low, double high) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> dist(low, high);

@@ -33,6 +33,16 @@ void expectGradientsMatchFiniteDifferences(const std::string& opType, const std:
 void expectFloat32MatchesFloat64(const std::string& opType, const std::vector<Tensor>& inputs64,
                                  const Attributes& attrs = {}, std::size_t outputCount = 1, double rtol = 1e-5);
 
+// A convolution's gradient kernels in float32 against float64 (expectFloat32MatchesFloat64), on random X, W and dY
+// drawn from `seed` onwards: ConvGrad with dX, dW and dB and with dX and dW, ConvGradInput, ConvGradWeight with dW
+// and dB and with dW alone. Returns the float32 inputs and each kernel's attributes, to check the kernels chosen.
+struct ConvGradientInputs {
+  Tensor dy32, x32, w32;
+  Attributes inputAttrs, weightAttrs;  // ConvGradInput's and ConvGradWeight's
+};
+ConvGradientInputs expectConvGradientsMatchFloat64(const Shape& x, const Shape& w, const Attributes& attrs,
+                                                   unsigned seed);
+
 // A float64 tensor's values in float32.
 Tensor toFloat32(const Tensor& t);
 

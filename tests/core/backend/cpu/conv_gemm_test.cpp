@@ -87,22 +87,10 @@ TEST(ConvGemmTest, GradientsMatchTheConvolution) {
   unsigned seed = 1100;
   for (const GemmCase& c : gemmCases()) {
     SCOPED_TRACE(c.name);
-    const Tensor x = testing::randomTensor(DType::Float64, c.x, seed++);
-    const Tensor w = testing::randomTensor(DType::Float64, c.w, seed++);
-    const Tensor y = runOpEagerly("Conv", {&x, &w}, c.attrs).at(0);
-    const Tensor dy = testing::randomTensor(DType::Float64, y.shape(), seed++);
-    testing::expectFloat32MatchesFloat64("ConvGrad", {dy, x, w}, c.attrs, 3);
-    testing::expectFloat32MatchesFloat64("ConvGrad", {dy, x, w}, c.attrs, 2);
-    Attributes inputAttrs = c.attrs;
-    inputAttrs.set("input_shape", c.x);
-    testing::expectFloat32MatchesFloat64("ConvGradInput", {dy, w}, inputAttrs, 1);
-    Attributes weightAttrs = c.attrs;
-    weightAttrs.set("weight_shape", c.w);
-    testing::expectFloat32MatchesFloat64("ConvGradWeight", {dy, x}, weightAttrs, 2);
-    testing::expectFloat32MatchesFloat64("ConvGradWeight", {dy, x}, weightAttrs, 1);
-    const Tensor dy32 = testing::toFloat32(dy), x32 = testing::toFloat32(x), w32 = testing::toFloat32(w);
-    expectGemm(implementationOf("ConvGrad", {&dy32, &x32, &w32}, c.attrs, 3), c.gemm);
-    expectGemm(implementationOf("ConvGradInput", {&dy32, &w32}, inputAttrs, 1), c.gemm);
+    const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, seed);
+    seed += 3;
+    expectGemm(implementationOf("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.gemm);
+    expectGemm(implementationOf("ConvGradInput", {&in.dy32, &in.w32}, in.inputAttrs, 1), c.gemm);
   }
 }
 

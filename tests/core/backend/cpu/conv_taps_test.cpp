@@ -99,22 +99,11 @@ TEST(PrunedTapsTest, GradientsOnSmallMapsMatchTheFullKernel) {
   unsigned seed = 800;
   for (const PrunedCase& c : prunedCases()) {
     SCOPED_TRACE(c.name);
-    const Tensor x = testing::randomTensor(DType::Float64, c.x, seed++);
-    const Tensor w = testing::randomTensor(DType::Float64, c.w, seed++);
-    const Tensor y = runOpEagerly("Conv", {&x, &w}, c.attrs).at(0);
-    const Tensor dy = testing::randomTensor(DType::Float64, y.shape(), seed++);
     // dX, dW and dB together, dX and dW, and each alone (the ConvGradInput and ConvGradWeight kernels).
-    testing::expectFloat32MatchesFloat64("ConvGrad", {dy, x, w}, c.attrs, 3);
-    testing::expectFloat32MatchesFloat64("ConvGrad", {dy, x, w}, c.attrs, 2);
-    Attributes inputAttrs = c.attrs;
-    inputAttrs.set("input_shape", c.x);
-    testing::expectFloat32MatchesFloat64("ConvGradInput", {dy, w}, inputAttrs, 1);
-    Attributes weightAttrs = c.attrs;
-    weightAttrs.set("weight_shape", c.w);
-    testing::expectFloat32MatchesFloat64("ConvGradWeight", {dy, x}, weightAttrs, 2);
-    const Tensor dy32 = testing::toFloat32(dy), x32 = testing::toFloat32(x), w32 = testing::toFloat32(w);
-    expectTapNote(implementationOf("ConvGrad", {&dy32, &x32, &w32}, c.attrs, 3), c.taps);
-    expectTapNote(implementationOf("ConvGradWeight", {&dy32, &x32}, weightAttrs, 1), c.taps);
+    const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, seed);
+    seed += 3;
+    expectTapNote(implementationOf("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.taps);
+    expectTapNote(implementationOf("ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 1), c.taps);
   }
 }
 
