@@ -150,7 +150,7 @@ class ChannelsLastRewriter {
     Node mean;
     mean.name = node.name;
     mean.opType = "ReduceMean";
-    mean.inputs = {lastForm(node.inputs[0], node.phase), int64s({1, 2}, node.name + "/axes")};
+    mean.inputs = {lastForm(node.inputs[0], node.phase), out_.addInt64s({1, 2}, node.name + "/axes")};
     mean.outputs = {addLastValue(node.outputs[0])};
     mean.attrs.set("keepdims", std::int64_t{1});
     mean.phase = node.phase;
@@ -218,7 +218,7 @@ class ChannelsLastRewriter {
       Node reshape;
       reshape.name = fmt::format("channels_last/{}/4d", name(v));
       reshape.opType = "Reshape";
-      reshape.inputs = {source, int64s(shape, reshape.name + "/shape")};
+      reshape.inputs = {source, out_.addInt64s(shape, reshape.name + "/shape")};
       reshape.outputs = {viewId};
       reshape.phase = phase;
       out_.nodes.push_back(std::move(reshape));
@@ -259,15 +259,6 @@ class ChannelsLastRewriter {
     node.outputs = {output};
     node.phase = phase;
     out_.nodes.push_back(std::move(node));
-  }
-
-  int int64s(const std::vector<std::int64_t>& values, std::string valueName) {
-    Value value;
-    value.name = std::move(valueName);
-    value.constant = Tensor::empty(DType::Int64, {static_cast<std::int64_t>(values.size())});
-    std::copy(values.begin(), values.end(), value.constant.data<std::int64_t>());
-    value.meta = value.constant.meta();
-    return out_.addValue(std::move(value));
   }
 
   // The model's own Transposes whose result now comes from the other form, and moves nothing needed.

@@ -1,10 +1,21 @@
 #include "strata/graphs/graph.h"
 
+#include <algorithm>
+
 namespace strata {
 
 int Graph::addValue(Value value) {
   values.push_back(std::move(value));
   return static_cast<int>(values.size()) - 1;
+}
+
+int Graph::addInt64s(const std::vector<std::int64_t>& numbers, std::string valueName) {
+  Value value;
+  value.name = std::move(valueName);
+  value.constant = Tensor::empty(DType::Int64, {static_cast<std::int64_t>(numbers.size())});
+  std::copy(numbers.begin(), numbers.end(), value.constant.data<std::int64_t>());
+  value.meta = value.constant.meta();
+  return addValue(std::move(value));
 }
 
 int Graph::findValue(const std::string& valueName) const {

@@ -14,15 +14,6 @@ bool isSwapOf2d(const Node& node, const Graph& graph) {
   return in.meta.shape.size() == 2 && perm == std::vector<std::int64_t>{1, 0};
 }
 
-int addInt64s(Graph& graph, const std::vector<std::int64_t>& values, std::string name) {
-  Value value;
-  value.name = std::move(name);
-  value.constant = Tensor::empty(DType::Int64, {static_cast<std::int64_t>(values.size())});
-  std::copy(values.begin(), values.end(), value.constant.data<std::int64_t>());
-  value.meta = value.constant.meta();
-  return graph.addValue(std::move(value));
-}
-
 int addIntermediate(Graph& graph, std::string name, DType dtype) {
   Value value;
   value.name = std::move(name);
@@ -75,12 +66,12 @@ Graph foldTransposedWeights(const Graph& graph, int* rewritten) {
       const int a2 = addIntermediate(out, node.name + "/rows", dtype);
       const int y2 = addIntermediate(out, node.name + "/gemm", dtype);
       out.nodes.push_back(makeNode(node.name + "/rows", "Reshape",
-                                   {node.inputs[0], addInt64s(out, {rows, k}, node.name + "/rows_shape")}, a2, node));
+                                   {node.inputs[0], out.addInt64s({rows, k}, node.name + "/rows_shape")}, a2, node));
       Node gemm = makeNode(node.name + "/gemm", "Gemm", {a2, w}, y2, node);
       gemm.attrs = transB;
       out.nodes.push_back(std::move(gemm));
       out.nodes.push_back(
-          makeNode(node.name, "Reshape", {y2, addInt64s(out, yShape, node.name + "/shape")}, node.outputs[0], node));
+          makeNode(node.name, "Reshape", {y2, out.addInt64s(yShape, node.name + "/shape")}, node.outputs[0], node));
     }
     ++count;
   }

@@ -43,6 +43,8 @@ struct Graph {
   std::vector<int> outputs;
 
   int addValue(Value value);
+  // Adds a constant 1-D int64 value (a shape, axes) named `valueName`; returns its id.
+  int addInt64s(const std::vector<std::int64_t>& numbers, std::string valueName);
   // The id of the value with this name, or kNoValue.
   int findValue(const std::string& valueName) const;
   // The node index of every consumer of each value.
