@@ -108,9 +108,11 @@ int dtypeToOnnx(DType dtype) {
 }
 
 std::string_view onnxTypeName(int onnxType) {
-  static constexpr std::string_view kNames[] = {"undefined", "float",  "uint8",     "int8",       "uint16",  "int16",
-                                                "int32",     "int64",  "string",    "bool",       "float16", "double",
-                                                "uint32",    "uint64", "complex64", "complex128", "bfloat16"};
+  static constexpr std::string_view kNames[] = {
+      "undefined", "float", "uint8", "int8", "uint16", "int16", "int32", "int64", "string", "bool", "float16", "double",
+      "uint32", "uint64", "complex64", "complex128", "bfloat16",
+      // IR 9 and 10 (Note [Newer IR versions])
+      "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4"};
   if (onnxType >= 0 && onnxType < static_cast<int>(std::size(kNames))) {
     return kNames[onnxType];
   }

@@ -314,11 +314,25 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
   internalizeExternalData(model, file);
 
   const std::int64_t opset = defaultOpset(model);
+  // Note [Newer IR versions]: PyTorch >= 2.9 writes IR version 10 (its default exporter, onnx >= 1.16), newer than
+  // the IR 8 that this build's ONNX library (Debian 12's 1.12) checks, which refuses any newer file. IR 9 and 10
+  // added types (8-bit floats, 4-bit integers) and function features that Strata does not run: a newer model
+  // is checked as IR 8, and a tensor of a newer type is still refused by name below. Opsets above 17 are another
+  // matter: this library's checker and converter do not know them, so their errors say how to export for Strata.
+  if (model.ir_version() > onnx::Version::IR_VERSION) {
+    model.set_ir_version(onnx::Version::IR_VERSION);
+  }
+  const std::string exportHint = opset > kMaxOpset
+                                     ? fmt::format(
+                                           " (export at opset {}: PyTorch's torch.onnx.export(..., opset_version={}, "
+                                           "dynamo=False))",
+                                           kMaxOpset, kMaxOpset)
+                                     : "";
   if (options.runChecker) {
     try {
       onnx::checker::check_model(model);
     } catch (const std::exception& e) {
-      fail("{}: the ONNX checker rejected the model: {}", file.string(), e.what());
+      fail("{}: the ONNX checker rejected the model: {}{}", file.string(), e.what(), exportHint);
     }
   }
   // A model without the default domain (opset 0) has nothing to convert; its ops are reported as unsupported.
@@ -327,8 +341,8 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
     try {
       model = onnx::version_conversion::ConvertVersion(model, static_cast<int>(kMaxOpset));
     } catch (const std::exception& e) {
-      fail("{}: opset {} is outside the supported {}..{} and ONNX's version converter could not convert it: {}",
-           file.string(), opset, kMinOpset, kMaxOpset, e.what());
+      fail("{}: opset {} is outside the supported {}..{} and ONNX's version converter could not convert it: {}{}",
+           file.string(), opset, kMinOpset, kMaxOpset, e.what(), exportHint);
     }
   }
   checkConvPoolAttributes(model.graph(), file);

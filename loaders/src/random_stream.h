@@ -1,6 +1,5 @@
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 
@@ -33,14 +32,6 @@ class RandomStream {
   }
   // Uniform in [0, bound); the modulo bias (bound / 2^64) is far below anything observable here.
   std::uint64_t below(std::uint64_t bound) { return next() % bound; }
-  // Uniform in [0, 1) with 24 bits, exactly representable as float.
-  float uniform() { return static_cast<float>(next() >> 40) * 0x1.0p-24f; }
-  // Standard normal by Box-Muller (one value per call; simplicity over speed).
-  float normal() {
-    const float u1 = 1.0f - uniform();  // (0, 1], so the log is finite
-    const float u2 = uniform();
-    return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853071795864f * u2);
-  }
 
  private:
   std::uint64_t state_;

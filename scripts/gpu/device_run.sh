@@ -67,10 +67,11 @@ run() {  # name, command...: runs within what is left of the budget, records the
   archive
 }
 step() {  # model, dtype, tolerance, grad tolerance, extra check_step.py arguments...
-  local model=$1 dtype=$2 tolerance=$3 grad=$4; shift 4
+  local model=$1 dtype=$2 tolerance=$3 grad=$4 judge=peer; shift 4
+  [ "$dtype" = float32 ] && judge=float64  # as tests/reference/CMakeLists.txt (Note [float32 judged by float64])
   run "step_${model}_${dtype}${1:+_cl}" python3 tests/reference/check_step.py --model "$model" --strata "$pack/bin/strata" \
     --work-dir /tmp/strata-ref --device cuda --dtype "$dtype" --batch 16 --updates 3 --tolerance "$tolerance" \
-    --grad-tolerance "$grad" "$@"
+    --grad-tolerance "$grad" --judge "$judge" "$@"
 }
 group_ops() {
   run strata_run "$pack/bin/strata" run "$pack/models/default_cnn.onnx" --device cuda --repeat 3
@@ -99,8 +100,10 @@ group_mixed() {
   done
 }
 group_bench() {  # one step per model, so the rows measured before a cut still come back
+  # BENCH_PRECISIONS and BENCH_ROUNDS shorten it when the lease is short (all four precisions take ~2 min a model).
   for model in resnet50_224 resnet50_32 vgg16_224 convnext_tiny_224; do
-    run "bench_$model" python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" --models "$model"
+    run "bench_$model" python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" --models "$model" \
+      --precisions "${BENCH_PRECISIONS:-fp32,tf32,bf16,fp16}" --rounds "${BENCH_ROUNDS:-3}"
   done
 }
 group_extra() {

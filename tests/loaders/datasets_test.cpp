@@ -452,6 +452,44 @@ TEST(DatasetsTest, AugmentationIsRejectedWhereItIsNotImplemented) {
   EXPECT_THAT(errorOf([&] { openDataset(spec); }), HasSubstr("augmentation"));
 }
 
+// Note [Synthetic pixels]: the pixels are the standard normal rounded to 2^16 values. Checked against the normal's
+// textbook figures over 1.2M pixels: moments, the mass within 1 and 1.96 sigma, the tails beyond 3 sigma, and odd
+// sample sizes (the last draw of a sample fills fewer than four pixels).
+TEST(DatasetsTest, SyntheticPixelsFollowTheStandardNormal) {
+  SyntheticDataset dataset(SyntheticDatasetOptions{.sampleShape = {3, 37, 37}, .numClasses = 10, .numSamples = 300});
+  std::vector<float> image(3 * 37 * 37);
+  double sum = 0.0;
+  double squares = 0.0;
+  double fourth = 0.0;
+  std::int64_t within1 = 0;
+  std::int64_t within196 = 0;
+  std::int64_t beyond3 = 0;
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < dataset.size(); ++i) {
+    std::fill(image.begin(), image.end(), std::nanf(""));  // every pixel must be written
+    std::int64_t label = -1;
+    dataset.get(i, image.data(), &label);
+    for (float v : image) {
+      ASSERT_TRUE(std::isfinite(v)) << "sample " << i;
+      sum += v;
+      squares += static_cast<double>(v) * v;
+      fourth += static_cast<double>(v) * v * v * v;
+      within1 += std::abs(v) < 1.0f;
+      within196 += std::abs(v) < 1.959964f;
+      beyond3 += std::abs(v) > 3.0f;
+      ++count;
+    }
+  }
+  const double n = static_cast<double>(count);
+  // Standard errors over 1.23M pixels: mean 0.0009, variance 0.0013, fractions below 0.0005.
+  EXPECT_NEAR(sum / n, 0.0, 0.005);
+  EXPECT_NEAR(squares / n, 1.0, 0.007);
+  EXPECT_NEAR(fourth / n, 3.0, 0.05);  // the normal's kurtosis
+  EXPECT_NEAR(static_cast<double>(within1) / n, 0.682689, 0.003);
+  EXPECT_NEAR(static_cast<double>(within196) / n, 0.95, 0.002);
+  EXPECT_NEAR(static_cast<double>(beyond3) / n, 0.0026998, 0.0005);
+}
+
 TEST(DatasetsTest, SyntheticIsDeterministicAndShapedLikeTheModel) {
   DatasetSpec spec;
   spec.kind = "synthetic";

@@ -152,5 +152,37 @@ TEST(OnnxImporterTest, OlderOpsetIsConverted) {
   EXPECT_EQ(graph.nodes.size(), 3u);
 }
 
+// Note [Newer IR versions]: PyTorch >= 2.9 writes IR version 10; at an opset Strata reads, such a file imports.
+TEST(OnnxImporterTest, NewerIrVersionAtASupportedOpsetImports) {
+  TempDir dir;
+  onnx::ModelProto model = testing::reluChainModel();
+  model.set_ir_version(10);
+  const Graph graph = importOnnx(testing::save(model, dir / "ir10.onnx"));
+  EXPECT_EQ(graph.nodes.size(), 3u);
+}
+
+TEST(OnnxImporterTest, NewerOpsetThanTheConverterKnowsSaysHowToExport) {
+  TempDir dir;
+  onnx::ModelProto model = testing::reluChainModel();
+  model.set_ir_version(10);
+  model.mutable_opset_import(0)->set_version(21);
+  EXPECT_THAT(importError(testing::save(model, dir / "opset21.onnx")),
+              AllOf(HasSubstr("opset21.onnx"), HasSubstr("opset_version=17"), HasSubstr("dynamo=False")));
+}
+
+TEST(OnnxImporterTest, NewerIrVersionWithAFloat8TensorNamesTheType) {
+  TempDir dir;
+  onnx::ModelProto model = testing::emptyModel();
+  model.set_ir_version(10);
+  testing::setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {2, 3});
+  testing::addNode(model, "Relu", {"x"}, {"y"}, "relu");
+  testing::setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {2, 3});
+  for (auto* value : {model.mutable_graph()->mutable_input(0), model.mutable_graph()->mutable_output(0)}) {
+    value->mutable_type()->mutable_tensor_type()->set_elem_type(17);  // FLOAT8E4M3FN, new in IR 9
+  }
+  EXPECT_THAT(importError(testing::save(model, dir / "fp8.onnx")),
+              AllOf(HasSubstr("fp8.onnx"), HasSubstr("'x'"), HasSubstr("float8e4m3fn is not supported")));
+}
+
 }  // namespace
 }  // namespace strata

@@ -8,6 +8,7 @@ momentum within --grad-tolerance. See Note [float64 reference] in check_forward.
 With --device cuda both sides run on the GPU (Strata's CUDA executor against PyTorch on CUDA, TF32 off on both).
 """
 import argparse
+import copy
 import os
 import subprocess
 import sys
@@ -28,11 +29,84 @@ MOMENTUM = 0.9
 # relative to max(||b||, 1e-6 * the global gradient norm); parameters after updates likewise against the global
 # parameter norm (such a bias stays at 0 plus noise).
 FLOOR = 1e-6
+# Note [float32 judged by float64]: how much larger than PyTorch float32's error Strata float32's may be over all
+# gradients (parameters) together, and on one tensor, where it may also reach JUDGE_TENSOR_FLOOR times the tolerance:
+# which implementation an ill-conditioned spot amplifies is rounding luck (DenseNet-121 at batch 16: one layer's
+# gradients 1.8e-2 off float64 in Strata and 1e-5 in PyTorch with one seed, 1.8e-2 in both with another).
+JUDGE_GLOBAL_RATIO = 1.5
+JUDGE_RATIO = 10.0
+JUDGE_TENSOR_FLOOR = 5.0
 
 
 def rel(a, b, floor=0.0):
     denom = max(float(np.linalg.norm(b)), floor)
     return float(np.linalg.norm(a - b) / denom) if denom > 0 else float(np.linalg.norm(a - b))
+
+
+def global_rel(run, reference):
+    """||a - b|| / ||b|| over all the tensors of `reference` at once."""
+    diff = sum(float(np.sum((run[n].astype(np.float64) - v) ** 2)) for n, v in reference.items())
+    norm = sum(float(np.sum(v.astype(np.float64) ** 2)) for v in reference.values())
+    return float(np.sqrt(diff / norm)) if norm > 0 else float(np.sqrt(diff))
+
+
+def torch_steps(model, x, labels, updates, names):
+    """PyTorch's side: loss, output and gradients of the first step, the parameters after `updates` SGD updates."""
+    params = dict(model.named_parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    run = {}
+    for update in range(max(updates, 1)):
+        optimizer.zero_grad()
+        output = model(x)
+        loss = torch.nn.functional.cross_entropy(output, labels)
+        loss.backward()
+        if update == 0:
+            # Copies: on the CPU .numpy() shares the tensor's memory, which the next steps overwrite.
+            run["loss"] = loss.detach().cpu().numpy().copy()
+            run["output"] = output.detach().cpu().numpy().copy()
+            run["grads"] = {n: params[n].grad.cpu().numpy().copy() for n in names}
+        optimizer.step()
+    run["params"] = {n: params[n].detach().cpu().numpy().copy() for n in names} if updates > 0 else {}
+    return run
+
+
+def compare(strata_run, torch_run, judge, tolerance, grad_tolerance, updates):
+    """Failures of Strata against PyTorch (judge None), or against the float64 judge with PyTorch float32's error
+    on each quantity as the yardstick (Note [float32 judged by float64])."""
+    failures = []
+    reference = judge or torch_run
+
+    def check(label, ours, key, bound, floor=0.0, name=None):
+        ref = reference[key][name] if name else reference[key]
+        theirs = torch_run[key][name] if name else torch_run[key]
+        err = rel(ours, ref, floor)
+        allowed = max(JUDGE_TENSOR_FLOOR * bound, JUDGE_RATIO * rel(theirs, ref, floor)) if judge else bound
+        if err > allowed:
+            failures.append(f"{label}: {err:.2e}" + (f" (PyTorch float32's: {rel(theirs, ref, floor):.2e})"
+                                                    if judge else ""))
+        return err
+
+    loss_err = check("loss", strata_run["loss"], "loss", tolerance)
+    out_err = check("output", strata_run["output"], "output", tolerance)
+    print(f"  loss error {loss_err:.2e}, output error {out_err:.2e}")
+    for key, label, what in (("grads", "gradient of", "gradients"),
+                             ("params", "parameter", f"parameters after {updates} SGD updates with momentum")):
+        values = reference[key]
+        if not values:
+            continue
+        floor = FLOOR * float(np.sqrt(sum(float(np.sum(v.astype(np.float64) ** 2)) for v in values.values())))
+        errors = {n: check(f"{label} {n}", strata_run[key][n], key, grad_tolerance, floor, n) for n in values}
+        worst = max(errors, key=errors.get)
+        line = f"  {len(errors)} {what}: worst {worst} {errors[worst]:.2e}"
+        if judge:
+            theirs = {n: rel(torch_run[key][n], values[n], floor) for n in values}
+            line += f" (PyTorch float32's worst: {max(theirs.values()):.2e})"
+            ours_all, theirs_all = (global_rel(run[key], values) for run in (strata_run, torch_run))
+            line += f"; over all {ours_all:.2e} (PyTorch float32's {theirs_all:.2e})"
+            if ours_all > max(grad_tolerance, JUDGE_GLOBAL_RATIO * theirs_all):
+                failures.append(f"{what} over all: {ours_all:.2e} (PyTorch float32's: {theirs_all:.2e})")
+        print(line)
+    return failures
 
 
 def main() -> int:
@@ -49,7 +123,12 @@ def main() -> int:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--channels-last", choices=["off", "on", "auto"], default="auto",
                         help="strata step's --channels-last (PyTorch's reference stays channels-first)")
+    parser.add_argument("--judge", choices=["peer", "float64"], default="peer",
+                        help="peer: Strata within the tolerances of PyTorch in the same dtype; float64: float32 runs "
+                             "of both judged by PyTorch in float64 (Note [float32 judged by float64])")
     args = parser.parse_args()
+    if args.judge == "float64" and args.dtype != "float32":
+        parser.error("--judge float64 is for --dtype float32")
     updates = args.updates
     skip = torchvision_models.gpu_skip_reason(args.strata, args.device)
     if skip:
@@ -75,48 +154,31 @@ def main() -> int:
                     "--channels-last", args.channels_last],
                    check=True)
     initializers = {i.name for i in onnx.load(model_path, load_external_data=False).graph.initializer}
-
-    params = dict(model.named_parameters())
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    failures = []
-    for update in range(max(updates, 1)):
-        optimizer.zero_grad()
-        output = model(x)
-        loss = torch.nn.functional.cross_entropy(output, labels)
-        loss.backward()
-        if update == 0:
-            loss_err = rel(load_tensor(os.path.join(out_dir, "loss.pb")), loss.detach().cpu().numpy())
-            out_err = rel(load_tensor(os.path.join(out_dir, "output_0.pb")), output.detach().cpu().numpy())
-            print(f"{args.model} ({args.dtype}, batch {args.batch}): loss error {loss_err:.2e}, "
-                  f"output error {out_err:.2e}")
-            if loss_err > args.tolerance or out_err > args.tolerance:
-                failures.append("loss/output")
-            worst = ("", 0.0)
-            checked = 0
-            floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.grad.cpu().numpy() ** 2)) for p in params.values())))
-            for name, p in params.items():
-                if name not in initializers:
-                    failures.append(f"parameter {name} is not an initializer of the exported model")
-                    continue
-                grad = load_tensor(os.path.join(out_dir, "grads", safe_name(name) + ".pb"))
-                err = rel(grad, p.grad.cpu().numpy(), floor)
-                checked += 1
-                worst = max(worst, (name, err), key=lambda t: t[1])
-                if err > args.grad_tolerance:
-                    failures.append(f"gradient of {name}: {err:.2e}")
-            print(f"  {checked} gradients, worst {worst[0]} {worst[1]:.2e}")
-        optimizer.step()
-    worst = ("", 0.0)
-    param_floor = FLOOR * float(np.sqrt(sum(float(np.sum(p.detach().cpu().numpy() ** 2)) for p in params.values())))
-    for name, p in params.items():
-        if name in initializers and updates > 0:
-            value = load_tensor(os.path.join(out_dir, "params", safe_name(name) + ".pb"))
-            err = rel(value, p.detach().cpu().numpy(), param_floor)
-            worst = max(worst, (name, err), key=lambda t: t[1])
-            if err > args.grad_tolerance:
-                failures.append(f"parameter {name} after {updates} updates: {err:.2e}")
-    if updates > 0:
-        print(f"  parameters after {updates} SGD updates with momentum: worst {worst[0]} {worst[1]:.2e}")
+    missing = [name for name, _ in model.named_parameters() if name not in initializers]
+    failures = [f"parameter {name} is not an initializer of the exported model" for name in missing]
+    names = [name for name, _ in model.named_parameters() if name in initializers]
+    strata_run = {
+        "loss": load_tensor(os.path.join(out_dir, "loss.pb")),
+        "output": load_tensor(os.path.join(out_dir, "output_0.pb")),
+        "grads": {n: load_tensor(os.path.join(out_dir, "grads", safe_name(n) + ".pb")) for n in names},
+        "params": ({n: load_tensor(os.path.join(out_dir, "params", safe_name(n) + ".pb")) for n in names}
+                   if updates > 0 else {}),
+    }
+    reference_model = copy.deepcopy(model)  # before the PyTorch run below moves it on
+    torch_run = torch_steps(model, x, labels, updates, names)
+    judge = None
+    if args.judge == "float64":
+        # Note [float32 judged by float64]: in float32 two correct implementations drift apart on batch-norm nets
+        # (ResNet-50 at batch 16: 2e-2 in a first-step gradient, 0.9 in a bias after three updates, for PyTorch as
+        # for Strata: rounding amplified through normalisation by small batch variances) without either being
+        # wrong. So both float32 runs are measured against PyTorch in float64 from the same start: over all
+        # gradients (parameters) together Strata's error must be within JUDGE_GLOBAL_RATIO times PyTorch float32's
+        # (or the tolerance), and on each tensor within JUDGE_RATIO times PyTorch's or JUDGE_TENSOR_FLOOR times the
+        # tolerance. This catches float32-only faults (a wrong algorithm, layout or precision mode); the float64
+        # checks judge the arithmetic itself, to 1e-9.
+        judge = torch_steps(reference_model.double(), x.double(), labels, updates, names)
+    print(f"{args.model} ({args.dtype}, batch {args.batch}" + (", judged by float64" if judge else "") + "):")
+    failures += compare(strata_run, torch_run, judge, args.tolerance, args.grad_tolerance, updates)
     os.remove(model_path)
     for failure in failures[:20]:
         print("FAIL:", failure)

@@ -36,8 +36,12 @@ def input_size(name: str) -> int:
 
 def export(model: torch.nn.Module, example: torch.Tensor, path: str) -> None:
     """Exports for training as the study does: opset 17, training mode kept, no constant folding."""
-    torch.onnx.export(model, example, path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, input_names=["input"], output_names=["logits"])
+    kwargs = dict(opset_version=17, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                  input_names=["input"], output_names=["logits"])
+    try:  # PyTorch >= 2.9 exports through dynamo by default: newer IR, training mode not kept
+        torch.onnx.export(model, example, path, dynamo=False, **kwargs)
+    except TypeError:  # PyTorch < 2.5 (Debian's 1.13) has no dynamo argument
+        torch.onnx.export(model, example, path, **kwargs)
 
 
 def exported_case(name: str, batch: int, work: str, double: bool = False):
