@@ -3,7 +3,8 @@
 
 Seeds are small valid inputs of each format, made the way the tests and the build make the real files:
 - onnx_importer_fuzzer: models built like models/make_default_model.py (the bundled CNN at a small width, an MLP,
-  batch norm and residual adds, an opset-11 model that goes through ONNX's version converter), a few KB each.
+  batch norm and residual adds, an opset-11 model that goes through ONNX's version converter, an opset-20 one that
+  Strata rewrites as 17), a few KB each.
 - tensor_proto_fuzzer: TensorProto files as `strata step --input` and the reference tests write them (raw data and
   typed fields, every dtype Strata reads).
 - idx_dataset_fuzzer: the first images and labels of the installed Fashion-MNIST test split
@@ -84,6 +85,25 @@ def mlp(rng, opset=17):
     ]
     return model(nodes, [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 6])],
                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 3])], inits, opset)
+
+
+def opset20_head(rng):
+    """What PyTorch >= 2.9 writes (opset 20, IR 10): Gelu, Mish and ReduceMean's axes input, which Strata rewrites
+    as opset 17 (Note [Opsets above 17]). ONNX 1.12's checker knows none of it, so the seed is not checked."""
+    inits = [numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")]
+    w = lambda n, sh: weights(rng, n, sh, inits)
+    nodes = [
+        helper.make_node("MatMul", ["input", w("w1", (6, 4))], ["m"], name="fc1"),
+        helper.make_node("Gelu", ["m"], ["g"], name="gelu", approximate="tanh"),
+        helper.make_node("Mish", ["g"], ["h"], name="mish"),
+        helper.make_node("ReduceMean", ["h", "axes"], ["r"], name="mean", keepdims=1),
+        helper.make_node("Mul", ["h", "r"], ["logits"], name="scale"),
+    ]
+    graph = helper.make_graph(nodes, "seed", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 6])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 4])], initializer=inits)
+    m = helper.make_model(graph, producer_name="strata-fuzz-seeds", opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 10
+    return m.SerializeToString()
 
 
 def residual_bn(rng):
@@ -232,6 +252,7 @@ def main():
     write(out, "onnx_importer_fuzzer", "mlp.onnx", mlp(rng))
     write(out, "onnx_importer_fuzzer", "mlp_opset11.onnx", mlp(rng, opset=11))
     write(out, "onnx_importer_fuzzer", "residual_bn.onnx", residual_bn(rng))
+    write(out, "onnx_importer_fuzzer", "opset20_head.onnx", opset20_head(rng))
 
     for name, data in tensor_protos(rng):
         write(out, "tensor_proto_fuzzer", name, data)

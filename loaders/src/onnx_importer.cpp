@@ -13,6 +13,7 @@
 #include <onnx/version_converter/convert.h>
 
 #include "onnx_tensor.h"
+#include "opset_downgrade.h"
 #include "strata/error.h"
 #include "strata/op_registry.h"
 
@@ -313,12 +314,16 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
   onnx::ModelProto model = parseModel(file);
   internalizeExternalData(model, file);
 
-  const std::int64_t opset = defaultOpset(model);
+  std::int64_t opset = defaultOpset(model);
+  if (opset > kMaxOpset && opset <= kNewestDowngradableOpset) {
+    downgradeToOpset17(model, file);  // Note [Opsets above 17]
+    opset = defaultOpset(model);
+  }
   // Note [Newer IR versions]: PyTorch >= 2.9 writes IR version 10 (its default exporter, onnx >= 1.16), newer than
   // the IR 8 that this build's ONNX library (Debian 12's 1.12) checks, which refuses any newer file. IR 9 and 10
   // added types (8-bit floats, 4-bit integers) and function features that Strata does not run: a newer model
-  // is checked as IR 8, and a tensor of a newer type is still refused by name below. Opsets above 17 are another
-  // matter: this library's checker and converter do not know them, so their errors say how to export for Strata.
+  // is checked as IR 8, and a tensor of a newer type is still refused by name below. Opsets 18..23 are rewritten
+  // as 17 first (Note [Opsets above 17]); newer ones reach the converter, whose error says how to export.
   if (model.ir_version() > onnx::Version::IR_VERSION) {
     model.set_ir_version(onnx::Version::IR_VERSION);
   }

@@ -161,15 +161,6 @@ TEST(OnnxImporterTest, NewerIrVersionAtASupportedOpsetImports) {
   EXPECT_EQ(graph.nodes.size(), 3u);
 }
 
-TEST(OnnxImporterTest, NewerOpsetThanTheConverterKnowsSaysHowToExport) {
-  TempDir dir;
-  onnx::ModelProto model = testing::reluChainModel();
-  model.set_ir_version(10);
-  model.mutable_opset_import(0)->set_version(21);
-  EXPECT_THAT(importError(testing::save(model, dir / "opset21.onnx")),
-              AllOf(HasSubstr("opset21.onnx"), HasSubstr("opset_version=17"), HasSubstr("dynamo=False")));
-}
-
 TEST(OnnxImporterTest, NewerIrVersionWithAFloat8TensorNamesTheType) {
   TempDir dir;
   onnx::ModelProto model = testing::emptyModel();

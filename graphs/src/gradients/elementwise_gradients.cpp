@@ -159,8 +159,10 @@ void registerDropout(GradientRegistry& registry) {
 }
 
 // Cast: the gradient is cast back to the input's dtype; no gradient crosses a cast from or to a non-float type.
+// CastLike likewise for its first input; its second only lends its dtype (Note [Opsets above 17] spells Gelu-20's
+// constants as CastLike(constant, x)).
 void registerCast(GradientRegistry& registry) {
-  registry.add("Cast", [](GradientBuilder& b) {
+  const GradientRule castBack = [](GradientBuilder& b) {
     std::vector<int> grads = noGrads(b);
     const int dy = b.outputGrad(0);
     const DType from = b.meta(b.input(0)).dtype;
@@ -175,7 +177,9 @@ void registerCast(GradientRegistry& registry) {
     attrs.set("to", std::int64_t{dtypeToOnnx(from)});
     grads[0] = b.emit1("Cast", {dy}, std::move(attrs));
     return grads;
-  });
+  };
+  registry.add("Cast", castBack);
+  registry.add("CastLike", castBack, {1});
 }
 
 void registerArithmetic(GradientRegistry& registry) {

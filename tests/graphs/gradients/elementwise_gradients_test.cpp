@@ -225,6 +225,12 @@ TEST(ElementwiseGradientsTest, Cast) {
                                         attrs({{"to", std::int64_t{dtypeToOnnx(DType::Float32)}}}), loose);
 }
 
+// CastLike: the first input's gradient as Cast's; the second only lends its dtype (non-differentiable).
+TEST(ElementwiseGradientsTest, CastLike) {
+  expectGradientsMatchFiniteDifferences("CastLike", {random32({3, 4}, 34), random64({2}, 35)});
+  expectGradientsMatchFiniteDifferences("CastLike", {random64({3, 4}, 36), random64({1}, 37)});
+}
+
 // ---- Broadcasting binary arithmetic ----
 
 struct ShapePair {
