@@ -22,7 +22,11 @@ void inspect(const ModelOptions& options, const StrategyInspection& strategy) {
   const std::string path = options.modelPath.empty() ? defaultModelPath() : options.modelPath;
   const Graph graph = importOnnx(path, ImportOptions{.runChecker = true, .requireSupportedOps = false});
 
-  fmt::print("model: {} (opset {})\n", path, graph.opsetVersion);
+  if (graph.fileOpsetVersion != 0 && graph.fileOpsetVersion != graph.opsetVersion) {
+    fmt::print("model: {} (opset {}, read as {})\n", path, graph.fileOpsetVersion, graph.opsetVersion);
+  } else {
+    fmt::print("model: {} (opset {})\n", path, graph.opsetVersion);
+  }
   for (int id : graph.inputs) {
     const Value& v = graph.values[static_cast<std::size_t>(id)];
     fmt::print("input: {} {}\n", v.name, v.meta.toString());

@@ -314,7 +314,8 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
   onnx::ModelProto model = parseModel(file);
   internalizeExternalData(model, file);
 
-  std::int64_t opset = defaultOpset(model);
+  const std::int64_t fileOpset = defaultOpset(model);
+  std::int64_t opset = fileOpset;
   if (opset > kMaxOpset && opset <= kNewestDowngradableOpset) {
     downgradeToOpset17(model, file);  // Note [Opsets above 17]
     opset = defaultOpset(model);
@@ -357,7 +358,9 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
   } catch (const std::exception& e) {
     fail("{}: ONNX shape inference failed: {}", file.string(), e.what());
   }
-  return convertGraph(model, file, options);
+  Graph graph = convertGraph(model, file, options);
+  graph.fileOpsetVersion = fileOpset;
+  return graph;
 }
 
 }  // namespace strata

@@ -37,6 +37,7 @@ struct Graph {
   std::string name;
   std::string sourcePath;  // the file it came from, for error messages
   std::int64_t opsetVersion = 0;
+  std::int64_t fileOpsetVersion = 0;  // the file's own, when the importer converted it to opsetVersion
   std::vector<Value> values;
   std::vector<Node> nodes;
   std::vector<int> inputs;
