@@ -317,7 +317,7 @@ Graph importOnnx(const std::filesystem::path& file, const ImportOptions& options
   const std::int64_t fileOpset = defaultOpset(model);
   std::int64_t opset = fileOpset;
   if (opset > kMaxOpset && opset <= kNewestDowngradableOpset) {
-    downgradeToOpset17(model, file);  // Note [Opsets above 17]
+    downgradeToOpset17(model, file, opset);  // Note [Opsets above 17]
     opset = defaultOpset(model);
   }
   // Note [Newer IR versions]: PyTorch >= 2.9 writes IR version 10 (its default exporter, onnx >= 1.16), newer than

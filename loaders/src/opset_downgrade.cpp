@@ -460,13 +460,7 @@ class Downgrade {
 
 }  // namespace
 
-void downgradeToOpset17(onnx::ModelProto& model, const std::filesystem::path& file) {
-  std::int64_t opset = 0;
-  for (const auto& import : model.opset_import()) {
-    if (import.domain().empty() || import.domain() == "ai.onnx") {
-      opset = import.version();
-    }
-  }
+void downgradeToOpset17(onnx::ModelProto& model, const std::filesystem::path& file, std::int64_t opset) {
   STRATA_CHECK(opset > 17 && opset <= kNewestDowngradableOpset, "downgradeToOpset17: {} has opset {}, not 18..{}",
                file.string(), opset, kNewestDowngradableOpset);
   Downgrade(model, file, opset).run();

@@ -19,6 +19,7 @@ constexpr std::int64_t kNewestDowngradableOpset = 23;
 // (18) spelled in the opset-13 ops they are defined by. A node that uses what opset 17 cannot say (a Split by
 // num_outputs, a computed axes input, a new op such as GroupNormalization) is an error naming the file, the node and
 // why. The model's default-domain opset becomes 17.
-void downgradeToOpset17(onnx::ModelProto& model, const std::filesystem::path& file);
+// `opset` is the model's default-domain opset (18..kNewestDowngradableOpset).
+void downgradeToOpset17(onnx::ModelProto& model, const std::filesystem::path& file, std::int64_t opset);
 
 }  // namespace strata

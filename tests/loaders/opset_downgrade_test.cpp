@@ -35,15 +35,11 @@ onnx::ModelProto unaryModel(const std::string& op, std::int64_t opset, std::vect
   return model;
 }
 
-std::int64_t defaultOpsetOf(const onnx::ModelProto& model) {
-  return model.opset_import(0).version();
-}
-
 std::vector<Tensor> run(const onnx::ModelProto& model, const Tensor& x) {
   TempDir dir;
   const Graph graph = importOnnx(testing::save(model, dir / "model.onnx"));
   EXPECT_EQ(graph.opsetVersion, 17);
-  EXPECT_EQ(graph.fileOpsetVersion, defaultOpsetOf(model));
+  EXPECT_EQ(graph.fileOpsetVersion, model.opset_import(0).version());
   Executor executor(lowerToProgram(specialize(graph, SpecializeOptions{}), LowerOptions{}));
   return executor.run({x});
 }

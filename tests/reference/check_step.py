@@ -164,8 +164,6 @@ def main() -> int:
         "params": ({n: load_tensor(os.path.join(out_dir, "params", safe_name(n) + ".pb")) for n in names}
                    if updates > 0 else {}),
     }
-    reference_model = copy.deepcopy(model)  # before the PyTorch run below moves it on
-    torch_run = torch_steps(model, x, labels, updates, names)
     judge = None
     if args.judge == "float64":
         # Note [float32 judged by float64]: in float32 two correct implementations drift apart on batch-norm nets
@@ -176,7 +174,8 @@ def main() -> int:
         # (or the tolerance), and on each tensor within JUDGE_RATIO times PyTorch's or JUDGE_TENSOR_FLOOR times the
         # tolerance. This catches float32-only faults (a wrong algorithm, layout or precision mode); the float64
         # checks judge the arithmetic itself, to 1e-9.
-        judge = torch_steps(reference_model.double(), x.double(), labels, updates, names)
+        judge = torch_steps(copy.deepcopy(model).double(), x.double(), labels, updates, names)  # model not yet run
+    torch_run = torch_steps(model, x, labels, updates, names)
     print(f"{args.model} ({args.dtype}, batch {args.batch}" + (", judged by float64" if judge else "") + "):")
     failures += compare(strata_run, torch_run, judge, args.tolerance, args.grad_tolerance, updates)
     os.remove(model_path)
