@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """FSDP step time and per-rank memory beside DDP and beside PyTorch, in one run: Strata's `fsdp` plugin (shard=full,
-grad_op; one unit per module, Strata's default, and small modules joined to the unit before them) against Strata's `ddp`, and each against PyTorch's
+grad_op; Strata's default units, small modules joined to the unit before them, and one unit per module) against Strata's `ddp`, and each against PyTorch's
 DistributedDataParallel and FSDP2 (torch.distributed.fsdp.fully_shard on every module, reshard_after_forward True for
 full and False for grad_op), 2 ranks x 1 thread, gloo, same per-rank batch, Adam, rounds interleaved. Figures: medians of the per-step
 times rank 0 logs after two warm-up steps; how much of the all-gather and reduce-scatter time was hidden behind
@@ -27,14 +27,14 @@ CASES = {
                       (8, 3, 32, 32)),
 }
 # label: (Strata options, the PyTorch peer's mode or None)
-# The plain labels use Strata's default units, one per module: the units the PyTorch peer shards. "small modules":
-# a module of fewer than 262144 parameters joins the unit before it (Note [Small modules]; Strata only).
-STRATEGIES = {"ddp": ([], "ddp"), "fsdp grad_op": (["--strategy-opt", "shard=grad_op"], "grad_op"),
-              "fsdp full": (["--strategy-opt", "shard=full"], "full"),
-              "fsdp grad_op small modules": (["--strategy-opt", "shard=grad_op", "--strategy-opt",
-                                              "small_module_params=262144"], None),
-              "fsdp full small modules": (["--strategy-opt", "shard=full", "--strategy-opt",
-                                           "small_module_params=262144"], None),
+# The plain labels use Strata's default units: a module of fewer than 262144 parameters joins the unit before it
+# (Note [Small modules]; no PyTorch counterpart here). "per module": one unit per module, the units the PyTorch peer
+# shards (fully_shard on every module), so those rows are the like-for-like comparison with FSDP2.
+PER_MODULE = ["--strategy-opt", "small_module_params=0"]
+STRATEGIES = {"ddp": ([], "ddp"), "fsdp grad_op": (["--strategy-opt", "shard=grad_op"], None),
+              "fsdp full": (["--strategy-opt", "shard=full"], None),
+              "fsdp grad_op per module": (["--strategy-opt", "shard=grad_op"] + PER_MODULE, "grad_op"),
+              "fsdp full per module": (["--strategy-opt", "shard=full"] + PER_MODULE, "full"),
               "fsdp full 1M": (["--strategy-opt", "shard=full", "--strategy-opt", "unit_params=1000000"], None),
               "fsdp grad_op 1M": (["--strategy-opt", "shard=grad_op", "--strategy-opt", "unit_params=1000000"], None)}
 
@@ -81,7 +81,7 @@ def main():
     parser.add_argument("--strata", default=os.path.join(os.path.dirname(__file__), "..", "build", "cli", "strata"))
     parser.add_argument("--models", default="resnet18,convnext_tiny")
     parser.add_argument("--strategies",
-                        default="ddp,fsdp grad_op,fsdp full,fsdp grad_op small modules,fsdp full small modules")
+                        default="ddp,fsdp grad_op,fsdp full,fsdp grad_op per module,fsdp full per module")
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--peer-python", default=os.environ.get("PEER_PY", ""))

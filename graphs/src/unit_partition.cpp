@@ -1,5 +1,8 @@
 #include "strata/graphs/unit_partition.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "strata/error.h"
 
 namespace strata {
@@ -19,27 +22,43 @@ std::vector<int> partitionUnits(const std::vector<UnitCandidate>& parameters, co
     case UnitPartition::Kind::None:
       break;
     case UnitPartition::Kind::ByModule: {
+      // Modules: runs of parameters with the same (non-empty) module path, as [first, end) ranges.
+      std::vector<std::pair<std::size_t, std::size_t>> modules;
+      for (std::size_t i = 0; i < parameters.size(); ++i) {
+        const std::string_view module = modulePath(parameters[i].name);
+        if (i == 0 || module.empty() || module != modulePath(parameters[i - 1].name)) {
+          modules.emplace_back(i, i);
+        }
+        modules.back().second = i + 1;
+      }
+      const auto elementsOf = [&](std::pair<std::size_t, std::size_t> module) {
+        std::int64_t elements = 0;
+        for (std::size_t j = module.first; j < module.second; ++j)
+          elements += parameters[j].elements;
+        return elements;
+      };
+      std::int64_t largestModule = 0;
+      for (const auto& module : modules)
+        largestModule = std::max(largestModule, elementsOf(module));
       // Note [Small modules]: a module below partition.smallModule elements (a batch norm, a bias-only layer, a
       // depthwise convolution) joins the unit of the module before it in execution order, which is what it
-      // computes right after: one collective each way fewer, and a unit barely larger.
-      std::size_t begin = 0;  // the current module's first parameter
-      for (std::size_t i = 1; i <= parameters.size(); ++i) {
-        const std::string_view module = i < parameters.size() ? modulePath(parameters[i].name) : std::string_view();
-        if (i < parameters.size() && !module.empty() && module == modulePath(parameters[i - 1].name)) {
-          unitOf[i] = unitOf[i - 1];
-          continue;
+      // computes right after: one collective each way fewer, and a unit barely larger. A unit grows past the
+      // largest module by less than one small module, so a long run of small modules (EfficientNet's) still
+      // splits into several units and the largest unit, which the memory bound and the gather budget (Note
+      // [Gather budget] in plugins/fsdp) are stated in, stays close to the largest module.
+      const std::int64_t unitLimit = largestModule + partition.smallModule;
+      int unit = -1;
+      std::int64_t unitElements = 0;
+      for (const auto& module : modules) {
+        const std::int64_t elements = elementsOf(module);
+        const bool joins = unit >= 0 && elements < partition.smallModule && unitElements + elements <= unitLimit;
+        if (!joins) {
+          ++unit;
+          unitElements = 0;
         }
-        // parameters [begin, i) are one module: merge it into the unit before it when small
-        std::int64_t elements = 0;
-        for (std::size_t j = begin; j < i; ++j)
-          elements += parameters[j].elements;
-        if (begin > 0 && elements < partition.smallModule) {
-          for (std::size_t j = begin; j < i; ++j)
-            unitOf[j] = unitOf[begin - 1];
-        }
-        if (i < parameters.size())
-          unitOf[i] = unitOf[i - 1] + 1;
-        begin = i;
+        unitElements += elements;
+        for (std::size_t j = module.first; j < module.second; ++j)
+          unitOf[j] = unit;
       }
       break;
     }

@@ -45,13 +45,13 @@ struct FsdpOptions {
   bool unitsByModule = true;
   std::int64_t unitParams = 0;
   // Module units: a module of fewer parameters joins the unit before it (Note [Small modules] in
-  // graphs/src/unit_partition.cpp); 0 (the default): one unit per module, as PyTorch FSDP2's fully_shard on every
-  // module. Measured 2026-11-26 (2 ranks x 1 thread, Adam; ResNet-18 batch 32, ConvNeXt-Tiny batch 16, 32x32): 0
-  // gives 41 and 100 units, full at 1.5x and 1.8x DDP's step; 262144 (1 MiB of float32) gives 9 and 27 units, full
-  // at 1.15x and 1.3x, grad_op at 0.94x and 1.07x. It is not the default because the larger units then alive at once
-  // (prefetch) break shard=full's bound of 2 x the largest unit beside the shards (ResNet-18, 2 ranks: 140 MiB
-  // against 128) and strata plan's worst-case replay over-predicts a two-unit model's peak by 7.5%.
-  std::int64_t smallModuleParams = 0;
+  // graphs/src/unit_partition.cpp); 0: one unit per module, as PyTorch FSDP2's fully_shard on every module.
+  // Measured 2026-11-27 (bench/fsdp_step.py, 2 ranks x 1 thread, Adam; ResNet-18 batch 16, 32x32): one unit per
+  // module is 41 units, full at 1.62x DDP's step and grad_op at 1.28x; 262144 (1 MiB of float32) is 9 units, full at
+  // 1.22x and grad_op at 0.97x, for 9% more model state under full (122 vs 112 MiB). Since the gather budget (Note
+  // [Gather budget] in fsdp_strategy.cpp) bounds what is gathered by the largest unit rather than by a count of
+  // units, the larger units keep shard=full's memory bound, so they are the default.
+  std::int64_t smallModuleParams = 262144;
   Offload offload = Offload::None;
   // reduce_dtype=bf16|fp16: units gathered and gradients reduced in 16 bits, the shards (master weights, gradients,
   // optimizer state) staying float32. Note [16-bit collectives] in fsdp_strategy.cpp. nullopt: the shards' dtype.

@@ -254,6 +254,7 @@ void FsdpStrategy::createShards() {
     largest = std::max(largest, unit.elements);
     padding += unit.shard * ranks_ - unit.elements;
   }
+  largestUnit_ = largest;
   context_->addFigure("fsdp_units", static_cast<double>(units_.size()));
   context_->addFigure("fsdp_largest_unit_elements", static_cast<double>(largest));
   context_->addFigure("fsdp_padding_elements", static_cast<double>(padding));
@@ -346,20 +347,35 @@ void FsdpStrategy::ensureGathered(Unit& unit) {
   finishGather(unit);
 }
 
-// Starts the gathers of the units used next (in forward or backward order), at most max_inflight at once.
+// Note [Gather budget]: prefetch starts the gathers of the units used next (in forward or backward order), at most
+// max_inflight in flight at once. Under shard=full it also stops where the gathered units (the current ones, those
+// arriving, and the next) would hold more than 2 x the largest unit's elements, and a unit's gradient buffer waits
+// for the oldest reductions until the full-size gradients alive fit the same budget: that is the memory bound of
+// issue 14 (16 Psi / N + 2 x the largest unit's parameters and gradients) whatever the units' sizes, where a count
+// of units alone allowed three large neighbours at once. grad_op keeps every unit gathered from its forward to its
+// backward, so only the gathers in flight are counted there (counting the gathered units stopped its prefetch after
+// the first max_inflight units).
 void FsdpStrategy::prefetchAfter(const Unit& unit, bool backward) {
   const std::vector<std::size_t>& order = backward ? backwardOrder_ : forwardOrder_;
   const auto at = std::find(order.begin(), order.end(), unit.group);
-  // Units whose full parameters exist or are arriving: the current one plus at most max_inflight prefetched, so that
-  // memory holds at most max_inflight + 1 gathered units (unless the plan itself needs more at once).
-  int alive = static_cast<int>(std::count_if(units_.begin(), units_.end(),
-                                             [](const Unit& u) { return u.gathered || static_cast<bool>(u.gather); }));
-  for (auto next = at == order.end() ? at : at + 1; next != order.end() && alive <= options_.maxInflight; ++next) {
+  int inflight = 0;
+  std::int64_t held = 0;  // elements gathered or arriving
+  for (const Unit& u : units_) {
+    inflight += u.gather ? 1 : 0;
+    held += u.gathered || u.gather ? u.elements : 0;
+  }
+  const bool budgeted = options_.level == ShardLevel::Full;
+  for (auto next = at == order.end() ? at : at + 1; next != order.end() && inflight < options_.maxInflight; ++next) {
     Unit& candidate = units_[*next];
-    if (!candidate.gathered && !candidate.gather) {
-      launchGather(candidate);
-      ++alive;
+    if (candidate.gathered || candidate.gather) {
+      continue;
     }
+    if (budgeted && held + candidate.elements > 2 * largestUnit_) {
+      break;
+    }
+    launchGather(candidate);
+    ++inflight;
+    held += candidate.elements;
   }
 }
 
@@ -376,8 +392,27 @@ void FsdpStrategy::releaseParameters(Unit& unit) {
 void FsdpStrategy::ensureGradientBuffer(Unit& unit) {
   ParameterGroups& store = context_->parameters();
   if (!store.gradientsMaterialized(unit.group)) {
+    if (options_.level == ShardLevel::Full && sharded()) {
+      makeRoomForGradients(unit);
+    }
     store.materializeGradients(unit.group);
     Tensor(store.flatGradients(unit.group)).zero();  // the plan may add into it (accumulation in place)
+  }
+}
+
+// Note [Gather budget]: waits for the oldest reductions (each frees its unit's full-size gradients) until `unit`'s
+// gradients fit beside the others alive in 2 x the largest unit.
+void FsdpStrategy::makeRoomForGradients(const Unit& unit) {
+  const ParameterGroups& store = context_->parameters();
+  std::int64_t held = 0;
+  for (const Unit& u : units_) {
+    held += store.gradientsMaterialized(u.group) ? u.elements : 0;
+  }
+  while (!reducing_.empty() && held + unit.elements > 2 * largestUnit_) {
+    Unit& oldest = units_[reducing_.front()];
+    reducing_.erase(reducing_.begin());
+    finishReduce(oldest);
+    held -= oldest.elements;
   }
 }
 

@@ -34,7 +34,8 @@ struct Unit {
 
 // Fully sharded data parallel (ZeRO-3 / ZeRO-2 / DDP semantics by `shard=`). Note [FSDP schedule]:
 // - forward: before a node that reads a unit's parameters the unit is gathered (all-gather of the shards into the
-//   flat buffer), and the next units in forward order are prefetched, at most max_inflight gathers at once; with
+//   flat buffer), and the next units in forward order are prefetched, at most max_inflight gathers at once and,
+//   under shard=full, at most 2 x the largest unit gathered (Note [Gather budget]); with
 //   shard=full a unit is released after its last forward node and gathered again before its first backward node.
 // - backward: a unit's gradient buffer is materialised (zeroed) before the node that writes its first gradient; when
 //   all of a unit's gradients are final (on the last micro-batch) its reduce-scatter starts, overlapping the rest
@@ -73,6 +74,7 @@ class FsdpStrategy final : public Strategy {
   void prefetchAfter(const Unit& unit, bool backward);
   void releaseParameters(Unit& unit);
   void ensureGradientBuffer(Unit& unit);
+  void makeRoomForGradients(const Unit& unit);
   void launchReduce(Unit& unit);
   void finishReduce(Unit& unit);
   // Finishes reductions that are done and, beyond max_inflight, the oldest ones: a unit's gradient buffer is freed
@@ -97,6 +99,7 @@ class FsdpStrategy final : public Strategy {
   std::vector<std::size_t> forwardOrder_;   // units by their first forward node
   std::vector<std::size_t> backwardOrder_;  // units by their first backward use (last forward node first)
   std::vector<std::size_t> reducing_;       // units whose reduction is in flight, in launch order
+  std::int64_t largestUnit_ = 0;            // elements; Note [Gather budget]
   std::unique_ptr<SliceOptimizer> shardOptimizer_;
   std::vector<HookHandle> hooks_;
   double gatherWaitS_ = 0;  // host time blocked on all-gathers (not hidden behind compute)

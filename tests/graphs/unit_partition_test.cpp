@@ -68,6 +68,18 @@ TEST(UnitPartitionTest, SmallModulesJoinTheUnitBeforeThem) {
             (std::vector<int>{0, 1, 1, 2, 3, 3, 4, 5, 5}));
 }
 
+// Note [Small modules]: a run of small modules splits once a unit would outgrow the largest module by a small one.
+TEST(UnitPartitionTest, ARunOfSmallModulesStopsJoiningPastTheLargestModule) {
+  const auto params = candidates({{"a.weight", 5}, {"b.weight", 5}, {"c.weight", 5}, {"d.weight", 5}, {"e.weight", 5}});
+  // The largest module holds 5 elements, so a unit holds at most 5 + 10: a, b, c; then d, e.
+  EXPECT_EQ(partitionUnits(params, UnitPartition{.kind = UnitPartition::Kind::ByModule, .smallModule = 10}),
+            (std::vector<int>{0, 0, 0, 1, 1}));
+  const auto mixed = candidates({{"conv.weight", 20}, {"bn.weight", 4}, {"bn.bias", 4}, {"act.scale", 4}});
+  // conv (20) + bn (8) = 28 <= 20 + 10; act would make 32: a unit of its own.
+  EXPECT_EQ(partitionUnits(mixed, UnitPartition{.kind = UnitPartition::Kind::ByModule, .smallModule = 10}),
+            (std::vector<int>{0, 0, 0, 1}));
+}
+
 TEST(UnitPartitionTest, ByParameterCountClosesAUnitOnceItHoldsEnough) {
   const auto params = candidates({{"a", 40}, {"b", 50}, {"c", 30}, {"d", 100}, {"e", 1}, {"f", 99}, {"g", 5}});
   // 40+50 < 100, +30 = 120: closed; 100: closed; 1+99: closed; 5: the last unit may hold less.

@@ -23,10 +23,12 @@ import torch
 import torchvision
 
 
-def run(strata, model, out, nproc, level):
+def run(strata, model, out, nproc, level, options):
     command = [strata, "train", model, "--data", "synthetic", "--synthetic-samples", str(8 * nproc * 4),
                "--batch-size", "8", "--max-steps", "3", "--nproc", str(nproc), "--threads", "1", "--optimizer",
                "adam", "--lr", "0.001", "--strategy", "fsdp", "--strategy-opt", f"shard={level}", "--out", out]
+    for option in options:
+        command += ["--strategy-opt", option]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         print(result.stdout, result.stderr)
@@ -35,10 +37,12 @@ def run(strata, model, out, nproc, level):
         return json.load(f)
 
 
-def predict(strata, model, nproc, tmp):
+def predict(strata, model, nproc, tmp, options):
     path = os.path.join(tmp, "prediction.json")
     command = [strata, "inspect", model, "--input-shape", "8,3,32,32", "--strategy", "fsdp", "--world-size",
                str(nproc), "--optimizer", "adam", "--prediction-json", path]
+    for option in options:
+        command += ["--strategy-opt", option]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         print(result.stdout, result.stderr)
@@ -78,6 +82,7 @@ def main():
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--prediction-tolerance", type=float, default=0.05)
     parser.add_argument("--model", default="resnet18", help="a torchvision model (resnet18, convnext_tiny)")
+    parser.add_argument("--strategy-opt", action="append", default=[], help="passed to every run and prediction")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, f"{args.model}.onnx")
@@ -87,11 +92,11 @@ def main():
         torch.onnx.export(getattr(torchvision.models, args.model)(num_classes=10, **extra).train(),
                           torch.randn(8, 3, 32, 32), model, opset_version=17, do_constant_folding=False,
                           training=torch.onnx.TrainingMode.TRAINING)
-        predicted = predict(args.strata, model, args.nproc, tmp)
+        predicted = predict(args.strata, model, args.nproc, tmp, args.strategy_opt)
         states = {}
         ok = True
         for level in ("full", "grad_op", "none"):
-            summary = run(args.strata, model, os.path.join(tmp, level), args.nproc, level)
+            summary = run(args.strata, model, os.path.join(tmp, level), args.nproc, level, args.strategy_opt)
             psi = summary["params"]
             states[level] = max(model_state(r) for r in summary["ranks"])
             for rank in summary["ranks"]:

@@ -72,6 +72,27 @@ TEST_P(GlooProcessGroupTest, AllReduceOnAViewLeavesTheRestOfTheBufferAlone) {
   });
 }
 
+// Note [Buffers released before completion]: once wait() returns, the group holds no reference to the collective's
+// tensors, so the caller frees them where it drops them (and the memory accounting does not depend on timing).
+TEST_P(GlooProcessGroupTest, ACompletedCollectiveHoldsNoReferenceToItsTensors) {
+  const int world = GetParam();
+  runRanks(world, [&](ProcessGroup& pg) {
+    Tensor shard = filledTensor(DType::Float32, 4, [&](std::int64_t i) { return pg.rank() + i; });
+    Tensor gathered = Tensor::zeros(DType::Float32, {4 * world});
+    Tensor reduced = Tensor::zeros(DType::Float32, {4});
+    Tensor summed = shard.clone();
+    const std::vector<WorkHandle> works = {pg.allGather(shard, gathered),
+                                           pg.reduceScatter(gathered, reduced, ReduceOp::Sum),
+                                           pg.allReduce(summed, ReduceOp::Sum), pg.broadcast(summed, 0)};
+    for (const WorkHandle& work : works) {
+      work->wait(30s);
+    }
+    for (const Tensor* t : {&shard, &gathered, &reduced, &summed}) {
+      EXPECT_EQ(t->storage().use_count(), 1) << "rank " << pg.rank();
+    }
+  });
+}
+
 TEST_P(GlooProcessGroupTest, ReduceScatter) {
   const int world = GetParam();
   runRanks(world, [&](ProcessGroup& pg) {

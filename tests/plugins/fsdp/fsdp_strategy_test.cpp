@@ -238,9 +238,11 @@ TEST(FsdpOptionsTest, BadOptionsSayWhatIsKnown) {
   EXPECT_NE(message({{"small_module_params", "-1"}}).find("small_module_params=-1 must be a non-negative integer"),
             std::string::npos);
   EXPECT_EQ(message({{"small_module_params", "0"}}), "no error");
-  const StrategyRequirements merged = strategy->requirements(StrategyQuery{{{"small_module_params", "262144"}}, 2, 1});
+  // Small modules join the unit before them by default (Note [Small modules]); 0 gives one unit per module.
+  const StrategyRequirements merged = strategy->requirements(StrategyQuery{{}, 2, 1});
   EXPECT_EQ(merged.units.kind, UnitPartition::Kind::ByModule);
   EXPECT_EQ(merged.units.smallModule, 262144);
+  EXPECT_EQ(strategy->requirements(StrategyQuery{{{"small_module_params", "0"}}, 2, 1}).units.smallModule, 0);
   EXPECT_NE(message({{"shard", "hybrid"}})
                 .find("shard=hybrid shards within a node and replicates across nodes, so "
                       "it needs --nnodes 2 or more"),
