@@ -79,21 +79,35 @@ double pushPullSeconds(std::size_t bytes, int rounds, bool auth, const std::stri
       socket.send(data[i], i + 1 < data.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
     std::vector<zmq::message_t> reply = ps::receiveMessage(socket);
-    if (reply.size() != 2) {
-      throw std::runtime_error("unexpected answer");
+    std::string why;
+    const auto answer =
+        ps::decodeHeader(ps::Frame(static_cast<const std::byte*>(reply.at(0).data()), reply[0].size()), why);
+    if (!answer || (answer->kind != static_cast<std::uint16_t>(ps::Kind::Params) && kind != ps::Kind::Init)) {
+      throw std::runtime_error("unexpected answer: " + (reply.size() > 1 ? reply[1].to_string() : why));
     }
-    std::memcpy(values.data(), reply[1].data(), reply[1].size());  // the worker takes the new values
+    std::size_t at = 0;  // the worker takes the new values, segment by segment
+    for (std::size_t i = 1; i < reply.size(); ++i) {
+      std::memcpy(reinterpret_cast<char*>(values.data()) + at, reply[i].data(), reply[i].size());
+      at += reply[i].size();
+    }
   };
+  // The frames of a push: zero-copy slices of the gradients, one per segment (Note [PS keys]), as the plugin sends.
+  const std::vector<ps::Segment> segments = ps::partitionKeys(layout, 1).at(0);
   const auto layoutBytes = ps::encodeLayout(layout);
   std::vector<zmq::message_t> init;
   init.emplace_back(layoutBytes.data(), layoutBytes.size());
-  init.emplace_back(values.data(), bytes);
+  for (const ps::Segment& segment : segments) {
+    init.emplace_back(values.data() + segment.offset, static_cast<std::size_t>(segment.count) * sizeof(float));
+  }
   request(ps::Kind::Init, 1, std::move(init));
   std::vector<double> times;
   for (int r = 0; r < rounds; ++r) {
     const auto start = Clock::now();
     std::vector<zmq::message_t> push;
-    push.emplace_back(gradients.data(), bytes, nullptr);  // zero copy, as the plugin pushes
+    for (const ps::Segment& segment : segments) {
+      push.emplace_back(gradients.data() + segment.offset, static_cast<std::size_t>(segment.count) * sizeof(float),
+                        nullptr);
+    }
     request(ps::Kind::Push, static_cast<std::uint64_t>(r + 2), std::move(push));
     times.push_back(secondsSince(start));
   }

@@ -13,6 +13,9 @@
 
 namespace strata::ps {
 
+// The most bytes of one segment (one frame on the wire): Note [Segments of at most 4 MiB] in ps_keys.cpp.
+inline constexpr std::int64_t kMaxSegmentBytes = std::int64_t{4} << 20;
+
 // Elements [offset, offset + count) of flat buffer `group`.
 struct Segment {
   std::uint32_t group = 0;

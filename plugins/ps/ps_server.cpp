@@ -94,6 +94,7 @@ zmq::message_t bytesFrame(const std::vector<std::byte>& bytes) {
 PsServer::PsServer(const PsOptions& options, RoleContext& context)
     : options_(options),
       context_(context),
+      zmq_(std::clamp(context.workers(), 1, 4)),  // Note [Server I/O threads]
       router_(zmq_, zmq::socket_type::router),
       workers_(static_cast<std::size_t>(context.workers())) {
   view_.index = context.index();

@@ -53,6 +53,29 @@ TEST(PsKeysTest, BalancedByBytesAndEveryElementOnce) {
   EXPECT_EQ(keys[1].front().group, 0U);
 }
 
+// Note [Segments of at most 4 MiB]: a large range travels in frames of at most kMaxSegmentBytes, in order and
+// contiguous, so the concatenation of a server's segments is what it was before the cut.
+TEST(PsKeysTest, LargeRangesAreCutIntoSegmentsOfAtMost4MiB) {
+  FlatLayout layout;
+  layout.groups = {{DType::Float32, 5'000'000}, {DType::Float64, 600'000}};
+  const auto keys = partitionKeys(layout, 2);
+  for (std::size_t s = 0; s < keys.size(); ++s) {
+    for (std::size_t i = 0; i < keys[s].size(); ++i) {
+      const Segment& segment = keys[s][i];
+      EXPECT_LE(segment.count * static_cast<std::int64_t>(dtypeSize(layout.groups[segment.group].dtype)),
+                kMaxSegmentBytes);
+      if (i > 0 && keys[s][i - 1].group == segment.group) {
+        EXPECT_EQ(keys[s][i - 1].offset + keys[s][i - 1].count, segment.offset) << "server " << s << ", segment " << i;
+      }
+    }
+  }
+  // 24.8 MB over 2 servers: server 0 holds elements [0, 3.1M) of group 0, in 3 segments (two of 1Mi elements).
+  ASSERT_EQ(keys[0].size(), 3U);
+  EXPECT_EQ(keys[0][0].offset, 0);
+  EXPECT_EQ(keys[0][0].count, 1 << 20);
+  EXPECT_EQ(keys[0][2].offset + keys[0][2].count, 3'100'000);
+}
+
 TEST(PsKeysTest, RefusesWhatServersCannotUpdate) {
   FlatLayout layout;
   layout.groups = {{DType::Int64, 4}};
