@@ -13,6 +13,7 @@
 #include "op_profiler.h"
 #include "strata/executor.h"
 #include "strata/graphs/channels_last.h"
+#include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
 #include "strata/loaders/onnx_importer.h"
@@ -100,10 +101,14 @@ void run(const RunOptions& options) {
   const bool float32 = std::all_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
     return !isFloatingPoint(t.dtype()) || t.dtype() == DType::Float32;
   });
-  const Graph planned = channelsLastForInference(options.device, device, float32)
-                            ? specialize(channelsLast(specialised),
-                                         SpecializeOptions{.inputMetas = metasOf(inputs), .foldParameters = true})
-                            : specialised;
+  // Note [Gelu fusion]: an exported GELU's five elementwise nodes run as one.
+  const SpecializeOptions again{.inputMetas = metasOf(inputs), .foldParameters = true};
+  int fusedGelus = 0;
+  Graph fused = fuseGelu(specialised, &fusedGelus);
+  if (fusedGelus > 0)
+    fused = specialize(fused, again);
+  const Graph planned =
+      channelsLastForInference(options.device, device, float32) ? specialize(channelsLast(fused), again) : fused;
   Executor executor(lowerToProgram(planned, lowerOptions), device);
   std::vector<Tensor> outputs;
   std::unique_ptr<OpProfiler> profiler;

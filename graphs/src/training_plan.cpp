@@ -7,6 +7,7 @@
 
 #include "strata/error.h"
 #include "strata/graphs/autocast.h"
+#include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
 #include "strata/graphs/transposed_weights.h"
@@ -125,7 +126,10 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
   // Note [Transposed weights]: Linear layers read their weights, not a transposed copy of them.
   int folded = 0;
   full = foldTransposedWeights(full, &folded);
-  if (folded > 0)
+  // Note [Gelu fusion]: an exported GELU's five elementwise nodes run as one.
+  int fusedGelus = 0;
+  full = fuseGelu(full, &fusedGelus);
+  if (folded > 0 || fusedGelus > 0)
     full = specialize(full, SpecializeOptions{.inputMetas = metas, .training = true});
   if (options.mixedPrecision) {
     full =
@@ -260,7 +264,7 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
       eval.nodes.erase(eval.nodes.begin() + lossNode);
     }
     const SpecializeOptions evalOptions{.inputMetas = metas, .training = false};
-    Graph specialised = specialize(foldTransposedWeights(specialize(eval, evalOptions)), evalOptions);
+    Graph specialised = specialize(fuseGelu(foldTransposedWeights(specialize(eval, evalOptions))), evalOptions);
     for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
       specialised.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);
     }

@@ -350,10 +350,10 @@ void FsdpStrategy::ensureGathered(Unit& unit) {
 // Note [Gather budget]: prefetch starts the gathers of the units used next (in forward or backward order), at most
 // max_inflight in flight at once. Under shard=full it also stops where the gathered units (the current ones, those
 // arriving, and the next) would hold more than 2 x the largest unit's elements, and a unit's gradient buffer waits
-// for the oldest reductions until the full-size gradients alive fit the same budget: that is the memory bound of
-// issue 14 (16 Psi / N + 2 x the largest unit's parameters and gradients) whatever the units' sizes, where a count
-// of units alone allowed three large neighbours at once. grad_op keeps every unit gathered from its forward to its
-// backward, so only the gathers in flight are counted there (counting the gathered units stopped its prefetch after
+// for the oldest reductions until the full-size gradients alive fit the same budget: that is FSDP's memory bound
+// (docs/plugins.md: 16 Psi / N + 2 x the largest unit's parameters and gradients) whatever the units' sizes, where a
+// count of units alone allowed three large neighbours at once. grad_op keeps every unit gathered from its forward to
+// its backward, so only the gathers in flight are counted there (counting the gathered units stopped its prefetch after
 // the first max_inflight units).
 void FsdpStrategy::prefetchAfter(const Unit& unit, bool backward) {
   const std::vector<std::size_t>& order = backward ? backwardOrder_ : forwardOrder_;
