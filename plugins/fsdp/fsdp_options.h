@@ -37,11 +37,13 @@ struct FsdpOptions {
   // (each shard's reduced gradients all-reduced with the same shard on the other nodes). Needs --nnodes > 1.
   bool hybrid = false;
   AccumulateIn accumulate = AccumulateIn::Local;
-  // One unit per module path (the default), or units of consecutive parameters of at least unitParams elements.
+  // Units by module path (the default; small modules joined, below), or of consecutive parameters of at least
+  // unitParams elements.
   // Note [FSDP unit size]: per-module units of ResNet-18 are 41 collectives each way whose latency dominates (2 ranks:
   // 1.47x DDP's step); units of >= 1M elements (7) take 1.03x, but they straddle blocks, so in backward a unit that
-  // spans a residual branch stays gathered while others are used and shard=full then exceeds the memory bound of
-  // 2 x the largest unit (140 vs 128 MiB), which module units keep (121 MiB).
+  // spans a residual branch stays gathered while others are used, and shard=full exceeded the memory bound of 2 x the
+  // largest unit (140 vs 128 MiB) until the gather budget (Note [Gather budget] in fsdp_strategy.cpp): 122.4 MiB
+  // since (2026-11-27, 2 ranks).
   bool unitsByModule = true;
   std::int64_t unitParams = 0;
   // Module units: a module of fewer parameters joins the unit before it (Note [Small modules] in
