@@ -4,6 +4,8 @@
 #include <optional>
 #include <vector>
 
+#include "strata/graphs/producers.h"
+
 namespace strata {
 namespace {
 
@@ -137,14 +139,7 @@ Graph fuseGelu(const Graph& graph, int* fused) {
     }
     out.nodes.push_back(std::move(node));
   }
-  for (Value& value : out.values)
-    value.producer = kNoValue;
-  for (std::size_t n = 0; n < out.nodes.size(); ++n) {
-    for (int output : out.nodes[n].outputs) {
-      if (output != kNoValue)
-        out.values[static_cast<std::size_t>(output)].producer = static_cast<int>(n);
-    }
-  }
+  relinkProducers(out);
   if (fused != nullptr)
     *fused = count;
   return out;

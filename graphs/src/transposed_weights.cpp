@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "strata/graphs/producers.h"
+
 namespace strata {
 namespace {
 
@@ -93,14 +95,7 @@ Graph foldTransposedWeights(const Graph& graph, int* rewritten) {
     kept.push_back(std::move(node));
   }
   out.nodes = std::move(kept);
-  for (Value& value : out.values)
-    value.producer = kNoValue;
-  for (std::size_t n = 0; n < out.nodes.size(); ++n) {
-    for (int output : out.nodes[n].outputs) {
-      if (output != kNoValue)
-        out.values[static_cast<std::size_t>(output)].producer = static_cast<int>(n);
-    }
-  }
+  relinkProducers(out);
   if (rewritten != nullptr)
     *rewritten = count;
   return out;

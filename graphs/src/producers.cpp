@@ -1,0 +1,16 @@
+#include "strata/graphs/producers.h"
+
+namespace strata {
+
+void relinkProducers(Graph& graph) {
+  for (Value& value : graph.values)
+    value.producer = kNoValue;
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    for (int output : graph.nodes[n].outputs) {
+      if (output != kNoValue)
+        graph.values[static_cast<std::size_t>(output)].producer = static_cast<int>(n);
+    }
+  }
+}
+
+}  // namespace strata
