@@ -9,11 +9,17 @@
 namespace strata {
 namespace {
 
-// The value of a folded scalar constant (not a trainable initializer), or nullopt.
+// The value of a folded scalar constant (not a trainable initializer), or nullopt. A CastLike of one counts too:
+// Strata's downgrade of Gelu-20 writes its constants as CastLike(constant, x) (Note [Opsets above 17]).
 std::optional<double> scalarConstant(const Graph& graph, int id) {
   if (id == kNoValue)
     return std::nullopt;
   const Value& value = graph.values[static_cast<std::size_t>(id)];
+  if (!value.constant.defined() && value.producer != kNoValue) {
+    const Node& producer = graph.nodes[static_cast<std::size_t>(value.producer)];
+    return producer.opType == "CastLike" && !producer.inputs.empty() ? scalarConstant(graph, producer.inputs[0])
+                                                                     : std::nullopt;
+  }
   const Tensor& t = value.constant;
   if (value.isInitializer || !t.defined() || t.numel() != 1 || t.device().type != DeviceType::CPU)
     return std::nullopt;

@@ -437,8 +437,10 @@ class Downgrade {
       const std::string scaled = step("Mul", {inner, scalarLike(out, x, 0.79788456080286536f, base)});
       phi = step("Add", {step("Tanh", {scaled}), scalarLike(out, x, 1.0f, base)});
     }
-    const std::string half = step("Mul", {x, scalarLike(out, x, 0.5f, base)});
-    emit(out, "Mul", {half, phi}, node.output(0), base);
+    // (x * phi) * 0.5, the order PyTorch's exporter writes, so Note [Gelu fusion] runs the erf form as one Gelu
+    // (halving is exact, so the order does not change a bit).
+    const std::string product = step("Mul", {x, phi});
+    emit(out, "Mul", {product, scalarLike(out, x, 0.5f, base)}, node.output(0), base);
   }
 
   // Mish-18: x tanh(softplus(x)).

@@ -123,6 +123,27 @@ TEST(GeluFusionTest, ChainsThatAreNotExactlyGeluStay) {
   }
 }
 
+// Strata's downgrade of Gelu-20 (Note [Opsets above 17]) spells it with CastLike constants: fused all the same.
+TEST(GeluFusionTest, TheDowngradedGelu20IsFusedBack) {
+  using namespace testing;
+  testing::TempDir dir;
+  onnx::ModelProto model = emptyModel(20);
+  setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 8});
+  addNode(model, "Gelu", {"x"}, {"y"}, "gelu");
+  setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 8});
+  const Graph imported = specialised(importOnnx(testing::save(model, dir / "gelu20.onnx")));
+  EXPECT_EQ(countOps(imported, "Gelu"), 0);  // the importer spelled it in opset-17 ops
+  int fused = 0;
+  const Graph rewritten = specialised(fuseGelu(imported, &fused));
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(countOps(rewritten, "Erf"), 0);
+  const Tensor x = testing::randomTensor(kInput, 46, 2.0f);
+  const Tensor want = forward(imported, x);
+  const Tensor got = forward(rewritten, x);
+  for (std::int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5f * (1.0f + std::abs(want.data<float>()[i]))) << i;
+}
+
 // The training plan fuses it: its graph runs Gelu and GeluGrad, and its loss is the unfused forward's.
 TEST(GeluFusionTest, TheTrainingPlanTrainsThroughOneGelu) {
   testing::TempDir dir;
