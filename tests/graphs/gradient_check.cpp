@@ -108,6 +108,18 @@ ConvGradientInputs expectConvGradientsMatchFloat64(const Shape& xShape, const Sh
   return inputs;
 }
 
+std::string cpuKernelImplementation(const std::string& type, const std::vector<const Tensor*>& inputs,
+                                    const Attributes& attrs, std::size_t outputCount) {
+  std::vector<InputInfo> infos;
+  for (const Tensor* t : inputs)
+    infos.push_back(InputInfo{true, t->meta()});
+  const std::string node = "node";
+  const std::vector<TensorMeta> outputs =
+      OpRegistry::instance().schema(type)->inferShapes(ShapeContext{infos, attrs, outputCount, node, type});
+  const KernelFactory* factory = OpRegistry::instance().kernel(type, DeviceType::CPU);
+  return (*factory)(KernelInit{infos, outputs, attrs, node, true})->implementation();
+}
+
 Tensor randomTensor(DType dtype, const Shape& shape, unsigned seed, double low, double high) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> dist(low, high);

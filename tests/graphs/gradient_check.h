@@ -28,6 +28,11 @@ struct GradientCheckOptions {
 void expectGradientsMatchFiniteDifferences(const std::string& opType, const std::vector<Tensor>& inputs,
                                            const Attributes& attrs = {}, const GradientCheckOptions& options = {});
 
+// The implementation() of the CPU kernel a training plan would create for `type` on these inputs (which kernel
+// or path it takes), without running it.
+std::string cpuKernelImplementation(const std::string& type, const std::vector<const Tensor*>& inputs,
+                                    const Attributes& attrs, std::size_t outputCount);
+
 // Runs a (gradient) kernel on float64 inputs and on the same values in float32 (other dtypes unchanged) and
 // compares every output within rtol of the largest float64 magnitude of that output.
 void expectFloat32MatchesFloat64(const std::string& opType, const std::vector<Tensor>& inputs64,

@@ -6,6 +6,7 @@
 #include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "conv_taps.h"
+#include "conv_winograd.h"
 #include "cpu_layouts.h"
 #include "dnnl_context.h"
 #include "dnnl_layout_detour.h"
@@ -216,6 +217,14 @@ class ConvKernel : public OpKernel {
         weights_.get(*init.inputs[1].constant);
       return;
     }
+    // Note [Winograd convolutions]: 3x3, stride 1, with enough channels and pixels.
+    if (!taps_.pruned) {
+      winograd_ = withDnnlErrors(init.nodeName, "plan the Winograd convolution", [&] {
+        return ConvWinograd::plan(ConvWinograd::Role::Forward, x.shape, w.shape, s.group, s.geometry, channelsLast);
+      });
+      if (winograd_ != nullptr)
+        return;
+    }
     withDnnlErrors(init.nodeName, "create the convolution", [&] {
       dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                            convSrcDesc, anyWeightDesc, biasDesc, convDstDesc,
@@ -251,6 +260,12 @@ class ConvKernel : public OpKernel {
                      static_cast<char*>(dnnlScratchpad(gemm_->scratchBytes())));
       return;
     }
+    if (winograd_ != nullptr) {
+      winograd_->run(ctx.input(0).data<float>(), ctx.input(1).data<float>(),
+                     hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
+                     static_cast<char*>(dnnlScratchpad(winograd_->scratchBytes())));
+      return;
+    }
     weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
     std::unordered_map<int, memory> args{{DNNL_ARG_WEIGHTS, weightMemory_}};
     if (hasBias_) {
@@ -265,6 +280,8 @@ class ConvKernel : public OpKernel {
       return "float64 loop";
     if (gemm_ != nullptr)
       return gemm_->implementation() + tapNote_;
+    if (winograd_ != nullptr)
+      return winograd_->implementation();
     return fmt::format("oneDNN {}{}{}", implementation_, detourNote(detour_), tapNote_);
   }
 
@@ -275,7 +292,8 @@ class ConvKernel : public OpKernel {
   Shape xShape_, wShape_;
   TapCrop taps_;
   std::string tapNote_;
-  std::unique_ptr<ConvGemm> gemm_;  // Note [Convolutions as one GEMM]: set instead of primitive_
+  std::unique_ptr<ConvGemm> gemm_;          // Note [Convolutions as one GEMM]: set instead of primitive_
+  std::unique_ptr<ConvWinograd> winograd_;  // Note [Winograd convolutions]: set instead of primitive_
   dnnl::convolution_forward primitive_;
   std::string implementation_;
   LayoutDetour detour_;

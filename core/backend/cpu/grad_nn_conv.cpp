@@ -8,6 +8,7 @@
 #include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "conv_taps.h"
+#include "conv_winograd.h"
 #include "cpu_layouts.h"
 #include "dnnl_layout_detour.h"
 #include "grad_nn_common.h"
@@ -314,6 +315,13 @@ class ConvGradKernel : public OpKernel {
       planCroppedCopies(alignUp(gemm_->scratchBytes()));
       return;
     }
+    // Note [Winograd convolutions]: the data pass of a 3x3 stride-1 convolution with enough channels and pixels.
+    if (io_.dxOut >= 0 && !taps_.pruned) {
+      winogradData_ = withDnnlErrors(init.nodeName, "plan the Winograd data gradient", [&] {
+        return ConvWinograd::plan(ConvWinograd::Role::DataGradient, setup_.x, setup_.w, setup_.group, setup_.geometry,
+                                  channelsLast_);
+      });
+    }
     withDnnlErrors(init.nodeName, "create the convolution backward primitives", [&] { createPrimitives(); });
   }
 
@@ -325,7 +333,9 @@ class ConvGradKernel : public OpKernel {
     std::string out;
     if (!weightsImplementation_.empty())
       out = "weights: " + (batched_ ? weightsImplementation_ : "oneDNN " + weightsImplementation_);
-    if (!dataImplementation_.empty())
+    if (winogradData_ != nullptr)
+      out += (out.empty() ? "" : "; ") + std::string("data: ") + winogradData_->implementation();
+    else if (!dataImplementation_.empty())
       out += (out.empty() ? "" : "; ") + std::string("data: oneDNN ") + dataImplementation_;
     return out + tapNote(fullW_, taps_);
   }
@@ -407,7 +417,11 @@ class ConvGradKernel : public OpKernel {
     }
     if (dw != nullptr && taps_.pruned)
       scatterTaps(croppedDw, dw->data<float>(), fullW_, taps_, channelsLast_);
-    if (dx != nullptr) {
+    if (dx != nullptr && winogradData_ != nullptr) {
+      // Its own scratchpad: nothing of the weights pass is needed any more.
+      winogradData_->run(dy.data<float>(), ctx.input(static_cast<std::size_t>(io_.wIndex)).data<float>(), nullptr,
+                         dx->data<float>(), static_cast<char*>(dnnlScratchpad(winogradData_->scratchBytes())));
+    } else if (dx != nullptr) {
       memory* dyMem = nullptr;
       if (shareDy_ && dyConverted) {
         dyMem = &dyWeights_.converted;
@@ -442,7 +456,7 @@ class ConvGradKernel : public OpKernel {
     const memory::desc wAny(toDims(wDims), memory::data_type::f32, memory::format_tag::any);
     const memory::desc xConv(toDims(s.x), memory::data_type::f32, memory::format_tag::any);
     const memory::desc yConv(toDims(s.y), memory::data_type::f32, memory::format_tag::any);
-    const bool wantData = io_.dxOut >= 0;
+    const bool wantData = io_.dxOut >= 0 && winogradData_ == nullptr;
     const bool wantWeights = io_.dwOut >= 0;
     hasBiasPrimitive_ = io_.dbOut >= 0;
     const memory::desc biasDesc = hasBiasPrimitive_ ? plainDesc({s.w[0]}) : memory::desc();
@@ -560,12 +574,13 @@ class ConvGradKernel : public OpKernel {
   LayoutCopy dyWeights_, xWeights_, dwWeights_;  // the weights pass
   LayoutCopy dyData_, wData_, dxData_;           // the data pass
   memory dbMemory_;
-  std::size_t primitiveScratchBytes_ = 0;  // the largest scratchpad of the primitives and reorders
-  std::size_t totalScratchBytes_ = 0;      // plus the converted copies
-  bool channelsLast_ = false;              // Note [CPU channels-last]: operands NHWC and KRSC; setup_ logical
-  TapCrop taps_;                           // Note [Pruned taps]: setup_ then holds the cropped kernel
-  std::unique_ptr<ConvGemm> gemm_;         // Note [Convolutions as one GEMM]: set instead of the primitives
-  Shape fullW_;                            // W's own shape
+  std::size_t primitiveScratchBytes_ = 0;       // the largest scratchpad of the primitives and reorders
+  std::size_t totalScratchBytes_ = 0;           // plus the converted copies
+  bool channelsLast_ = false;                   // Note [CPU channels-last]: operands NHWC and KRSC; setup_ logical
+  TapCrop taps_;                                // Note [Pruned taps]: setup_ then holds the cropped kernel
+  std::unique_ptr<ConvGemm> gemm_;              // Note [Convolutions as one GEMM]: set instead of the primitives
+  std::unique_ptr<ConvWinograd> winogradData_;  // Note [Winograd convolutions]: set instead of dataPrimitive_
+  Shape fullW_;                                 // W's own shape
   std::size_t croppedWOffset_ = 0, croppedDwOffset_ = 0;
 };
 

@@ -53,18 +53,6 @@ std::vector<GemmCase> gemmCases() {
   };
 }
 
-std::string implementationOf(const std::string& type, const std::vector<const Tensor*>& inputs, const Attributes& attrs,
-                             std::size_t outputCount) {
-  std::vector<InputInfo> infos;
-  for (const Tensor* t : inputs)
-    infos.push_back(InputInfo{true, t->meta()});
-  const std::string node = "node";
-  const std::vector<TensorMeta> outputs =
-      OpRegistry::instance().schema(type)->inferShapes(ShapeContext{infos, attrs, outputCount, node, type});
-  const KernelFactory* factory = OpRegistry::instance().kernel(type, DeviceType::CPU);
-  return (*factory)(KernelInit{infos, outputs, attrs, node, true})->implementation();
-}
-
 void expectGemm(const std::string& implementation, bool gemm) {
   EXPECT_EQ(implementation.find("one GEMM over the batch") != std::string::npos, gemm) << implementation;
 }
@@ -79,7 +67,7 @@ TEST(ConvGemmTest, ForwardMatchesTheConvolution) {
     testing::expectFloat32MatchesFloat64("Conv", {x, w, b}, c.attrs, 1);
     testing::expectFloat32MatchesFloat64("Conv", {x, w}, c.attrs, 1);
     const Tensor x32 = testing::toFloat32(x), w32 = testing::toFloat32(w), b32 = testing::toFloat32(b);
-    expectGemm(implementationOf("Conv", {&x32, &w32, &b32}, c.attrs, 1), c.gemm);
+    expectGemm(testing::cpuKernelImplementation("Conv", {&x32, &w32, &b32}, c.attrs, 1), c.gemm);
   }
 }
 
@@ -89,8 +77,8 @@ TEST(ConvGemmTest, GradientsMatchTheConvolution) {
     SCOPED_TRACE(c.name);
     const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, seed);
     seed += 3;
-    expectGemm(implementationOf("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.gemm);
-    expectGemm(implementationOf("ConvGradInput", {&in.dy32, &in.w32}, in.inputAttrs, 1), c.gemm);
+    expectGemm(testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.gemm);
+    expectGemm(testing::cpuKernelImplementation("ConvGradInput", {&in.dy32, &in.w32}, in.inputAttrs, 1), c.gemm);
   }
 }
 

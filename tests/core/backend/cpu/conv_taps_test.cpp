@@ -62,18 +62,6 @@ std::vector<PrunedCase> prunedCases() {
   };
 }
 
-std::string implementationOf(const std::string& type, const std::vector<const Tensor*>& inputs, const Attributes& attrs,
-                             std::size_t outputCount) {
-  std::vector<InputInfo> infos;
-  for (const Tensor* t : inputs)
-    infos.push_back(InputInfo{true, t->meta()});
-  const std::string node = "node";
-  const std::vector<TensorMeta> outputs =
-      OpRegistry::instance().schema(type)->inferShapes(ShapeContext{infos, attrs, outputCount, node, type});
-  const KernelFactory* factory = OpRegistry::instance().kernel(type, DeviceType::CPU);
-  return (*factory)(KernelInit{infos, outputs, attrs, node, true})->implementation();
-}
-
 void expectTapNote(const std::string& implementation, const std::string& taps) {
   if (taps.empty()) {
     EXPECT_EQ(implementation.find("taps"), std::string::npos) << implementation;
@@ -91,7 +79,7 @@ TEST(PrunedTapsTest, ConvolutionsOnSmallMapsMatchTheFullKernel) {
     const Tensor b = testing::randomTensor(DType::Float64, {c.w[0]}, seed++);
     testing::expectFloat32MatchesFloat64("Conv", {x, w, b}, c.attrs, 1);
     const Tensor x32 = testing::toFloat32(x), w32 = testing::toFloat32(w), b32 = testing::toFloat32(b);
-    expectTapNote(implementationOf("Conv", {&x32, &w32, &b32}, c.attrs, 1), c.taps);
+    expectTapNote(testing::cpuKernelImplementation("Conv", {&x32, &w32, &b32}, c.attrs, 1), c.taps);
   }
 }
 
@@ -102,8 +90,8 @@ TEST(PrunedTapsTest, GradientsOnSmallMapsMatchTheFullKernel) {
     // dX, dW and dB together, dX and dW, and each alone (the ConvGradInput and ConvGradWeight kernels).
     const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, seed);
     seed += 3;
-    expectTapNote(implementationOf("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.taps);
-    expectTapNote(implementationOf("ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 1), c.taps);
+    expectTapNote(testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.taps);
+    expectTapNote(testing::cpuKernelImplementation("ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 1), c.taps);
   }
 }
 
