@@ -1,6 +1,7 @@
 // Note [Batch-norm loops] (core/backend/cpu/batch_norm_loops.h): float32 batch norm, forward and backward, against
-// the float64 kernels, on the layouts the loops treat apart (one pixel per channel, small and larger planes) and on
-// data whose mean is far from zero against its spread (1000 +- 1), where a one-pass variance would cancel.
+// the float64 kernels, on the layouts the loops treat apart (one pixel per channel, planes below kSmallPlane = 32
+// elements run a task's channels at once (Note [Small planes]), larger planes one at a time, and both sides of 32) and
+// on data whose mean is far from zero against its spread (1000 +- 1), where a one-pass variance would cancel.
 
 #include <gtest/gtest.h>
 
@@ -35,7 +36,8 @@ Attributes batchNormAttrs(bool training) {
 
 TEST(BatchNormLoopsTest, ForwardMatchesFloat64) {
   unsigned seed = 900;
-  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{3, 7, 9, 10}, Shape{2, 3, 50}}) {
+  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{5, 9, 4, 4}, Shape{3, 6, 31}, Shape{3, 6, 32},
+                         Shape{3, 7, 9, 10}, Shape{2, 3, 50}}) {
     for (const auto& [offset, spread] : {std::pair{0.0, 1.0}, std::pair{1000.0, 1.0}}) {
       SCOPED_TRACE(::testing::Message() << shapeToString(x) << " offset " << offset << " spread " << spread);
       const std::vector<Tensor> inputs = batchNormInputs(x, offset, spread, seed);
@@ -49,7 +51,8 @@ TEST(BatchNormLoopsTest, ForwardMatchesFloat64) {
 
 TEST(BatchNormLoopsTest, BackwardMatchesFloat64) {
   unsigned seed = 950;
-  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{3, 7, 9, 10}}) {
+  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{5, 9, 4, 4}, Shape{3, 6, 31}, Shape{3, 6, 32},
+                         Shape{3, 7, 9, 10}}) {
     for (const auto& [offset, spread] : {std::pair{0.0, 1.0}, std::pair{1000.0, 1.0}}) {
       SCOPED_TRACE(::testing::Message() << shapeToString(x) << " offset " << offset << " spread " << spread);
       std::vector<Tensor> inputs = batchNormInputs(x, offset, spread, seed);
