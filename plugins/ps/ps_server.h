@@ -98,6 +98,7 @@ class PsServer {
   std::unique_ptr<std::ofstream> trace_;
   bool started_ = false;
   std::chrono::steady_clock::time_point lastDepartureCheck_{};
+  bool storeGone_ = false;  // Note [Store gone at the end]
   // Note [PS recovery]
   std::string checkpointPath_;  // empty: no checkpoints
   std::string jobId_;

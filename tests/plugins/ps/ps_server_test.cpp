@@ -1,5 +1,7 @@
 // The parameter server's keys, message validation and server loop, in process (plugins/ps).
 #include <unistd.h>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -228,6 +230,59 @@ TEST(PsServerTest, AnswersMalformedMessagesWithErrorsAndKeepsServing) {
   ASSERT_EQ(reply.size(), 3U);
   EXPECT_EQ(headerOf(reply).kind, static_cast<std::uint16_t>(Kind::Params));
   EXPECT_EQ(floatsOf(reply[1]), (std::vector<float>{1, 2, 3, 4}));
+}
+
+// A store that fails every call once closed, as the TCP store does once rank 0, which hosts it, has left.
+class ClosableStore final : public Store {
+ public:
+  void close() { closed_ = true; }
+  void set(const std::string& key, const Bytes& value) override {
+    open();
+    inner_.set(key, value);
+  }
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
+    open();
+    return inner_.get(key, timeout);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    open();
+    return inner_.add(key, delta);
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    open();
+    return inner_.check(keys);
+  }
+  std::vector<std::string> tryWait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
+    open();
+    return inner_.tryWait(keys, timeout);
+  }
+
+ private:
+  void open() const {
+    if (closed_)
+      fail("store connection closed by the server (has rank 0 exited?)");
+  }
+  InMemoryStore inner_;
+  std::atomic<bool> closed_{false};
+};
+
+// Note [Store gone at the end]: async and ssp servers look for departed workers in the store every second; once the
+// run is over rank 0 closes the store before the launcher stops the servers, and the server must keep serving then
+// (it exited with status 1, and the launcher reported a finished run as failed).
+TEST(PsServerTest, AStoreClosedAtTheEndOfARunDoesNotStopTheServer) {
+  for (const std::string mode : {"async", "ssp"}) {
+    SCOPED_TRACE(mode);
+    ClosableStore store;
+    const std::map<std::string, std::string> options{{"auth", "off"}, {"mode", mode}};
+    testing::TestRoleContext context(store, 2, options);
+    PsServer server(parsePsOptions(options), context);
+    server.start();
+    store.close();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+    while (std::chrono::steady_clock::now() < until) {
+      ASSERT_NO_THROW(server.serveOnce(50));
+    }
+  }
 }
 
 TEST(PsServerTest, SyncAveragesEveryWorkersPushAndAResendIsNotAppliedTwice) {
