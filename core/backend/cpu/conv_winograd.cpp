@@ -24,8 +24,8 @@ std::size_t alignUp(std::size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
-// The transforms, each applied to six (or three) rows of n floats at once, element by element: the rows are columns
-// (or rows) of many tiles side by side, so the loops vectorise over tiles or channels.
+// The transforms, each applied to six (or three) rows of n floats at once, element by element: a row holds one point
+// of a tile (or one tap of a filter) for many channels side by side, so the loops vectorise over channels.
 
 // r = B^T d for F(4x4, 3x3) (Lavin and Gray's B).
 void inputTransform(const float* const d[6], float* const r[6], std::int64_t n) {
@@ -128,8 +128,8 @@ std::unique_ptr<ConvWinograd> ConvWinograd::plan(Role role, const Shape& x, cons
   p->tilesW_ = (p->ow_ + kOut - 1) / kOut;
   p->tiles_ = p->n_ * p->tilesH_ * p->tilesW_;
 
-  // M[k] [T, O] = V[k] [T, C] U[k] [C, O]: the GEMMs run over tiles as rows (oneDNN's matmul runs [C, T] x [T, ...]
-  // products with the tiles as columns at 60-75% of the speed), and the transforms vectorise over channels.
+  // M[k] [T, O] = V[k] [T, C] U[k] [C, O]: the GEMMs run with the tiles as rows (oneDNN's matmul ran the transposed
+  // form [O, C] x [C, T], tiles as columns, at 60-75% of the speed), and the transforms vectorise over channels.
   const memory::desc filterDesc({kPoints, p->c_, p->o_}, memory::data_type::f32, memory::format_tag::abc);
   const memory::desc inputDesc({kPoints, p->tiles_, p->c_}, memory::data_type::f32, memory::format_tag::abc);
   const memory::desc productDesc({kPoints, p->tiles_, p->o_}, memory::data_type::f32, memory::format_tag::abc);

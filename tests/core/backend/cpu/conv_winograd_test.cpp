@@ -68,6 +68,11 @@ Tensor channelsLast(const Tensor& t) {
   return runOpEagerly("Transpose", {&t}, a).at(0);
 }
 
+// A float64 channels-first tensor as a kernel under test reads it: float32, transposed when `last`.
+Tensor stored(const Tensor& t, bool last) {
+  return cast(last ? channelsLast(t) : t, DType::Float32);
+}
+
 bool winograd(const std::string& implementation) {
   return implementation.find("Winograd F(4x4, 3x3)") != std::string::npos;
 }
@@ -99,15 +104,15 @@ TEST(ConvWinogradTest, ForwardMatchesFloat64BothLayouts) {
         in64.push_back(&b);
       const Tensor want = runOpEagerly("Conv", in64, convAttrs(c.pads)).at(0);
       for (bool last : {false, true}) {
-        const Tensor x32 = cast(last ? channelsLast(x) : x, DType::Float32);
-        const Tensor w32 = cast(last ? channelsLast(w) : w, DType::Float32);
+        const Tensor x32 = stored(x, last);
+        const Tensor w32 = stored(w, last);
         const Tensor b32 = cast(b, DType::Float32);
         std::vector<const Tensor*> in32{&x32, &w32};
         if (withBias)
           in32.push_back(&b32);
         const Attributes attrs = convAttrs(c.pads, last);
-        EXPECT_TRUE(winograd(testing::cpuKernelImplementation("Conv", in32, attrs, 1)))
-            << testing::cpuKernelImplementation("Conv", in32, attrs, 1);
+        const std::string implementation = testing::cpuKernelImplementation("Conv", in32, attrs, 1);
+        EXPECT_TRUE(winograd(implementation)) << implementation;
         expectClose(runOpEagerly("Conv", in32, attrs).at(0), want, last,
                     std::string(last ? "channels-last" : "channels-first") + (withBias ? " with bias" : ""));
       }
@@ -127,9 +132,9 @@ TEST(ConvWinogradTest, DataGradientMatchesFloat64BothLayouts) {
     const std::vector<Tensor> want = runOpEagerly("ConvGrad", {&dy, &x, &w}, convAttrs(c.pads), 3);
     for (bool last : {false, true}) {
       const std::string layout = last ? "channels-last" : "channels-first";
-      const Tensor dy32 = cast(last ? channelsLast(dy) : dy, DType::Float32);
-      const Tensor x32 = cast(last ? channelsLast(x) : x, DType::Float32);
-      const Tensor w32 = cast(last ? channelsLast(w) : w, DType::Float32);
+      const Tensor dy32 = stored(dy, last);
+      const Tensor x32 = stored(x, last);
+      const Tensor w32 = stored(w, last);
       const Attributes attrs = convAttrs(c.pads, last);
       const std::string implementation = testing::cpuKernelImplementation("ConvGrad", {&dy32, &x32, &w32}, attrs, 3);
       EXPECT_NE(implementation.find("data: Winograd"), std::string::npos) << implementation;
