@@ -12,8 +12,9 @@ For each model: PyTorch builds it, exports a training-mode file (opset 17, no co
 - Forward: `strata run --repeat` on the eval-mode file against PyTorch eager under no_grad.
 - GFLOP/s: the step's floating-point work (PyTorch's FlopCounterMode over one training step, with the convolutions'
   backward counted from their forward since it ignores groups there, less the convolution taps that only meet
-  padding, which Strata skips: Note [Pruned taps]) divided by Strata's step time, against the
-  host's sgemm peak (a 2048^3 float32 matmul in PyTorch, same threads).
+  padding, which Strata skips: Note [Pruned taps]) divided by Strata's step time; "%peak" is the median over rounds
+  of that round's figure against the host's sgemm peak measured just before it (the faster of torch.mm and Strata's
+  MatMul on 2048^3, same threads), so a host whose speed drifts between rounds moves both alike.
 Rounds alternate between the tools; every figure is a median over rounds of per-round medians. Ratios are
 Strata / peer: below 1.0 means Strata is faster.
 
@@ -265,8 +266,13 @@ def main():
             export(model, x, eval_path, training=False)
             nominal_flops, flops = step_flops(model, x, y)
             figures = {k: [] for k in ("strata_train", "torch_train", "ort_train", "strata_fwd", "torch_fwd")}
+            # The share of the peak compares the step with a peak measured just before it: on a host whose speed
+            # drifts (shared cores), a peak from minutes earlier would move the share with the drift.
+            shares, round_peaks = [], []
             for _ in range(args.rounds):
+                round_peaks.append(sgemm_peak_gflops(tmp)[0])
                 figures["strata_train"].append(strata_train_ms(train_path, shape, tmp))
+                shares.append(flops / (figures["strata_train"][-1] / 1000.0) / 1e9 / round_peaks[-1])
                 figures["torch_train"].append(torch_train_ms(model, x, y))
                 figures["ort_train"].append(ort_train_ms(train_path, shape))
                 if not args.no_forward:
@@ -274,14 +280,16 @@ def main():
                     figures["torch_fwd"].append(torch_forward_ms(model, x))
             med = {k: statistics.median(v) if v and None not in v else None for k, v in figures.items()}
             gflops = flops / (med["strata_train"] / 1000.0) / 1e9
+            share = statistics.median(shares)
             rows.append(dict(model=name, batch=list(shape), step_gflop=flops / 1e9,
                              nominal_step_gflop=nominal_flops / 1e9, gflops=gflops,
-                             sgemm_peak_gflops=peak, **med))
+                             sgemm_peak_gflops=statistics.median(round_peaks), peak_share=share,
+                             peak_shares=shares, **med))
             st, tt, ot = med["strata_train"], med["torch_train"], med["ort_train"]
             sf, tf = med["strata_fwd"], med["torch_fwd"]
             print(f"{name:<18}{'x'.join(map(str, shape)):<13}{st:>9.1f}{tt:>8.1f}{ot or 0:>8.1f}{ratio(st, tt):>8}"
                   f"{ratio(st, ot):>7}{sf or 0:>8.1f}{tf or 0:>8.1f}{ratio(sf, tf):>8}{gflops:>9.1f}"
-                  f"{100 * gflops / peak:>6.0f}%", flush=True)
+                  f"{100 * share:>6.0f}%", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"host": host_description(), "torch": torch.__version__, "threads": args.threads,

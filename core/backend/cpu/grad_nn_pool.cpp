@@ -170,6 +170,21 @@ void averagePoolGrad(const PoolGradSetup& s, const T* dy, T* dx) {
   for (std::size_t i = lead; i < 3; ++i)
     padEnd[i] = s.geometry.padEnd[i - lead];
   const std::int64_t inVolume = g.inVolume(), outVolume = g.outVolume();
+  bool wholeMap = outVolume == 1;
+  for (int i = 0; i < 3; ++i) {
+    wholeMap = wholeMap && g.kernel[i] == g.in[i] && g.dilation[i] == 1 && g.pad[i] == 0 && padEnd[i] == 0;
+  }
+  if (wholeMap) {
+    // Global pooling (ResNet's last pool): each plane's gradient spread evenly, the result the loops below give.
+    // Their window bookkeeping per plane took 0.5 ms on ResNet-50's 65536 planes of one pixel at 32x32 input.
+    parallelFor(0, s.x[0] * s.x[1], std::max<std::int64_t>(1, 16384 / inVolume),
+                [&](std::int64_t begin, std::int64_t end) {
+                  for (std::int64_t plane = begin; plane < end; ++plane) {
+                    std::fill(dx + plane * inVolume, dx + (plane + 1) * inVolume, dy[plane] / static_cast<T>(inVolume));
+                  }
+                });
+    return;
+  }
   parallelFor(0, s.x[0] * s.x[1], 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t plane = begin; plane < end; ++plane) {
       const T* grad = dy + plane * outVolume;

@@ -147,6 +147,11 @@ TEST(NnGradientsTest, AveragePool1dAnd3dAndGlobal) {
       attrs(
           {{"kernel_shape", Ints{2, 2, 2}}, {"pads", Ints{0, 1, 0, 1, 0, 1}}, {"count_include_pad", std::int64_t{1}}}));
   expectGradientsMatchFiniteDifferences("GlobalAveragePool", {random64({2, 3, 4, 5}, 43)});
+  // One pixel per plane (ResNet's last pool at small inputs) and a window that is the whole map: the gradient
+  // kernels' whole-map path.
+  expectGradientsMatchFiniteDifferences("GlobalAveragePool", {random64({3, 4, 1, 1}, 44)});
+  expectGradientsMatchFiniteDifferences("AveragePool", {random64({2, 3, 3, 4}, 45)},
+                                        attrs({{"kernel_shape", Ints{3, 4}}}));
 }
 
 // ---- Batch / instance normalisation ----
@@ -284,6 +289,7 @@ TEST(NnGradientsTest, PoolGradKernelsFloat32MatchFloat64) {
              {"pads", Ints{0, 1, 1, 0}},
              {"count_include_pad", std::int64_t{1}}}),
       attrs({{"kernel_shape", Ints{2, 2}}, {"strides", Ints{2, 2}}}),
+      attrs({{"kernel_shape", Ints{9, 8}}}),  // the whole map
   };
   unsigned seed = 300;
   for (const Attributes& a : cases) {
