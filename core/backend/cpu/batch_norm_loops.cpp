@@ -30,9 +30,23 @@ std::int64_t channelGrain(const ChannelLayout& layout) {
   return std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(layout.count(), 1));
 }
 
+// Note [Fused ReLU]: dy where the gate (the fused node's output) is positive, as ReluGrad writes it.
+template <bool Gated>
+inline float gatedGrad(const float* dy, const float* gate, std::int64_t i) {
+  if constexpr (Gated)
+    return gate[i] > 0.0f ? dy[i] : 0.0f;
+  return dy[i];
+}
+
+// Relu's rule (x > 0 ? x : 0, NaN to 0), as the Relu kernel computes it.
+inline float reluOf(float v) {
+  return v > 0.0f ? v : 0.0f;
+}
+
 // Sums of one channel plane of `size` elements into the channel's double totals.
-void sumPlane(const float* x, const float* dy, std::int64_t size, float shift, double& tx, double& txx, double& tdy,
-              double& tdyx) {
+template <bool Gated>
+void sumPlane(const float* x, const float* dy, const float* gate, std::int64_t size, float shift, double& tx,
+              double& txx, double& tdy, double& tdyx) {
   for (std::int64_t i0 = 0; i0 < size; i0 += kSumBlock) {
     const std::int64_t i1 = std::min(size, i0 + kSumBlock);
     float sx = 0, sxx = 0, sdy = 0, sdyx = 0;
@@ -47,10 +61,11 @@ void sumPlane(const float* x, const float* dy, std::int64_t size, float shift, d
 #pragma omp simd reduction(+ : sx, sxx, sdy, sdyx)
       for (std::int64_t i = i0; i < i1; ++i) {
         const float xs = x[i] - shift;
+        const float g = gatedGrad<Gated>(dy, gate, i);
         sx += xs;
         sxx += xs * xs;
-        sdy += dy[i];
-        sdyx += dy[i] * xs;
+        sdy += g;
+        sdyx += g * xs;
       }
     }
     tx += sx;
@@ -72,7 +87,11 @@ ChannelLayout channelLayoutOf(const Shape& stored, bool channelsLast) {
   return ChannelLayout{batch, channels, batch * channels == 0 ? 0 : numel / (batch * channels)};
 }
 
-ChannelSums channelSums(const ChannelLayout& layout, const float* x, const float* dy, const float* shift) {
+namespace {
+
+template <bool Gated>
+ChannelSums channelSumsOf(const ChannelLayout& layout, const float* x, const float* dy, const float* shift,
+                          const float* gate) {
   const auto channels = static_cast<std::size_t>(layout.channels);
   ChannelSums sums{std::vector<double>(channels), std::vector<double>(channels), std::vector<double>(channels),
                    std::vector<double>(channels)};
@@ -96,10 +115,11 @@ ChannelSums channelSums(const ChannelLayout& layout, const float* x, const float
           }
         } else {
           const float* gr = dy + offset;
+          const float* gt = Gated ? gate + offset : nullptr;
 #pragma omp simd
           for (std::int64_t e = 0; e < run; ++e) {
             const double xs = static_cast<double>(xr[e] - sh[e]);
-            const double g = gr[e];
+            const double g = gatedGrad<Gated>(gr, gt, e);
             tx[e] += xs;
             txx[e] += xs * xs;
             tdy[e] += g;
@@ -126,12 +146,21 @@ ChannelSums channelSums(const ChannelLayout& layout, const float* x, const float
         const std::int64_t offset = (image + c) * inner;
         const auto i = static_cast<std::size_t>(c);
         double unused0 = 0, unused1 = 0;
-        sumPlane(x + offset, dy != nullptr ? dy + offset : nullptr, inner, shift[c], sums.x[i], sums.xx[i],
-                 dy != nullptr ? sums.dy[i] : unused0, dy != nullptr ? sums.dyx[i] : unused1);
+        sumPlane<Gated>(x + offset, dy != nullptr ? dy + offset : nullptr, Gated ? gate + offset : nullptr, inner,
+                        shift[c], sums.x[i], sums.xx[i], dy != nullptr ? sums.dy[i] : unused0,
+                        dy != nullptr ? sums.dyx[i] : unused1);
       }
     }
   });
   return sums;
+}
+
+}  // namespace
+
+ChannelSums channelSums(const ChannelLayout& layout, const float* x, const float* dy, const float* shift,
+                        const float* gate) {
+  return gate != nullptr && dy != nullptr ? channelSumsOf<true>(layout, x, dy, shift, gate)
+                                          : channelSumsOf<false>(layout, x, dy, shift, nullptr);
 }
 
 namespace {
@@ -156,10 +185,9 @@ void forPlanes(const ChannelLayout& layout, PlaneFn&& fn, SetupFn&& setup, RunFn
   });
 }
 
-}  // namespace
-
-void normalize(const ChannelLayout& layout, const float* x, const float* mean, const float* a, const float* b,
-               float* y) {
+template <bool Relu>
+void normalizeOf(const ChannelLayout& layout, const float* x, const float* mean, const float* a, const float* b,
+                 float* y) {
   const std::int64_t inner = layout.inner;
   forPlanes(
       layout,
@@ -168,8 +196,10 @@ void normalize(const ChannelLayout& layout, const float* x, const float* mean, c
         float* yp = y + offset;
         const float ac = a[c], mc = mean[c], bc = b[c];
 #pragma omp simd
-        for (std::int64_t i = 0; i < inner; ++i)
-          yp[i] = ac * (xp[i] - mc) + bc;
+        for (std::int64_t i = 0; i < inner; ++i) {
+          const float v = ac * (xp[i] - mc) + bc;
+          yp[i] = Relu ? reluOf(v) : v;
+        }
       },
       [&](std::int64_t c0, std::int64_t c1) {
         return std::array<std::vector<float>, 3>{perElement(a, c0, c1, inner), perElement(mean, c0, c1, inner),
@@ -180,24 +210,28 @@ void normalize(const ChannelLayout& layout, const float* x, const float* mean, c
         float* yi = y + offset;
         const float *ae = k[0].data(), *me = k[1].data(), *be = k[2].data();
 #pragma omp simd
-        for (std::int64_t e = 0; e < run; ++e)
-          yi[e] = ae[e] * (xi[e] - me[e]) + be[e];
+        for (std::int64_t e = 0; e < run; ++e) {
+          const float v = ae[e] * (xi[e] - me[e]) + be[e];
+          yi[e] = Relu ? reluOf(v) : v;
+        }
       });
 }
 
-void normalizeGrad(const ChannelLayout& layout, const float* dy, const float* x, const float* mean, const float* a,
-                   const float* b, const float* c, float* dx) {
+template <bool Gated>
+void normalizeGradOf(const ChannelLayout& layout, const float* dy, const float* x, const float* mean, const float* a,
+                     const float* b, const float* c, float* dx, const float* gate) {
   const std::int64_t inner = layout.inner;
   forPlanes(
       layout,
       [&](std::int64_t offset, std::int64_t ch) {
         const float* gp = dy + offset;
+        const float* gt = Gated ? gate + offset : nullptr;
         const float* xp = x + offset;
         float* out = dx + offset;
         const float ac = a[ch], bc = b[ch], cc = c[ch], mc = mean[ch];
 #pragma omp simd
         for (std::int64_t i = 0; i < inner; ++i)
-          out[i] = ac * gp[i] + bc * (xp[i] - mc) + cc;
+          out[i] = ac * gatedGrad<Gated>(gp, gt, i) + bc * (xp[i] - mc) + cc;
       },
       [&](std::int64_t c0, std::int64_t c1) {
         return std::array<std::vector<float>, 4>{perElement(a, c0, c1, inner), perElement(b, c0, c1, inner),
@@ -205,13 +239,34 @@ void normalizeGrad(const ChannelLayout& layout, const float* dy, const float* x,
       },
       [&](const std::array<std::vector<float>, 4>& k, std::int64_t offset, std::int64_t run) {
         const float* gi = dy + offset;
+        const float* gt = Gated ? gate + offset : nullptr;
         const float* xi = x + offset;
         float* out = dx + offset;
         const float *ae = k[0].data(), *be = k[1].data(), *ce = k[2].data(), *me = k[3].data();
 #pragma omp simd
         for (std::int64_t e = 0; e < run; ++e)
-          out[e] = ae[e] * gi[e] + be[e] * (xi[e] - me[e]) + ce[e];
+          out[e] = ae[e] * gatedGrad<Gated>(gi, gt, e) + be[e] * (xi[e] - me[e]) + ce[e];
       });
+}
+
+}  // namespace
+
+void normalize(const ChannelLayout& layout, const float* x, const float* mean, const float* a, const float* b, float* y,
+               bool relu) {
+  if (relu) {
+    normalizeOf<true>(layout, x, mean, a, b, y);
+  } else {
+    normalizeOf<false>(layout, x, mean, a, b, y);
+  }
+}
+
+void normalizeGrad(const ChannelLayout& layout, const float* dy, const float* x, const float* mean, const float* a,
+                   const float* b, const float* c, float* dx, const float* gate) {
+  if (gate != nullptr) {
+    normalizeGradOf<true>(layout, dy, x, mean, a, b, c, dx, gate);
+  } else {
+    normalizeGradOf<false>(layout, dy, x, mean, a, b, c, dx, nullptr);
+  }
 }
 
 }  // namespace strata::cpu

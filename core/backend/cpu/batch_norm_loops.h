@@ -32,14 +32,20 @@ struct ChannelSums {
   std::vector<double> x, xx, dy, dyx;
 };
 
-ChannelSums channelSums(const ChannelLayout& layout, const float* x, const float* dy, const float* shift);
+// Note [Fused ReLU]: a batch norm whose only reader was a Relu runs as one node (graphs/batch_norm_relu_fusion.h).
+// Its forward writes max(y, 0); its backward takes the fused output as a `gate` and counts dy only where the gate is
+// positive (ReluGrad's rule, applied on the fly), so neither the Relu's output nor its gradient is a tensor of its own.
 
-// y = a[c] * (x - mean[c]) + b[c]: the forward pass.
-void normalize(const ChannelLayout& layout, const float* x, const float* mean, const float* a, const float* b,
-               float* y);
+// Per-channel sums of x - shift[c], its square and, when dy is given, of dy and dy * (x - shift[c]) (dy gated).
+ChannelSums channelSums(const ChannelLayout& layout, const float* x, const float* dy, const float* shift,
+                        const float* gate = nullptr);
 
-// dx = a[c] * dy + b[c] * (x - mean[c]) + c[c]: the backward pass.
+// y = a[c] * (x - mean[c]) + b[c] (then max(y, 0) with `relu`): the forward pass.
+void normalize(const ChannelLayout& layout, const float* x, const float* mean, const float* a, const float* b, float* y,
+               bool relu = false);
+
+// dx = a[c] * dy + b[c] * (x - mean[c]) + c[c] (dy gated): the backward pass.
 void normalizeGrad(const ChannelLayout& layout, const float* dy, const float* x, const float* mean, const float* a,
-                   const float* b, const float* c, float* dx);
+                   const float* b, const float* c, float* dx, const float* gate = nullptr);
 
 }  // namespace strata::cpu

@@ -158,6 +158,7 @@ class BatchNormKernel : public OpKernel {
     momentum_ = init.attrs.getFloat("momentum", 0.9f);
     // The ONNX attribute decides, as in the exported graph (an eval-mode export says 0 even when training).
     training_ = init.attrs.getInt("training_mode", 0) != 0;
+    relu_ = init.attrs.getInt("fused_relu", 0) != 0;  // Note [Fused ReLU]
     channels_ = metas[0].shape[1];
     empty_ = metas[0].numel() == 0;
     if (empty_)
@@ -171,9 +172,10 @@ class BatchNormKernel : public OpKernel {
   }
 
   std::string implementation() const override {
+    const std::string relu = relu_ ? ", ReLU fused" : "";
     if (f64_ != nullptr)
-      return "float64 loop";
-    return channelsLast_ ? "vectorised loop, channels-last" : "vectorised loop";
+      return "float64 loop" + relu;
+    return (channelsLast_ ? "vectorised loop, channels-last" : "vectorised loop") + relu;
   }
 
   void compute(KernelContext& ctx) override {
@@ -187,6 +189,11 @@ class BatchNormKernel : public OpKernel {
     }
     if (f64_ != nullptr) {
       f64_->compute(ctx);
+      if (relu_) {
+        double* y = ctx.output(0).data<double>();
+        for (std::int64_t i = 0; i < ctx.output(0).numel(); ++i)
+          y[i] = y[i] > 0.0 ? y[i] : 0.0;
+      }
       return;
     }
     Tensor batchMean;
@@ -247,12 +254,13 @@ class BatchNormKernel : public OpKernel {
       for (std::size_t c = 0; c < channels; ++c)
         a[c] = static_cast<float>(scale[c] / std::sqrt(static_cast<double>(var[c]) + static_cast<double>(epsilon_)));
     }
-    normalize(layout_, x, mean.data(), a.data(), bias, ctx.output(0).data<float>());
+    normalize(layout_, x, mean.data(), a.data(), bias, ctx.output(0).data<float>(), relu_);
   }
 
   float epsilon_ = 1e-5f;
   float momentum_ = 0.9f;
   bool training_ = false;
+  bool relu_ = false;  // Note [Fused ReLU]: max(y, 0)
   bool empty_ = false;
   std::int64_t channels_ = 0;
   std::unique_ptr<BatchNormF64> f64_;  // set for float64

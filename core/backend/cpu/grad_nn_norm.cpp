@@ -8,6 +8,8 @@
 // backward, which would need the mean and variance from a separate pass. The sums shift X by one of its own values
 // per channel so that the variance (E[x^2] - E[x]^2) does not cancel catastrophically when |mean| >> std.
 // training_mode = 0 (frozen statistics) takes the mean and variance inputs instead: dX = scale / sqrt(var + eps) * dY.
+// With fused_relu (Note [Fused ReLU] in batch_norm_loops.h) input 5 is the fused node's output Y and dY counts only
+// where Y > 0: the gradient of Relu(BatchNormalization(X)).
 
 #include <cmath>
 #include <cstdlib>
@@ -46,6 +48,12 @@ std::vector<TensorMeta> inferBatchNormGrad(const ShapeContext& ctx) {
       ctx.error(fmt::format("input {} must be {} [{}], got {}", i, dtypeName(dy.dtype), x.shape[1], m.toString()));
     }
   }
+  const bool relu = ctx.attrs.getInt("fused_relu", 0) != 0;
+  if (relu && (!ctx.hasInput(5) || ctx.input(5).meta != x)) {
+    ctx.error(fmt::format("with fused_relu, input 5 must be the forward output Y, {}", x.toString()));
+  }
+  if (!relu && ctx.hasInput(5))
+    ctx.error("input 5 (the forward output Y) is read only with fused_relu = 1");
   const TensorMeta channel{dy.dtype, {x.shape[1]}};
   return {x, channel, channel};
 }
@@ -117,6 +125,14 @@ void batchNormGradF64(const KernelContext& ctx, bool training, double epsilon) {
   const std::int64_t batch = xt.dim(0), channels = xt.dim(1);
   const std::int64_t inner = batch * channels == 0 ? 0 : xt.numel() / (batch * channels);
   const T* dy = ctx.input(0).data<T>();
+  std::vector<T> gated;  // Note [Fused ReLU]: dY where Y > 0 (float64 is for tests: a copy is fine)
+  if (ctx.hasInput(5)) {
+    const T* y = ctx.input(5).data<T>();
+    gated.resize(static_cast<std::size_t>(xt.numel()));
+    for (std::size_t i = 0; i < gated.size(); ++i)
+      gated[i] = y[i] > T{0} ? dy[i] : T{0};
+    dy = gated.data();
+  }
   const T* x = xt.data<T>();
   const T* scale = ctx.input(2).data<T>();
   const T* mean = training ? nullptr : ctx.input(3).data<T>();
@@ -174,7 +190,8 @@ void batchNormGradF32(const KernelContext& ctx, bool training, bool channelsLast
     shift[ch] = training ? (layout.count() > 0 ? x[static_cast<std::int64_t>(ch) * layout.inner] : 0.0f)
                          : ctx.input(3).data<float>()[ch];
   }
-  const ChannelSums sums = channelSums(layout, x, dy, shift.data());
+  const float* gate = ctx.hasInput(5) ? ctx.input(5).data<float>() : nullptr;  // Note [Fused ReLU]
+  const ChannelSums sums = channelSums(layout, x, dy, shift.data(), gate);
   float* dscale = ctx.hasOutput(1) ? ctx.output(1).data<float>() : nullptr;
   float* dbias = ctx.hasOutput(2) ? ctx.output(2).data<float>() : nullptr;
   std::vector<float> a(channels), b(channels), c(channels), mean(channels);
@@ -192,7 +209,7 @@ void batchNormGradF32(const KernelContext& ctx, bool training, bool channelsLast
     mean[ch] = static_cast<float>(g.mean);
   }
   if (ctx.hasOutput(0))
-    normalizeGrad(layout, dy, x, mean.data(), a.data(), b.data(), c.data(), ctx.output(0).data<float>());
+    normalizeGrad(layout, dy, x, mean.data(), a.data(), b.data(), c.data(), ctx.output(0).data<float>(), gate);
 }
 
 }  // namespace

@@ -294,10 +294,23 @@ class BatchNormGradKernel : public OpKernel {
 
 }  // namespace
 
+namespace {
+
+// Note [Fused ReLU] (core/backend/cpu/batch_norm_loops.h) is a CPU plan's fusion; a CUDA kernel must not ignore it.
+void refuseFusedRelu(const KernelInit& init) {
+  STRATA_CHECK(init.attrs.getInt("fused_relu", 0) == 0,
+               "batch norm with a fused ReLU runs on the CPU only (the CUDA plan keeps the Relu node)");
+}
+
+}  // namespace
+
 void registerCudnnNormKernels(OpRegistry& registry) {
   addCudaKernelFactory(
       registry, "BatchNormalization",
-      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<BatchNormKernel>(init); },
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+        refuseFusedRelu(init);
+        return std::make_unique<BatchNormKernel>(init);
+      },
       [](const KernelInit& init) {
         // Channels-last cuDNN batch norm is for the float types of tensor-core training; the float64 training
         // forward (reference checks) keeps the channels-first path.
@@ -307,7 +320,10 @@ void registerCudnnNormKernels(OpRegistry& registry) {
       });
   addCudaKernelFactory(
       registry, "BatchNormalizationGrad",
-      [](const KernelInit& init) -> std::unique_ptr<OpKernel> { return std::make_unique<BatchNormGradKernel>(init); },
+      [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
+        refuseFusedRelu(init);
+        return std::make_unique<BatchNormGradKernel>(init);
+      },
       [](const KernelInit&) { return true; });
   addCudaKernelFactory(registry, "InstanceNormalization", [](const KernelInit& init) -> std::unique_ptr<OpKernel> {
     const float epsilon = init.attrs.getFloat("epsilon", 1e-5f);

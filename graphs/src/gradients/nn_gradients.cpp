@@ -165,6 +165,12 @@ std::vector<int> batchNormGradient(GradientBuilder& b) {
     inputs.push_back(b.input(3));
     inputs.push_back(b.input(4));
   }
+  if (b.node().attrs.getInt("fused_relu", 0) != 0) {
+    // Note [Fused ReLU]: the kernel gates dY by the node's own output, Relu's gradient rule.
+    attrs.set("fused_relu", std::int64_t{1});
+    inputs.resize(5, kNoValue);
+    inputs.push_back(b.output(0));
+  }
   const std::vector<int> outs = b.emit("BatchNormalizationGrad", inputs, attrs, 3);
   for (std::size_t i = 0; i < 3; ++i) {
     if (wants(b, i))

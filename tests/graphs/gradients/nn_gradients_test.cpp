@@ -169,6 +169,18 @@ TEST(NnGradientsTest, BatchNormTraining) {
                                         a);
 }
 
+// Note [Fused ReLU]: the fused node's rule (BatchNormalizationGrad gated by the node's output), both modes.
+TEST(NnGradientsTest, BatchNormWithFusedRelu) {
+  for (const std::int64_t training : {1, 0}) {
+    SCOPED_TRACE(::testing::Message() << "training_mode " << training);
+    expectGradientsMatchFiniteDifferences(
+        "BatchNormalization",
+        {random64({3, 4, 3, 2}, 65), random64({4}, 66), random64({4}, 67), random64({4}, 68),
+         random64({4}, 69, 0.5, 1.5)},
+        attrs({{"training_mode", training}, {"epsilon", 1e-3f}, {"fused_relu", std::int64_t{1}}}));
+  }
+}
+
 TEST(NnGradientsTest, BatchNormInference) {
   expectGradientsMatchFiniteDifferences("BatchNormalization",
                                         {random64({2, 3, 4, 3}, 60), random64({3}, 61), random64({3}, 62),

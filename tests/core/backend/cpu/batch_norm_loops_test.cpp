@@ -10,6 +10,7 @@
 
 #include "graphs/gradient_check.h"
 #include "strata/attributes.h"
+#include "strata/error.h"
 #include "strata/op_registry.h"
 
 namespace strata {
@@ -65,6 +66,73 @@ TEST(BatchNormLoopsTest, BackwardMatchesFloat64) {
                                            batchNormAttrs(false), 3, 1e-4);
     }
   }
+}
+
+// Note [Fused ReLU]: the fused node computes exactly what BatchNormalization then Relu computes (forward), and
+// BatchNormalizationGrad gated by the fused output exactly what ReluGrad then BatchNormalizationGrad computes: same
+// float32 arithmetic, so equal to the bit, on every layout the loops treat apart.
+void expectBitwiseEqual(const Tensor& got, const Tensor& want, const char* what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  for (std::int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << what << " element " << i;
+}
+
+TEST(BatchNormLoopsTest, FusedReluEqualsBatchNormThenRelu) {
+  unsigned seed = 990;
+  for (const Shape& x :
+       {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{3, 6, 31}, Shape{3, 6, 32}, Shape{3, 7, 9, 10}}) {
+    for (const bool channelsLast : {false, true}) {
+      for (const bool training : {true, false}) {
+        SCOPED_TRACE(::testing::Message() << shapeToString(x) << (channelsLast ? " channels-last" : "")
+                                          << (training ? " training" : " inference"));
+        std::vector<Tensor> inputs;
+        for (const Tensor& t : batchNormInputs(x, 0.3, 1.0, seed))
+          inputs.push_back(testing::toFloat32(t));
+        Tensor dr = testing::toFloat32(testing::randomTensor(DType::Float64, x, seed + 9));
+        seed += 10;
+        Attributes plain = batchNormAttrs(training);
+        if (channelsLast)
+          plain.set("channels_last", std::int64_t{1});  // the same bytes read as [N, spatial..., C]
+        Attributes fused = plain;
+        fused.set("fused_relu", std::int64_t{1});
+        if (channelsLast) {
+          Shape stored{x[0]};
+          stored.insert(stored.end(), x.begin() + 2, x.end());
+          stored.push_back(x[1]);
+          inputs[0] = inputs[0].reshape(stored);
+          dr = dr.reshape(stored);
+        }
+        std::vector<const Tensor*> forwardInputs;
+        for (const Tensor& t : inputs)
+          forwardInputs.push_back(&t);
+        const Tensor y = runOpEagerly("BatchNormalization", forwardInputs, plain, 1, training).at(0);
+        const Tensor relu = runOpEagerly("Relu", {&y}, Attributes{}).at(0);
+        const Tensor r = runOpEagerly("BatchNormalization", forwardInputs, fused, 1, training).at(0);
+        expectBitwiseEqual(r, relu, "Y");
+
+        const Tensor dy = runOpEagerly("ReluGrad", {&dr, &relu}, Attributes{}).at(0);
+        const Tensor* stats[2] = {training ? nullptr : &inputs[3], training ? nullptr : &inputs[4]};
+        const std::vector<Tensor> want = runOpEagerly(
+            "BatchNormalizationGrad", {&dy, &inputs[0], &inputs[1], stats[0], stats[1]}, plain, 3, training);
+        const std::vector<Tensor> got = runOpEagerly(
+            "BatchNormalizationGrad", {&dr, &inputs[0], &inputs[1], stats[0], stats[1], &r}, fused, 3, training);
+        expectBitwiseEqual(got[0], want[0], "dX");
+        expectBitwiseEqual(got[1], want[1], "dScale");
+        expectBitwiseEqual(got[2], want[2], "dB");
+      }
+    }
+  }
+}
+
+TEST(BatchNormLoopsTest, AFusedGradientWithoutItsOutputIsRefused) {
+  const std::vector<Tensor> inputs = batchNormInputs(Shape{2, 3, 4}, 0.0, 1.0, 980);
+  Attributes fused = batchNormAttrs(true);
+  fused.set("fused_relu", std::int64_t{1});
+  const Tensor& x = inputs[0];
+  EXPECT_THROW(runOpEagerly("BatchNormalizationGrad", {&x, &x, &inputs[1]}, fused, 3, true), Error);
+  EXPECT_THROW(
+      runOpEagerly("BatchNormalizationGrad", {&x, &x, &inputs[1], nullptr, nullptr, &x}, batchNormAttrs(true), 3, true),
+      Error);
 }
 
 }  // namespace

@@ -1,0 +1,53 @@
+#include "strata/graphs/batch_norm_relu_fusion.h"
+
+#include <vector>
+
+#include "strata/graphs/producers.h"
+
+namespace strata {
+
+Graph fuseBatchNormRelu(const Graph& graph, int* fused) {
+  std::vector<std::vector<int>> readers(graph.values.size());
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    for (int input : graph.nodes[n].inputs) {
+      if (input != kNoValue)
+        readers[static_cast<std::size_t>(input)].push_back(static_cast<int>(n));
+    }
+  }
+  std::vector<bool> isOutput(graph.values.size(), false);
+  for (int output : graph.outputs)
+    isOutput[static_cast<std::size_t>(output)] = true;
+
+  Graph out = graph;
+  std::vector<bool> dropped(graph.nodes.size(), false);
+  int count = 0;
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    Node& norm = out.nodes[n];
+    if (norm.opType != "BatchNormalization" || !norm.domain.empty() || norm.outputs.empty() ||
+        norm.attrs.getInt("fused_relu", 0) != 0)
+      continue;
+    const auto y = static_cast<std::size_t>(norm.outputs[0]);
+    if (isOutput[y] || readers[y].size() != 1)
+      continue;
+    const Node& relu = graph.nodes[static_cast<std::size_t>(readers[y][0])];
+    if (relu.opType != "Relu" || !relu.domain.empty() || relu.inputs.size() != 1 || relu.outputs.size() != 1)
+      continue;
+    norm.attrs.set("fused_relu", std::int64_t{1});
+    norm.outputs[0] = relu.outputs[0];
+    dropped[static_cast<std::size_t>(readers[y][0])] = true;
+    ++count;
+  }
+  std::vector<Node> kept;
+  kept.reserve(out.nodes.size());
+  for (std::size_t n = 0; n < out.nodes.size(); ++n) {
+    if (!dropped[n])
+      kept.push_back(std::move(out.nodes[n]));
+  }
+  out.nodes = std::move(kept);
+  relinkProducers(out);
+  if (fused != nullptr)
+    *fused = count;
+  return out;
+}
+
+}  // namespace strata
