@@ -86,7 +86,9 @@ void addUnary(OpRegistry& registry, const std::string& type, Types types, std::i
           Tensor& out = ctx.output(0);
           dispatch(types, in.dtype(), type.c_str(), [&](auto tag) {
             using T = decltype(tag);
-            unaryLoop(in.data<T>(), out.data<T>(), in.numel(), cost, [&fn](T x) { return static_cast<T>(fn(x)); });
+            withElementFn(fn, [&](const auto& f) {
+              unaryLoop(in.data<T>(), out.data<T>(), in.numel(), cost, [&f](T x) { return static_cast<T>(f(x)); });
+            });
           });
         };
       });
@@ -171,15 +173,16 @@ void registerUnaryOps(OpRegistry& registry) {
     const std::string approximate = attrs.getString("approximate", "none");
     STRATA_CHECK(approximate == "none" || approximate == "tanh", "Gelu: approximate must be none or tanh, got {}",
                  approximate);
-    const bool useTanh = approximate == "tanh";
-    return [useTanh](auto x) {
+    const auto exact = [](auto x) {
       using T = decltype(x);
-      if (useTanh) {
-        const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);  // sqrt(2/pi)
-        return T(0.5) * x * (T(1) + std::tanh(inner));
-      }
       return T(0.5) * x * (T(1) + erfOf(x * T(0.7071067811865476)));
     };
+    const auto withTanh = [](auto x) {
+      using T = decltype(x);
+      const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);  // sqrt(2/pi)
+      return T(0.5) * x * (T(1) + std::tanh(inner));
+    };
+    return EitherFn<decltype(exact), decltype(withTanh)>{approximate == "tanh", exact, withTanh};
   });
   addUnary(registry, "Sqrt", FloatTypes{}, 2, plain([](auto x) { return std::sqrt(x); }));
   addUnary(registry, "Reciprocal", FloatTypes{}, 2, plain([](auto x) { return decltype(x)(1) / x; }));

@@ -21,12 +21,15 @@ using elementwise_detail::addOp;
 using elementwise_detail::binaryLoop;
 using elementwise_detail::ComputeFn;
 using elementwise_detail::dispatch;
+using elementwise_detail::EitherFn;
 using elementwise_detail::erfOf;
+using elementwise_detail::expOf;
 using elementwise_detail::FloatTypes;
 using elementwise_detail::NumericTypes;
 using elementwise_detail::repeatMeta;
 using elementwise_detail::requireDType;
 using elementwise_detail::scalarAsDouble;
+using elementwise_detail::withElementFn;
 
 // dY and every other listed input must share dY's float dtype; `sameShape` inputs must also have dY's shape.
 void requireLikeGradient(const ShapeContext& ctx, std::initializer_list<std::size_t> sameShape,
@@ -97,8 +100,10 @@ void addUnaryGrad(OpRegistry& registry, const std::string& type, std::int64_t co
         return [type, cost, fn](KernelContext& ctx) {
           dispatch(FloatTypes{}, ctx.input(0).dtype(), type.c_str(), [&](auto tag) {
             using T = decltype(tag);
-            binaryLoop<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), cost,
-                                [&fn](T dy, T z) { return static_cast<T>(fn(dy, z)); });
+            withElementFn(fn, [&](const auto& f) {
+              binaryLoop<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), cost,
+                                  [&f](T dy, T z) { return static_cast<T>(f(dy, z)); });
+            });
           });
         };
       });
@@ -170,26 +175,27 @@ void registerActivationGrads(OpRegistry& registry) {
                }));
   addUnaryGrad(registry, "ErfGrad", 8, plain([](auto dy, auto x) {
                  using T = decltype(x);
-                 return dy * T(std::numbers::inv_sqrtpi * 2.0) * std::exp(-x * x);
+                 return dy * T(std::numbers::inv_sqrtpi * 2.0) * expOf(-x * x);
                }));
   addUnaryGrad(registry, "GeluGrad", 12, [](const Attributes& attrs) {
     const std::string approximate = attrs.getString("approximate", "none");
     STRATA_CHECK(approximate == "none" || approximate == "tanh", "GeluGrad: approximate must be none or tanh, got {}",
                  approximate);
-    const bool useTanh = approximate == "tanh";
-    return [useTanh](auto dy, auto x) {
+    const auto exact = [](auto dy, auto x) {
       using T = decltype(x);
-      if (useTanh) {
-        constexpr T kScale = T(0.7978845608028654);  // sqrt(2/pi)
-        constexpr T kCubic = T(0.044715);
-        const T t = std::tanh(kScale * (x + kCubic * x * x * x));
-        return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kScale * (T(1) + T(3) * kCubic * x * x));
-      }
       // d/dx x * Phi(x) = Phi(x) + x * phi(x).
       const T cdf = T(0.5) * (T(1) + erfOf(x * T(std::numbers::sqrt2 / 2)));
-      const T pdf = std::exp(T(-0.5) * x * x) * T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
+      const T pdf = expOf(T(-0.5) * x * x) * T(std::numbers::inv_sqrtpi / std::numbers::sqrt2);
       return dy * (cdf + x * pdf);
     };
+    const auto withTanh = [](auto dy, auto x) {
+      using T = decltype(x);
+      constexpr T kScale = T(0.7978845608028654);  // sqrt(2/pi)
+      constexpr T kCubic = T(0.044715);
+      const T t = std::tanh(kScale * (x + kCubic * x * x * x));
+      return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kScale * (T(1) + T(3) * kCubic * x * x));
+    };
+    return EitherFn<decltype(exact), decltype(withTanh)>{approximate == "tanh", exact, withTanh};
   });
   addUnaryGrad(registry, "AbsGrad", 1, plain([](auto dy, auto x) {
                  using T = decltype(x);
