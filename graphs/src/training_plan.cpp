@@ -7,9 +7,9 @@
 
 #include "strata/error.h"
 #include "strata/graphs/autocast.h"
-#include "strata/graphs/batch_norm_relu_fusion.h"
 #include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
+#include "strata/graphs/relu_fusion.h"
 #include "strata/graphs/specialize.h"
 #include "strata/graphs/transposed_weights.h"
 #include "strata/graphs/unit_partition.h"
@@ -17,9 +17,9 @@
 namespace strata {
 namespace {
 
-// Note [Fused ReLU]: the fused node's kernels are the CPU's float loops; mixed precision casts around the norm.
-bool fusesBatchNormRelu(const TrainingPlanOptions& options) {
-  return options.fuseBatchNormRelu && options.device.type == DeviceType::CPU && !options.mixedPrecision;
+// Note [Fused ReLU]: the fused nodes' kernels are the CPU's; mixed precision casts around the norm and the Add.
+bool fusesRelu(const TrainingPlanOptions& options) {
+  return options.fuseRelu && options.device.type == DeviceType::CPU && !options.mixedPrecision;
 }
 
 // A copy on `device` that nothing else shares (a clone even when the tensor already lives there).
@@ -135,11 +135,11 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
   // Note [Gelu fusion]: an exported GELU's five elementwise nodes run as one.
   int fusedGelus = 0;
   full = fuseGelu(full, &fusedGelus);
-  // Note [Fused ReLU]: a batch norm and the Relu that alone reads it run as one node on the CPU.
-  int fusedNorms = 0;
-  if (fusesBatchNormRelu(options))
-    full = fuseBatchNormRelu(full, &fusedNorms);
-  if (folded > 0 || fusedGelus > 0 || fusedNorms > 0)
+  // Note [Fused ReLU]: a batch norm or an Add and the Relu that alone reads it run as one node on the CPU.
+  int fusedRelus = 0;
+  if (fusesRelu(options))
+    full = fuseRelu(full, &fusedRelus);
+  if (folded > 0 || fusedGelus > 0 || fusedRelus > 0)
     full = specialize(full, SpecializeOptions{.inputMetas = metas, .training = true});
   if (options.mixedPrecision) {
     full =
@@ -275,8 +275,8 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
     }
     const SpecializeOptions evalOptions{.inputMetas = metas, .training = false};
     Graph fused = fuseGelu(foldTransposedWeights(specialize(eval, evalOptions)));
-    if (fusesBatchNormRelu(options_))
-      fused = fuseBatchNormRelu(fused);
+    if (fusesRelu(options_))
+      fused = fuseRelu(fused);
     Graph specialised = specialize(fused, evalOptions);
     for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
       specialised.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);

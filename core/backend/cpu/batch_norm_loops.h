@@ -32,7 +32,7 @@ struct ChannelSums {
   std::vector<double> x, xx, dy, dyx;
 };
 
-// Note [Fused ReLU]: a batch norm whose only reader was a Relu runs as one node (graphs/batch_norm_relu_fusion.h).
+// Note [Fused ReLU]: a batch norm whose only reader was a Relu runs as one node (graphs/relu_fusion.h).
 // Its forward writes max(y, 0); its backward takes the fused output as a `gate` and counts dy only where the gate is
 // positive (ReluGrad's rule, applied on the fly), so neither the Relu's output nor its gradient is a tensor of its own.
 

@@ -103,8 +103,10 @@ void addBinary(OpRegistry& registry, const std::string& type, Types types, std::
           return [type, types, cost, fn](KernelContext& ctx) {
             dispatch(types, ctx.input(0).dtype(), type.c_str(), [&](auto tag) {
               using T = decltype(tag);
-              binaryLoop<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), cost,
-                                  [&fn](T x, T y) { return static_cast<T>(fn(x, y)); });
+              withElementFn(fn, [&](const auto& f) {
+                binaryLoop<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), cost,
+                                    [&f](T x, T y) { return static_cast<T>(f(x, y)); });
+              });
             });
           };
         });
@@ -227,7 +229,15 @@ void registerPow(OpRegistry& registry) {
 }  // namespace
 
 void registerBinaryOps(OpRegistry& registry) {
-  addBinary(registry, "Add", NumericTypes{}, 1, plain([](auto x, auto y) { return x + y; }));
+  // Note [Fused ReLU] (graphs/relu_fusion.h): with fused_relu, max(x + y, 0), as Relu computes it on the sum.
+  addBinary(registry, "Add", NumericTypes{}, 1, [](const Attributes& attrs) {
+    const auto add = [](auto x, auto y) { return x + y; };
+    const auto addRelu = [](auto x, auto y) {
+      const auto sum = static_cast<decltype(x)>(x + y);
+      return sum > decltype(sum)(0) ? sum : decltype(sum)(0);
+    };
+    return EitherFn<decltype(add), decltype(addRelu)>{attrs.getInt("fused_relu", 0) != 0, add, addRelu};
+  });
   addBinary(registry, "Sub", NumericTypes{}, 1, plain([](auto x, auto y) { return x - y; }));
   addBinary(registry, "Mul", NumericTypes{}, 1, plain([](auto x, auto y) { return x * y; }));
   addBinary(registry, "Div", NumericTypes{}, 2, plain([](auto x, auto y) {

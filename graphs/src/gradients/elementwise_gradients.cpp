@@ -185,7 +185,9 @@ void registerCast(GradientRegistry& registry) {
 void registerArithmetic(GradientRegistry& registry) {
   registry.add("Add", [](GradientBuilder& b) {
     std::vector<int> grads = noGrads(b);
-    const int dy = b.outputGrad(0);
+    int dy = b.outputGrad(0);
+    if (dy != kNoValue && b.node().attrs.getInt("fused_relu", 0) != 0)
+      dy = b.emit1("ReluGrad", {dy, b.output(0)});  // Note [Fused ReLU]: the Relu's rule first
     for (std::size_t i = 0; i < 2 && dy != kNoValue; ++i) {
       if (b.needsInputGrad(i)) {
         grads[i] = b.sumToShape(dy, inputShape(b, i));

@@ -259,6 +259,16 @@ TEST(ElementwiseGradientsTest, BinaryArithmeticBroadcastingFloat64) {
   }
 }
 
+// Note [Fused ReLU] (graphs/relu_fusion.h): an Add with fused_relu is Relu(Add); its rule runs ReluGrad first.
+TEST(ElementwiseGradientsTest, AddWithFusedReluBroadcasting) {
+  unsigned seed = 50;
+  const Attributes fused = attrs({{"fused_relu", std::int64_t{1}}});
+  for (const ShapePair& shapes : broadcastCases()) {
+    SCOPED_TRACE(shapeToString(shapes.a) + " " + shapeToString(shapes.b));
+    expectGradientsMatchFiniteDifferences("Add", {random64(shapes.a, seed++), random64(shapes.b, seed++)}, fused);
+  }
+}
+
 TEST(ElementwiseGradientsTest, BinaryArithmeticFloat32) {
   unsigned seed = 60;
   for (const char* op : {"Add", "Sub", "Mul", "Div"}) {

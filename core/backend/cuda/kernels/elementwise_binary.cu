@@ -212,6 +212,9 @@ struct NotFn {
 template <unsigned Set, typename MakeFn>
 void addBinary(OpRegistry& registry, const std::string& type, MakeFn makeFn) {
   addCudaOp(registry, type, [type, makeFn](const KernelInit& init) {
+    // Note [Fused ReLU] (graphs/relu_fusion.h) is a CPU plan's fusion; a CUDA kernel must not ignore it.
+    STRATA_CHECK(init.attrs.getInt("fused_relu", 0) == 0,
+                 "{} with a fused ReLU runs on the CPU only (the CUDA plan keeps the Relu node)", type);
     auto fn = makeFn(init.attrs);
     return [type, fn](KernelContext& ctx) {
       dispatchTypes<Set>(ctx.input(0).dtype(), type.c_str(), [&](auto tag) {

@@ -38,9 +38,9 @@ struct TrainingPlanOptions {
   Recording recording = Recording::Off;
   // Whether convolutions, batch norm and pooling run on channels-last values (graphs/channels_last.h).
   bool channelsLast = false;
-  // Note [Fused ReLU]: batch norms and the Relu that alone reads them run as one node (CPU plans without mixed
-  // precision; elsewhere this does nothing).
-  bool fuseBatchNormRelu = true;
+  // Note [Fused ReLU]: batch norms and Adds and the Relu that alone reads them run as one node (CPU plans without
+  // mixed precision; elsewhere this does nothing).
+  bool fuseRelu = true;
 };
 
 // A model made trainable: a loss appended when the graph has none, the backward graph built once, parameters and

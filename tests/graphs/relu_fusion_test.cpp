@@ -1,4 +1,4 @@
-#include "strata/graphs/batch_norm_relu_fusion.h"
+#include "strata/graphs/relu_fusion.h"
 
 #include <gtest/gtest.h>
 
@@ -21,8 +21,9 @@ int countOps(const Graph& graph, const std::string& type) {
 
 enum class Readers { ReluOnly, ReluAndAdd, ReluAndGraphOutput };
 
-// x [2, 3, 4, 4] -> BatchNormalization -> n -> Relu -> y, with n also read by an Add or listed as an output.
-Graph normThenRelu(const testing::TempDir& dir, Readers readers) {
+// x [2, 3, 4, 4] -> BatchNormalization (or Add of a [3, 1, 1] bias) -> n -> Relu -> y, with n also read by an Add
+// or listed as an output.
+Graph firstThenRelu(const testing::TempDir& dir, const std::string& first, Readers readers) {
   using namespace testing;
   onnx::ModelProto model = emptyModel();
   setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {2, 3, 4, 4});
@@ -30,7 +31,13 @@ Graph normThenRelu(const testing::TempDir& dir, Readers readers) {
   addInitializer(model, "shift", {3}, {0.1f, -0.2f, 0.0f});
   addInitializer(model, "mean", {3}, {0.0f, 0.0f, 0.0f});
   addInitializer(model, "var", {3}, {1.0f, 1.0f, 1.0f});
-  setInt(addNode(model, "BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {"n"}, "bn"), "training_mode", 1);
+  addInitializer(model, "bias", {3, 1, 1}, {0.1f, -0.2f, 0.3f});
+  if (first == "Add") {
+    addNode(model, "Add", {"x", "bias"}, {"n"}, "add_bias");
+  } else {
+    setInt(addNode(model, "BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {"n"}, "bn"), "training_mode",
+           1);
+  }
   addNode(model, "Relu", {"n"}, {readers == Readers::ReluAndAdd ? "r" : "y"}, "relu");
   if (readers == Readers::ReluAndAdd)
     addNode(model, "Add", {"n", "r"}, {"y"}, "add");
@@ -40,35 +47,42 @@ Graph normThenRelu(const testing::TempDir& dir, Readers readers) {
   return specialize(importOnnx(save(model, dir / "bn_relu.onnx")), SpecializeOptions{.training = true});
 }
 
-TEST(BatchNormReluFusionTest, ANormReadOnlyByAReluBecomesOneNode) {
+TEST(ReluFusionTest, ANormOrAnAddReadOnlyByAReluBecomesOneNode) {
   testing::TempDir dir;
-  const Graph graph = normThenRelu(dir, Readers::ReluOnly);
-  int fused = 0;
-  const Graph rewritten = fuseBatchNormRelu(graph, &fused);
-  EXPECT_EQ(fused, 1);
-  EXPECT_EQ(countOps(rewritten, "Relu"), 0);
-  ASSERT_EQ(countOps(rewritten, "BatchNormalization"), 1);
-  const Node& norm = rewritten.nodes.front();
-  EXPECT_EQ(norm.attrs.getInt("fused_relu", 0), 1);
-  EXPECT_EQ(norm.outputs.at(0), graph.findValue("y"));  // it writes the Relu's value, read as before
-  EXPECT_EQ(rewritten.values[static_cast<std::size_t>(graph.findValue("y"))].producer, 0);
+  for (const std::string first : {"BatchNormalization", "Add"}) {
+    SCOPED_TRACE(first);
+    const Graph graph = firstThenRelu(dir, first, Readers::ReluOnly);
+    int fused = 0;
+    const Graph rewritten = fuseRelu(graph, &fused);
+    EXPECT_EQ(fused, 1);
+    EXPECT_EQ(countOps(rewritten, "Relu"), 0);
+    ASSERT_EQ(countOps(rewritten, first), 1);
+    const auto y = static_cast<std::size_t>(graph.findValue("y"));
+    const int producer = rewritten.values[y].producer;  // it writes the Relu's value, read as before
+    ASSERT_NE(producer, kNoValue);
+    EXPECT_EQ(rewritten.nodes[static_cast<std::size_t>(producer)].opType, first);
+    EXPECT_EQ(rewritten.nodes[static_cast<std::size_t>(producer)].attrs.getInt("fused_relu", 0), 1);
+  }
 }
 
-TEST(BatchNormReluFusionTest, ANormWithOtherReadersStays) {
+TEST(ReluFusionTest, AFirstNodeWithOtherReadersStays) {
   testing::TempDir dir;
-  for (const Readers readers : {Readers::ReluAndAdd, Readers::ReluAndGraphOutput}) {
-    const Graph graph = normThenRelu(dir, readers);
-    int fused = -1;
-    const Graph rewritten = fuseBatchNormRelu(graph, &fused);
-    EXPECT_EQ(fused, 0) << static_cast<int>(readers);
-    EXPECT_EQ(rewritten.nodes.size(), graph.nodes.size()) << static_cast<int>(readers);
-    EXPECT_EQ(countOps(rewritten, "Relu"), 1) << static_cast<int>(readers);
+  for (const std::string first : {"BatchNormalization", "Add"}) {
+    for (const Readers readers : {Readers::ReluAndAdd, Readers::ReluAndGraphOutput}) {
+      SCOPED_TRACE(::testing::Message() << first << " readers " << static_cast<int>(readers));
+      const Graph graph = firstThenRelu(dir, first, readers);
+      int fused = -1;
+      const Graph rewritten = fuseRelu(graph, &fused);
+      EXPECT_EQ(fused, 0);
+      EXPECT_EQ(rewritten.nodes.size(), graph.nodes.size());
+      EXPECT_EQ(countOps(rewritten, "Relu"), 1);
+    }
   }
 }
 
 // The training plan fuses on the CPU, and a step is the unfused plan's to the bit: loss, every gradient, the
 // running statistics, and the evaluation forward (batch norm in training and in inference mode).
-TEST(BatchNormReluFusionTest, TheTrainingPlanFusesWithTheUnfusedResults) {
+TEST(ReluFusionTest, TheTrainingPlanFusesWithTheUnfusedResults) {
   testing::TempDir dir;
   for (const std::int64_t training : {1, 0}) {
     SCOPED_TRACE(::testing::Message() << "training_mode " << training);
@@ -77,6 +91,15 @@ TEST(BatchNormReluFusionTest, TheTrainingPlanFusesWithTheUnfusedResults) {
       if (node.op_type() == "BatchNormalization")
         testing::setInt(&node, "training_mode", training);
     }
+    // A Relu after the residual Add (as in a ResNet block), moved up to its place in the node order.
+    auto* nodes = model.mutable_graph()->mutable_node();
+    int residual = 0;
+    while (nodes->Get(residual).name() != "residual")
+      ++residual;
+    nodes->Mutable(residual)->set_output(0, "sum_pre");
+    testing::addNode(model, "Relu", {"sum_pre"}, {"sum"}, "residual_relu");
+    for (int n = nodes->size() - 1; n > residual + 1; --n)
+      nodes->SwapElements(n, n - 1);
     const std::filesystem::path file = testing::save(model, dir / "cnn.onnx");
     const Tensor x = testing::randomTensor({4, 3, 8, 8}, 71, 1.0f);
     Tensor labels = Tensor::empty(DType::Int64, {4});
@@ -85,9 +108,10 @@ TEST(BatchNormReluFusionTest, TheTrainingPlanFusesWithTheUnfusedResults) {
     TrainingPlanOptions options;
     options.inputMetas = {TensorMeta{DType::Float32, {4, 3, 8, 8}}};
     TrainingPlan fusedPlan(importOnnx(file), options);
-    options.fuseBatchNormRelu = false;
+    options.fuseRelu = false;
     TrainingPlan plainPlan(importOnnx(file), options);
-    EXPECT_EQ(countOps(fusedPlan.trainingGraph().graph, "Relu"), countOps(plainPlan.trainingGraph().graph, "Relu") - 1);
+    // bn1 -> relu1 and residual -> residual_relu fuse; relu2 follows a Conv. The Add keeps its ReluGrad.
+    EXPECT_EQ(countOps(fusedPlan.trainingGraph().graph, "Relu"), countOps(plainPlan.trainingGraph().graph, "Relu") - 2);
     EXPECT_EQ(countOps(fusedPlan.trainingGraph().graph, "ReluGrad"),
               countOps(plainPlan.trainingGraph().graph, "ReluGrad") - 1);
 

@@ -1,4 +1,4 @@
-#include "strata/graphs/batch_norm_relu_fusion.h"
+#include "strata/graphs/relu_fusion.h"
 
 #include <vector>
 
@@ -6,7 +6,7 @@
 
 namespace strata {
 
-Graph fuseBatchNormRelu(const Graph& graph, int* fused) {
+Graph fuseRelu(const Graph& graph, int* fused) {
   std::vector<std::vector<int>> readers(graph.values.size());
   for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
     for (int input : graph.nodes[n].inputs) {
@@ -22,18 +22,18 @@ Graph fuseBatchNormRelu(const Graph& graph, int* fused) {
   std::vector<bool> dropped(graph.nodes.size(), false);
   int count = 0;
   for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
-    Node& norm = out.nodes[n];
-    if (norm.opType != "BatchNormalization" || !norm.domain.empty() || norm.outputs.empty() ||
-        norm.attrs.getInt("fused_relu", 0) != 0)
+    Node& first = out.nodes[n];
+    const bool fusable = first.opType == "BatchNormalization" || (first.opType == "Add" && first.outputs.size() == 1);
+    if (!fusable || !first.domain.empty() || first.outputs.empty() || first.attrs.getInt("fused_relu", 0) != 0)
       continue;
-    const auto y = static_cast<std::size_t>(norm.outputs[0]);
+    const auto y = static_cast<std::size_t>(first.outputs[0]);
     if (isOutput[y] || readers[y].size() != 1)
       continue;
     const Node& relu = graph.nodes[static_cast<std::size_t>(readers[y][0])];
     if (relu.opType != "Relu" || !relu.domain.empty() || relu.inputs.size() != 1 || relu.outputs.size() != 1)
       continue;
-    norm.attrs.set("fused_relu", std::int64_t{1});
-    norm.outputs[0] = relu.outputs[0];
+    first.attrs.set("fused_relu", std::int64_t{1});
+    first.outputs[0] = relu.outputs[0];
     dropped[static_cast<std::size_t>(readers[y][0])] = true;
     ++count;
   }
