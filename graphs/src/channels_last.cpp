@@ -15,7 +15,7 @@ namespace {
 const std::set<std::string, std::less<>> kElementwiseOps = {
     "Relu", "Sigmoid",  "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Gelu",     "Elu",  "Selu",
     "Celu", "Softplus", "Mish", "Abs",       "Neg",         "Erf",       "Identity", "Cast", "Clip",
-    "Add",  "Sub",      "Mul",  "Div",       "Sum",         "Max",       "Min",      "Mean"};
+    "Add",  "Sub",      "Mul",  "Div",       "Sum",         "Max",       "Min",      "Mean", "Silu"};
 
 const std::vector<std::int64_t> kToLast{0, 2, 3, 1};
 const std::vector<std::int64_t> kToFirst{0, 3, 1, 2};

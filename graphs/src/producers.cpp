@@ -13,4 +13,15 @@ void relinkProducers(Graph& graph) {
   }
 }
 
+void dropNodes(Graph& graph, const std::vector<bool>& dropped) {
+  std::vector<Node> kept;
+  kept.reserve(graph.nodes.size());
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (!dropped.at(n))
+      kept.push_back(std::move(graph.nodes[n]));
+  }
+  graph.nodes = std::move(kept);
+  relinkProducers(graph);
+}
+
 }  // namespace strata

@@ -37,14 +37,7 @@ Graph fuseRelu(const Graph& graph, int* fused) {
     dropped[static_cast<std::size_t>(readers[y][0])] = true;
     ++count;
   }
-  std::vector<Node> kept;
-  kept.reserve(out.nodes.size());
-  for (std::size_t n = 0; n < out.nodes.size(); ++n) {
-    if (!dropped[n])
-      kept.push_back(std::move(out.nodes[n]));
-  }
-  out.nodes = std::move(kept);
-  relinkProducers(out);
+  dropNodes(out, dropped);
   if (fused != nullptr)
     *fused = count;
   return out;

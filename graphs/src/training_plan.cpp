@@ -10,6 +10,7 @@
 #include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/relu_fusion.h"
+#include "strata/graphs/silu_fusion.h"
 #include "strata/graphs/specialize.h"
 #include "strata/graphs/transposed_weights.h"
 #include "strata/graphs/unit_partition.h"
@@ -139,7 +140,11 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
   int fusedRelus = 0;
   if (fusesRelu(options))
     full = fuseRelu(full, &fusedRelus);
-  if (folded > 0 || fusedGelus > 0 || fusedRelus > 0)
+  // Note [SiLU fusion]: Mul(x, Sigmoid(x)) as one Silu node (a CPU kernel; not under mixed precision).
+  int fusedSilus = 0;
+  if (options.device.type == DeviceType::CPU && !options.mixedPrecision)
+    full = fuseSilu(full, &fusedSilus);
+  if (folded > 0 || fusedGelus > 0 || fusedRelus > 0 || fusedSilus > 0)
     full = specialize(full, SpecializeOptions{.inputMetas = metas, .training = true});
   if (options.mixedPrecision) {
     full =
@@ -277,6 +282,8 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
     Graph fused = fuseGelu(foldTransposedWeights(specialize(eval, evalOptions)));
     if (fusesRelu(options_))
       fused = fuseRelu(fused);
+    if (options_.device.type == DeviceType::CPU && !options_.mixedPrecision)
+      fused = fuseSilu(fused);
     Graph specialised = specialize(fused, evalOptions);
     for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
       specialised.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);

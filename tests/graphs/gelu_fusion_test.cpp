@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "graphs/graph_test_helpers.h"
 #include "strata/executor.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
@@ -14,6 +15,9 @@
 
 namespace strata {
 namespace {
+
+using testing::countOps;
+using testing::forwardOutput;
 
 const Shape kInput{4, 8};
 
@@ -76,18 +80,6 @@ Graph specialised(const Graph& graph) {
                     SpecializeOptions{.inputMetas = {TensorMeta{DType::Float32, kInput}}, .foldParameters = true});
 }
 
-int countOps(const Graph& graph, const std::string& type) {
-  int count = 0;
-  for (const Node& node : graph.nodes)
-    count += node.opType == type ? 1 : 0;
-  return count;
-}
-
-Tensor forward(const Graph& graph, const Tensor& x) {
-  Executor executor(lowerToProgram(graph, LowerOptions{}));
-  return executor.run({x}).at(0);
-}
-
 TEST(GeluFusionTest, BothSpellingsBecomeOneGeluWithTheSameOutputs) {
   testing::TempDir dir;
   const Tensor x = testing::randomTensor(kInput, 43, 2.0f);
@@ -104,8 +96,8 @@ TEST(GeluFusionTest, BothSpellingsBecomeOneGeluWithTheSameOutputs) {
     ASSERT_NE(rewritten.values[static_cast<std::size_t>(g)].producer, kNoValue);
     EXPECT_EQ(rewritten.nodes[static_cast<std::size_t>(rewritten.values[static_cast<std::size_t>(g)].producer)].opType,
               "Gelu");
-    const Tensor want = forward(model, x);
-    const Tensor got = forward(rewritten, x);
+    const Tensor want = forwardOutput(model, x);
+    const Tensor got = forwardOutput(rewritten, x);
     for (std::int64_t i = 0; i < want.numel(); ++i)
       ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5f * (1.0f + std::abs(want.data<float>()[i]))) << i;
   }
@@ -138,8 +130,8 @@ TEST(GeluFusionTest, TheDowngradedGelu20IsFusedBack) {
   EXPECT_EQ(fused, 1);
   EXPECT_EQ(countOps(rewritten, "Erf"), 0);
   const Tensor x = testing::randomTensor(kInput, 46, 2.0f);
-  const Tensor want = forward(imported, x);
-  const Tensor got = forward(rewritten, x);
+  const Tensor want = forwardOutput(imported, x);
+  const Tensor got = forwardOutput(rewritten, x);
   for (std::int64_t i = 0; i < want.numel(); ++i)
     ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5f * (1.0f + std::abs(want.data<float>()[i]))) << i;
 }
@@ -159,12 +151,8 @@ TEST(GeluFusionTest, TheTrainingPlanTrainsThroughOneGelu) {
   const Tensor x = testing::randomTensor(kInput, 44, 2.0f);
   const Tensor target = testing::randomTensor({kInput[0], 3}, 45, 1.0f);
   const StepResult step = plan.step({x}, target);
-  const Tensor y = forward(specialised(importOnnx(file)), x);
-  double mse = 0;
-  for (std::int64_t i = 0; i < y.numel(); ++i) {
-    const double d = static_cast<double>(y.data<float>()[i]) - target.data<float>()[i];
-    mse += d * d / static_cast<double>(y.numel());
-  }
+  const Tensor y = forwardOutput(specialised(importOnnx(file)), x);
+  const double mse = testing::meanSquaredError(y, target);
   EXPECT_NEAR(*step.loss.data<float>(), mse, 1e-5 * mse);
 }
 

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "graphs/graph_test_helpers.h"
 #include "strata/graphs/specialize.h"
 #include "strata/graphs/training_plan.h"
 #include "strata/loaders/onnx_importer.h"
@@ -12,12 +13,8 @@
 namespace strata {
 namespace {
 
-int countOps(const Graph& graph, const std::string& type) {
-  int count = 0;
-  for (const Node& node : graph.nodes)
-    count += node.opType == type ? 1 : 0;
-  return count;
-}
+using testing::countOps;
+using testing::forwardOutput;
 
 enum class Readers { ReluOnly, ReluAndAdd, ReluAndGraphOutput };
 

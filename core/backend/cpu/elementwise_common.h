@@ -248,6 +248,15 @@ T expOf(T x) {
   }
 }
 
+// sigmoid without overflow (exp of -|x| only), branch-free so float loops over it vectorise (expOf). Shared by the
+// forward kernels (Sigmoid, Silu) and the gradient kernels that need it (SiluGrad, SoftplusGrad, MishGrad).
+template <typename T>
+T sigmoidOf(T x) {
+  const T e = expOf(-std::abs(x));
+  const T positive = T(1) / (T(1) + e);
+  return x >= T(0) ? positive : e * positive;
+}
+
 template <typename T>
 T erfOf(T x) {
   if constexpr (std::is_same_v<T, float>) {

@@ -122,14 +122,6 @@ auto plain(F f) {
 }
 
 template <typename T>
-T sigmoid(T x) {
-  // exp of minus |x| never overflows; branch-free, so the float loop vectorises (expFloat).
-  const T e = expOf(-std::abs(x));
-  const T positive = T(1) / (T(1) + e);
-  return x >= T(0) ? positive : e * positive;
-}
-
-template <typename T>
 T softplus(T x) {
   // log(1 + exp(x)) without overflow for large x.
   return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
@@ -154,7 +146,9 @@ void registerUnaryOps(OpRegistry& registry) {
       return x > T(alpha) ? x : T(0);
     };
   });
-  addUnary(registry, "Sigmoid", FloatTypes{}, 8, plain([](auto x) { return sigmoid(x); }));
+  addUnary(registry, "Sigmoid", FloatTypes{}, 8, plain([](auto x) { return sigmoidOf(x); }));
+  // Note [SiLU fusion] (graphs/silu_fusion.h): Strata's own node for Mul(x, Sigmoid(x)), the same arithmetic.
+  addUnary(registry, "Silu", FloatTypes{}, 9, plain([](auto x) { return x * sigmoidOf(x); }));
   addUnary(registry, "Tanh", FloatTypes{}, 8, plain([](auto x) { return std::tanh(x); }));
   addUnary(registry, "HardSigmoid", FloatTypes{}, 1, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 0.2f);

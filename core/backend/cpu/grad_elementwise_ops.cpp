@@ -29,6 +29,7 @@ using elementwise_detail::NumericTypes;
 using elementwise_detail::repeatMeta;
 using elementwise_detail::requireDType;
 using elementwise_detail::scalarAsDouble;
+using elementwise_detail::sigmoidOf;
 using elementwise_detail::withElementFn;
 
 // dY and every other listed input must share dY's float dtype; `sameShape` inputs must also have dY's shape.
@@ -115,15 +116,6 @@ auto plain(F f) {
 }
 
 template <typename T>
-T sigmoid(T x) {
-  if (x >= T(0)) {
-    return T(1) / (T(1) + std::exp(-x));
-  }
-  const T e = std::exp(x);
-  return e / (T(1) + e);
-}
-
-template <typename T>
 T softplus(T x) {
   return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
 }
@@ -177,6 +169,12 @@ void registerActivationGrads(OpRegistry& registry) {
                  using T = decltype(x);
                  return dy * T(std::numbers::inv_sqrtpi * 2.0) * expOf(-x * x);
                }));
+  // d/dx x * s(x) = s + x * s * (1 - s), with s = sigmoid(x) (Note [SiLU fusion]).
+  addUnaryGrad(registry, "SiluGrad", 10, plain([](auto dy, auto x) {
+                 using T = decltype(x);
+                 const T s = sigmoidOf(x);
+                 return dy * (s + x * s * (T(1) - s));
+               }));
   addUnaryGrad(registry, "GeluGrad", 12, [](const Attributes& attrs) {
     const std::string approximate = attrs.getString("approximate", "none");
     STRATA_CHECK(approximate == "none" || approximate == "tanh", "GeluGrad: approximate must be none or tanh, got {}",
@@ -201,7 +199,7 @@ void registerActivationGrads(OpRegistry& registry) {
                  using T = decltype(x);
                  return x > T(0) ? dy : (x < T(0) ? -dy : T(0));
                }));
-  addUnaryGrad(registry, "SoftplusGrad", 8, plain([](auto dy, auto x) { return dy * sigmoid(x); }));
+  addUnaryGrad(registry, "SoftplusGrad", 8, plain([](auto dy, auto x) { return dy * sigmoidOf(x); }));
   addUnaryGrad(registry, "SoftsignGrad", 2, plain([](auto dy, auto x) {
                  using T = decltype(x);
                  const T d = T(1) + std::fabs(x);
@@ -233,7 +231,7 @@ void registerActivationGrads(OpRegistry& registry) {
                  using T = decltype(x);
                  // d/dx x * tanh(sp(x)) = tanh(sp) + x * (1 - tanh(sp)^2) * sigmoid(x), as sp' = sigmoid.
                  const T t = std::tanh(softplus(x));
-                 return dy * (t + x * (T(1) - t * t) * sigmoid(x));
+                 return dy * (t + x * (T(1) - t * t) * sigmoidOf(x));
                }));
 }
 

@@ -60,6 +60,7 @@ void registerActivations(GradientRegistry& registry) {
   addUnary(registry, "HardSwish", "HardSwishGrad", Saved::Input);
   addUnary(registry, "Erf", "ErfGrad", Saved::Input);
   addUnary(registry, "Gelu", "GeluGrad", Saved::Input);
+  addUnary(registry, "Silu", "SiluGrad", Saved::Input);  // Note [SiLU fusion]
   addUnary(registry, "Abs", "AbsGrad", Saved::Input);
   addUnary(registry, "Softplus", "SoftplusGrad", Saved::Input);
   addUnary(registry, "Softsign", "SoftsignGrad", Saved::Input);

@@ -90,6 +90,7 @@ std::vector<UnaryCase> unaryCases() {
       {"Erf", "ErfGrad", {}, -2, 2},
       {"Gelu", "GeluGrad", {}, -3, 3},
       {"Gelu", "GeluGrad", attrs({{"approximate", std::string("tanh")}}), -3, 3},
+      {"Silu", "SiluGrad", {}, -4, 4},
       {"Sqrt", "SqrtGrad", {}, 0.5, 3},
       {"Reciprocal", "ReciprocalGrad", {}, 0.5, 2},
       {"Neg", nullptr, {}, -2, 2},

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <vector>
+
 #include "strata/graphs/graph.h"
 
 namespace strata {
@@ -7,5 +9,8 @@ namespace strata {
 // Sets every value's producer from the graph's nodes, after a pass replaced or reordered them (values no node
 // writes any more get kNoValue).
 void relinkProducers(Graph& graph);
+
+// Removes the nodes marked in `dropped` (one flag per node) and relinks the producers: what a fusion pass does last.
+void dropNodes(Graph& graph, const std::vector<bool>& dropped);
 
 }  // namespace strata

@@ -206,6 +206,7 @@ TEST(ElementwiseOpsTest, UnaryActivationsMatchFormulas) {
       {"Relu", [](double x) { return std::max(0.0, x); }, {}},
       {"LeakyRelu", [](double x) { return x < 0 ? 0.1 * x : x; }, leaky},
       {"Sigmoid", [](double x) { return 1.0 / (1.0 + std::exp(-x)); }, {}},
+      {"Silu", [](double x) { return x / (1.0 + std::exp(-x)); }, {}},
       {"Tanh", [](double x) { return std::tanh(x); }, {}},
       {"HardSigmoid", [](double x) { return std::clamp(0.2 * x + 0.5, 0.0, 1.0); }, {}},
       {"HardSwish", [](double x) { return x * std::clamp(x / 6.0 + 0.5, 0.0, 1.0); }, {}},
