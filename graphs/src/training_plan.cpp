@@ -18,9 +18,14 @@
 namespace strata {
 namespace {
 
-// Note [Fused ReLU]: the fused nodes' kernels are the CPU's; mixed precision casts around the norm and the Add.
+// Note [Fused ReLU] and Note [SiLU fusion]: the fused nodes' kernels are the CPU's, and mixed precision casts around
+// the ops they replace, so both fusions are for CPU plans in full precision.
+bool fusesForCpu(const TrainingPlanOptions& options) {
+  return options.device.type == DeviceType::CPU && !options.mixedPrecision;
+}
+
 bool fusesRelu(const TrainingPlanOptions& options) {
-  return options.fuseRelu && options.device.type == DeviceType::CPU && !options.mixedPrecision;
+  return options.fuseRelu && fusesForCpu(options);
 }
 
 // A copy on `device` that nothing else shares (a clone even when the tensor already lives there).
@@ -140,9 +145,9 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
   int fusedRelus = 0;
   if (fusesRelu(options))
     full = fuseRelu(full, &fusedRelus);
-  // Note [SiLU fusion]: Mul(x, Sigmoid(x)) as one Silu node (a CPU kernel; not under mixed precision).
+  // Note [SiLU fusion]: Mul(x, Sigmoid(x)) as one Silu node.
   int fusedSilus = 0;
-  if (options.device.type == DeviceType::CPU && !options.mixedPrecision)
+  if (fusesForCpu(options))
     full = fuseSilu(full, &fusedSilus);
   if (folded > 0 || fusedGelus > 0 || fusedRelus > 0 || fusedSilus > 0)
     full = specialize(full, SpecializeOptions{.inputMetas = metas, .training = true});
@@ -282,7 +287,7 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
     Graph fused = fuseGelu(foldTransposedWeights(specialize(eval, evalOptions)));
     if (fusesRelu(options_))
       fused = fuseRelu(fused);
-    if (options_.device.type == DeviceType::CPU && !options_.mixedPrecision)
+    if (fusesForCpu(options_))
       fused = fuseSilu(fused);
     Graph specialised = specialize(fused, evalOptions);
     for (std::size_t i = 0; i < training_.parameters.size(); ++i) {

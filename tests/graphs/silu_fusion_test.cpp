@@ -92,7 +92,8 @@ TEST(SiluFusionTest, GatesAndSigmoidsReadElsewhereStay) {
   }
 }
 
-// The CPU training plan fuses it: its graph runs Silu and SiluGrad, and its loss is the unfused forward's.
+// The CPU training plan fuses it: its graph runs Silu and SiluGrad, its loss is the unfused forward's, and its
+// evaluation plan gives the unfused outputs.
 TEST(SiluFusionTest, TheTrainingPlanTrainsThroughOneSilu) {
   testing::TempDir dir;
   const std::filesystem::path file = testing::save(siluModel(Spelling::PyTorch), dir / "silu.onnx");
@@ -106,8 +107,12 @@ TEST(SiluFusionTest, TheTrainingPlanTrainsThroughOneSilu) {
 
   const Tensor x = testing::randomTensor(kInput, 55, 2.0f);
   const Tensor target = testing::randomTensor({kInput[0], 3}, 56, 1.0f);
-  const StepResult step = plan.step({x}, target);
   const Tensor y = forwardOutput(specialised(importOnnx(file)), x);
+  // The evaluation plan fuses too, with the unfused forward's outputs to the bit (before the step changes weights).
+  const Tensor evaluated = plan.evaluate({x}).at(0);
+  for (std::int64_t i = 0; i < y.numel(); ++i)
+    ASSERT_EQ(evaluated.data<float>()[i], y.data<float>()[i]) << i;
+  const StepResult step = plan.step({x}, target);
   const double mse = testing::meanSquaredError(y, target);
   EXPECT_NEAR(*step.loss.data<float>(), mse, 1e-5 * mse);
 }

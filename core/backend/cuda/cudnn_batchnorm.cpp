@@ -292,10 +292,6 @@ class BatchNormGradKernel : public OpKernel {
   double epsilon_ = 1e-5;
 };
 
-}  // namespace
-
-namespace {
-
 // Note [Fused ReLU] (core/backend/cpu/batch_norm_loops.h) is a CPU plan's fusion; a CUDA kernel must not ignore it.
 void refuseFusedRelu(const KernelInit& init) {
   STRATA_CHECK(init.attrs.getInt("fused_relu", 0) == 0,
