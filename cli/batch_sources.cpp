@@ -49,6 +49,11 @@ std::optional<TrainBatch> LoaderBatchSource::next() {
   TrainBatch out;
   out.input = shaping_.staticBatch > 0 && rows < shaping_.staticBatch ? padBatch(batch->images, shaping_.staticBatch)
                                                                       : batch->images;
+  if (shaping_.inputType && *shaping_.inputType != out.input.dtype()) {
+    Tensor converted = Tensor::empty(*shaping_.inputType, out.input.shape());
+    converted.convertFrom(out.input);
+    out.input = converted;
+  }
   out.targets = shaping_.oneHotTargets ? oneHot(batch->labels, *shaping_.oneHotTargets) : batch->labels;
   out.classes = batch->labels;
   // Note [Sharding] in data_loader.h: row j of this rank's batch b sits at position rank + (b * B + j) * world of

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "strata/loaders/data_loader.h"
 #include "strata/train/batch_source.h"
@@ -14,6 +15,9 @@ struct BatchShaping {
   std::optional<TensorMeta> oneHotTargets;
   // > 0: the model's batch dimension is fixed; a smaller last batch is padded with zero rows that do not count.
   std::int64_t staticBatch = 0;
+  // The model's input dtype when it is another floating type than the loader's float32 (a float64 model, say):
+  // each batch is converted to it.
+  std::optional<DType> inputType;
 };
 
 // One rank's batches of a DataLoader (training: full batches; evaluation: every sample once over all ranks, the

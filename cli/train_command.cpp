@@ -335,6 +335,10 @@ void train(const TrainOptions& options) {
   if (plan.labelMeta().dtype != DType::Int64) {
     shaping.oneHotTargets = plan.labelMeta();
   }
+  const DType inputType = built.options.inputMetas.at(0).dtype;
+  if (isFloatingPoint(inputType) && inputType != DType::Float32) {
+    shaping.inputType = inputType;
+  }
   const auto trainSet = openForModel(options, DatasetSplit::Train, built.sample, built.classes);
   const auto testSet = openForModel(options, DatasetSplit::Test, built.sample, built.classes);
   LoaderBatchSource trainBatches(trainSet,
@@ -347,6 +351,7 @@ void train(const TrainOptions& options) {
                                  shaping);
   BatchShaping evalShaping;
   evalShaping.staticBatch = built.staticBatch;
+  evalShaping.inputType = shaping.inputType;
   // Every rank evaluates its share of the test split (Note [Sharding]: every sample counted once).
   LoaderBatchSource testBatches(testSet,
                                 DataLoaderOptions{.batchSize = options.batchSize,

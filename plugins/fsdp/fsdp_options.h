@@ -28,7 +28,12 @@ enum class AccumulateIn {
 
 // Where shards and optimizer state live between uses (offload=). Note [Offload on the CPU]: on the CPU backend the
 // training device is host memory already, so offloading moves nothing: the plugin says so (a log line and the figure
-// fsdp_offload_noop in summary.json) instead of pretending; on a GPU it is not implemented and refused.
+// fsdp_offload_noop in summary.json) instead of pretending.
+// Note [Offload to the host] (a GPU, as ZeRO-Offload): the master parameter shard, its gradient shard and the
+// optimizer state live in host memory and the sharded optimizer steps there (the CPU's update rule); each
+// reduce-scatter lands in a device buffer that is copied to the host shard. offload=optimizer keeps a device copy of
+// the parameter shard (refreshed after each step) for the all-gathers; offload=params keeps none and copies the host
+// shard in per gather, so the device holds only gathered units and transient buffers. Not with shard=hybrid yet.
 enum class Offload { None, Optimizer, Params };
 
 struct FsdpOptions {

@@ -96,6 +96,7 @@ void FsdpStrategy::loadState(StrategyContext& context, StateReader& reader) {
       takeShard(full, rank_, state[k]);
     }
     shardOptimizer_->setSteps(std::stoll(reader.getText("optimizer/steps")));
+    refreshDeviceShards();
     return;
   }
   std::istringstream layout(reader.getText("fsdp/layout"));
@@ -118,6 +119,7 @@ void FsdpStrategy::loadState(StrategyContext& context, StateReader& reader) {
     takeShard(full, rank_, state[k]);
   }
   shardOptimizer_->setSteps(std::stoll(reader.getText("fsdp/optimizer_steps")));
+  refreshDeviceShards();
 }
 
 }  // namespace strata::plugins::fsdp

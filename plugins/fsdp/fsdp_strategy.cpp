@@ -8,49 +8,14 @@
 #include "strata/error.h"
 
 namespace strata::plugins::fsdp {
-namespace {
 
 // Note [16-bit collectives]: with reduce_dtype=bf16|fp16 a unit's shard is rounded to 16 bits before its
 // all-gather and its gradients before their reduce-scatter (summed in 16 bits, as NCCL does), which halves the bytes
 // on the wire and in the gathered copies; the shards, the optimizer and its state stay float32 (master weights), and
 // the gathered parameters are widened back into the float32 flat buffer the plan reads. Evaluation and export
 // gather the float32 shards as they are, so an exported model carries the master weights, not their 16-bit
-// rounding. The conversions run on the host (the SDK has no cast kernel), so the option is CPU only for now.
-float widened(const Tensor& t, std::int64_t i) {
-  const std::uint16_t bits = t.data<std::uint16_t>()[i];
-  return t.dtype() == DType::BFloat16 ? bfloat16ToFloat(bits) : halfToFloat(bits);
-}
-
-// target = source (or target += source), element by element, converting between float32, float64 and 16 bits.
-void convertInto(const Tensor& target, const Tensor& source, bool add = false) {
-  STRATA_CHECK(target.numel() == source.numel(), "fsdp: converting {} elements into {}", source.numel(),
-               target.numel());
-  const std::int64_t n = target.numel();
-  if (!add && target.dtype() == source.dtype()) {
-    Tensor(target).copyFrom(source);
-  } else if (target.dtype() == DType::Float64) {
-    for (std::int64_t i = 0; i < n; ++i) {
-      target.data<double>()[i] = (add ? target.data<double>()[i] : 0.0) + source.data<double>()[i];
-    }
-  } else if (target.dtype() == DType::Float32) {
-    float* out = target.data<float>();
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float value = source.dtype() == DType::Float32 ? source.data<float>()[i] : widened(source, i);
-      out[i] = add ? out[i] + value : value;
-    }
-  } else {
-    STRATA_CHECK(!add && source.dtype() == DType::Float32, "fsdp: cannot convert {} into {}", dtypeName(source.dtype()),
-                 dtypeName(target.dtype()));
-    auto* out = target.data<std::uint16_t>();
-    const bool bf16 = target.dtype() == DType::BFloat16;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const float value = source.data<float>()[i];
-      out[i] = bf16 ? floatToBFloat16(value) : floatToHalf(value);
-    }
-  }
-}
-
-}  // namespace
+// rounding. The conversions run where the buffers live (Tensor::convertFrom: a kernel on CUDA, ordered before the
+// collective that reads its result).
 
 double FsdpStrategy::seconds(std::chrono::steady_clock::duration d) const {
   return std::chrono::duration<double>(d).count();
@@ -89,18 +54,12 @@ void FsdpStrategy::setup(StrategyContext& context) {
   if (options_.hybrid && ranks_ > 1) {
     joinHybridGroups();
   }
-  if (options_.accumulate == AccumulateIn::Sharded && context.parameters().device().type != DeviceType::CPU) {
-    fail("fsdp: accumulate=sharded adds shards on the host and runs on the CPU only; use accumulate=local on {}",
-         context.parameters().device().toString());
-  }
   checkOffload();
   if (options_.reduceType) {
     const Tensor& flat = context.parameters().flatParameters(0);
-    if (flat.device().type != DeviceType::CPU || flat.dtype() != DType::Float32) {
-      fail(
-          "fsdp: reduce_dtype={} converts float32 shards on the host and runs on the CPU only for now; this run's "
-          "parameters are {} on {}",
-          dtypeName(*options_.reduceType), dtypeName(flat.dtype()), flat.device().toString());
+    if (flat.dtype() != DType::Float32) {
+      fail("fsdp: reduce_dtype={} rounds float32 master weights to 16 bits; this run's parameters are {}",
+           dtypeName(*options_.reduceType), dtypeName(flat.dtype()));
     }
   }
   if (ranks_ == 1) {
@@ -145,17 +104,23 @@ void FsdpStrategy::joinHybridGroups() {
   ranks_ = perNode;
 }
 
-// Note [Offload on the CPU] (fsdp_options.h).
+// Note [Offload on the CPU] and Note [Offload to the host] (fsdp_options.h).
 void FsdpStrategy::checkOffload() {
   if (options_.offload == Offload::None) {
     return;
   }
   const Device device = context_->parameters().device();
   if (device.type != DeviceType::CPU) {
-    fail(
-        "fsdp: offload={} on {} is not implemented yet (shards and optimizer state would stay in device memory); "
-        "drop the option or train on the CPU",
-        offloadName(options_.offload), device.toString());
+    if (options_.hybrid) {
+      fail(
+          "fsdp: offload={} with shard=hybrid on {} is not implemented (the shards' all-reduce across nodes runs on "
+          "the device); use shard=full or drop the option",
+          offloadName(options_.offload), device.toString());
+    }
+    if (sharded()) {  // one rank shards nothing, so nothing moves
+      context_->addFigure("fsdp_offload_to_host", 1.0);
+    }
+    return;
   }
   if (rank_ == 0) {
     fmt::print("fsdp: offload={} on the CPU backend is a no-op: the {} already live in host memory\n",
@@ -163,6 +128,19 @@ void FsdpStrategy::checkOffload() {
                options_.offload == Offload::Params ? "parameter shards" : "optimizer state shards");
   }
   context_->addFigure("fsdp_offload_noop", 1.0);
+}
+
+bool FsdpStrategy::offloadsToHost() const {
+  return options_.offload != Offload::None && context_->parameters().device().type != DeviceType::CPU;
+}
+
+// offload=optimizer: the all-gathers read the device copy of the shards the host's optimizer just updated.
+void FsdpStrategy::refreshDeviceShards() {
+  for (Unit& unit : units_) {
+    if (unit.deviceShard.defined()) {
+      unit.deviceShard.copyFrom(unit.shardParameters);
+    }
+  }
 }
 
 // Every rank starts from rank 0's parameters and buffers, as under DDP.
@@ -229,12 +207,16 @@ void FsdpStrategy::createShards() {
   std::vector<ParameterSlice> slices;
   for (Unit& unit : units_) {
     const Tensor& flat = store.flatParameters(unit.group);
-    unit.shardParameters = Tensor::zeros(flat.dtype(), {unit.shard}, MemoryCategory::Parameters, flat.device());
-    unit.shardGradients = Tensor::zeros(flat.dtype(), {unit.shard}, MemoryCategory::Gradients, flat.device());
+    const Device shards = offloadsToHost() ? Device::cpu() : flat.device();  // Note [Offload to the host]
+    unit.shardParameters = Tensor::zeros(flat.dtype(), {unit.shard}, MemoryCategory::Parameters, shards);
+    unit.shardGradients = Tensor::zeros(flat.dtype(), {unit.shard}, MemoryCategory::Gradients, shards);
     const std::int64_t begin = rank_ * unit.shard;
     const std::int64_t count = std::clamp<std::int64_t>(unit.elements - begin, 0, unit.shard);
     if (count > 0) {
       unit.shardParameters.flatSlice(0, count).copyFrom(flat.flatSlice(begin, count));
+    }
+    if (offloadsToHost() && options_.offload == Offload::Optimizer) {
+      unit.deviceShard = unit.shardParameters.to(flat.device(), MemoryCategory::Parameters);
     }
     slices.push_back(ParameterSlice{unit.shardParameters, unit.shardGradients});
   }
@@ -307,13 +289,17 @@ void FsdpStrategy::launchGather(Unit& unit) {
   ParameterGroups& store = context_->parameters();
   store.materializeParameters(unit.group);
   Tensor destination = store.flatParameters(unit.group);
-  Tensor source = unit.shardParameters;
+  Tensor source = unit.deviceShard.defined() ? unit.deviceShard : unit.shardParameters;
+  if (source.device() != destination.device()) {  // offload=params: the host's shard, copied in for this gather
+    source = source.to(destination.device(), MemoryCategory::Communication);
+    unit.gatherSource = source;
+  }
   // Evaluation and export gather the float32 master weights themselves (Note [16-bit collectives]).
   const bool sixteenBit = options_.reduceType.has_value() && !evaluating_;
   if (sixteenBit) {
     unit.gatherSource =
         Tensor::empty(*options_.reduceType, {unit.shard}, MemoryCategory::Communication, destination.device());
-    convertInto(unit.gatherSource, unit.shardParameters);
+    unit.gatherSource.convertFrom(source);
     source = unit.gatherSource;
   }
   if (unit.shard * ranks_ != unit.elements || sixteenBit) {
@@ -331,7 +317,8 @@ void FsdpStrategy::finishGather(Unit& unit) {
   context_->addFigure("collective_s", unit.gather->runSeconds());
   context_->addFigure("all_gather_s", unit.gather->runSeconds());
   if (unit.gatherBuffer.defined()) {
-    convertInto(context_->parameters().flatParameters(unit.group), unit.gatherBuffer.flatSlice(0, unit.elements));
+    Tensor(context_->parameters().flatParameters(unit.group))
+        .convertFrom(unit.gatherBuffer.flatSlice(0, unit.elements));
     unit.gatherBuffer = Tensor();
     unit.gatherSource = Tensor();
   }
@@ -447,7 +434,7 @@ void FsdpStrategy::launchReduce(Unit& unit) {
   if (!sharded()) {
     if (options_.reduceType) {  // Note [16-bit collectives]: reduced in a 16-bit copy, widened back when done
       unit.reduceInput = Tensor::empty(wire, {unit.elements}, MemoryCategory::Communication, gradients.device());
-      convertInto(unit.reduceInput, gradients);
+      unit.reduceInput.convertFrom(gradients);
     }
     unit.reduce = group_->allReduce(options_.reduceType ? unit.reduceInput : gradients, ReduceOp::Average);
     return;
@@ -455,11 +442,12 @@ void FsdpStrategy::launchReduce(Unit& unit) {
   Tensor input = gradients;
   if (unit.shard * ranks_ != unit.elements || options_.reduceType) {
     unit.reduceInput = Tensor::zeros(wire, {unit.shard * ranks_}, MemoryCategory::Communication, gradients.device());
-    convertInto(unit.reduceInput.flatSlice(0, unit.elements), gradients);
+    unit.reduceInput.flatSlice(0, unit.elements).convertFrom(gradients);
     input = unit.reduceInput;
   }
   Tensor output = unit.shardGradients;
-  if ((options_.accumulate == AccumulateIn::Sharded && !at_.first()) || options_.reduceType) {
+  if ((options_.accumulate == AccumulateIn::Sharded && !at_.first()) || options_.reduceType ||
+      output.device() != gradients.device()) {
     unit.reduceOutput = Tensor::empty(wire, {unit.shard}, MemoryCategory::Communication, gradients.device());
     output = unit.reduceOutput;
   }
@@ -474,7 +462,10 @@ void FsdpStrategy::finishReduce(Unit& unit) {
   context_->addFigure(sharded() ? "reduce_scatter_s" : "all_reduce_s", unit.reduce->runSeconds());
   unit.reduce.reset();
   if (unit.reduceOutput.defined()) {
-    convertInto(unit.shardGradients, unit.reduceOutput, options_.accumulate == AccumulateIn::Sharded && !at_.first());
+    const Tensor arrived = unit.reduceOutput.device() == unit.shardGradients.device()
+                               ? unit.reduceOutput
+                               : unit.reduceOutput.to(unit.shardGradients.device(), MemoryCategory::Communication);
+    unit.shardGradients.convertFrom(arrived, options_.accumulate == AccumulateIn::Sharded && !at_.first());
     unit.reduceOutput = Tensor();
   }
   if (replicas_ != nullptr && sharded()) {
@@ -487,7 +478,7 @@ void FsdpStrategy::finishReduce(Unit& unit) {
     context_->addFigure("all_reduce_s", across->runSeconds());
   }
   if (!sharded() && unit.reduceInput.defined()) {
-    convertInto(context_->parameters().flatGradients(unit.group), unit.reduceInput);
+    Tensor(context_->parameters().flatGradients(unit.group)).convertFrom(unit.reduceInput);
   }
   unit.reduceInput = Tensor();
   if (sharded()) {
@@ -524,6 +515,7 @@ void FsdpStrategy::afterBackward(const StepInfo& at) {
 void FsdpStrategy::step(const StepInfo& /*at*/, double lr) {
   if (sharded()) {
     shardOptimizer_->step(lr);
+    refreshDeviceShards();
   } else {
     context_->optimizers().full().step(lr);
   }

@@ -18,6 +18,7 @@ struct Unit {
   std::int64_t shard = 0;     // elements per rank: ceil(elements / ranks)
   Tensor shardParameters;     // [shard], category Parameters
   Tensor shardGradients;      // [shard], category Gradients: the reduced (mean) gradient of this rank's part
+  Tensor deviceShard;         // offload=optimizer on a GPU: the device's copy of shardParameters (host memory)
   // Nodes that read the unit's parameters (-1: none), by phase.
   int firstForward = -1, lastForward = -1, firstBackward = -1, lastBackward = -1;
   int gradientWriters = 0;      // parameters whose gradient a node writes
@@ -61,6 +62,8 @@ class FsdpStrategy final : public Strategy {
  private:
   bool sharded() const { return options_.level != ShardLevel::None && ranks_ > 1; }
   void checkOffload();
+  bool offloadsToHost() const;
+  void refreshDeviceShards();
   void joinHybridGroups();
   void broadcastInitialState();
   void planUnits();

@@ -72,6 +72,7 @@ class PsStrategy final : public Strategy {
   }
 
   void setup(StrategyContext& context) override {
+    refuseDevice(context);
     connect(context);
     if (context.rank() == 0) {
       sendInit(/*overwrite=*/false);
@@ -84,6 +85,18 @@ class PsStrategy final : public Strategy {
     if (context.rank() == 0) {
       fmt::print("ps: {} workers, {} server(s), mode {}: {} parameter bytes in {} key ranges\n", context.worldSize(),
                  options_.servers, modeName(options_.mode), layout_.parameterBytes(), countKeys());
+    }
+  }
+
+  // The frames of pushes and pulls are the flat buffers' own bytes (Note [PS zero copy]), so the workers' parameters
+  // must live in host memory; on a GPU a worker would need host copies of them (not built yet).
+  static void refuseDevice(StrategyContext& context) {
+    const Device device = context.parameters().device();
+    if (device.type != DeviceType::CPU) {
+      fail(
+          "ps: worker {} trains on {}, but the parameter server sends and receives the flat buffers from host memory "
+          "and has no device staging yet; train with --device cpu, or use ddp or fsdp on the GPU",
+          context.rank(), device.toString());
     }
   }
 
@@ -141,6 +154,7 @@ class PsStrategy final : public Strategy {
   // already gets it with the same sequence number and applies nothing twice: it answers when its round completes,
   // or at once with its newer values. The run ends with the parameters of an uninterrupted one.
   std::int64_t rejoin(StrategyContext& context) override {
+    refuseDevice(context);
     connect(context);
     if (options_.mode != Mode::Sync) {
       fail("ps: worker {}: only mode=sync takes a restarted worker back (mode={} goes on without it)", context.rank(),

@@ -7,9 +7,12 @@
 #   models   a 2-rank DDP run sharing the GPU through Gloo; the five paper models' training step against PyTorch
 #            on the GPU (float32, float64, channels-last)
 #   mixed    bf16/fp16 mixed precision against PyTorch autocast (ResNet-50, VGG16, ConvNeXt-Tiny)
+#   strategies  FSDP (full, grad_op, hybrid; 16-bit collectives, sharded accumulation, offload to the host) with
+#            ranks sharing the GPU, against one process on the concatenated batch (as the multirank.*_shared_gpu
+#            ctest cases); the parameter server refuses a GPU (its workers send host memory)
 #   bench    bench/gpu_train_throughput.py (Strata vs PyTorch eager, same GPU, one run)
 #   extra    the same benchmark with --cuda-graph auto (ResNet-50 at 32x32) and bf16 with --channels-last off
-#   tests    = ops models mixed;  all = tests bench extra
+#   tests    = ops models mixed strategies;  all = tests bench extra
 # The device tool allows 600 s a command and 30 minutes a session: the groups share a budget of
 # STRATA_DEVICE_BUDGET_S seconds (default 540), each step gets what is left, steps that no longer fit are listed
 # as not run, and the logs archive ($OUT/strata-gpu-logs.tar.gz) is rewritten after every step, so a command cut
@@ -19,8 +22,8 @@ cd "$(dirname "$0")/../.." || exit 1
 [ $# -gt 0 ] || set -- all
 for what in "$@"; do
   case "$what" in
-    ops | models | mixed | bench | extra | tests | all) ;;
-    *) echo "unknown group '$what': expected ops, models, mixed, bench, extra, tests or all" >&2; exit 2 ;;
+    ops | models | mixed | strategies | bench | extra | tests | all) ;;
+    *) echo "unknown group '$what': expected ops, models, mixed, strategies, bench, extra, tests or all" >&2; exit 2 ;;
   esac
 done
 OUT=${OUT:-/tmp/strata-out}
@@ -99,9 +102,28 @@ group_mixed() {
     done
   done
 }
+group_strategies() {
+  local check=(python3 tests/multirank/check_ddp_equivalence.py --strata "$pack/bin/strata" --work-dir /tmp/strata-ranks
+    --device cuda)
+  run fsdp_full_adam "${check[@]}" --nproc 2 --strategy fsdp:full --optimizer adam --tolerance 5e-5
+  run fsdp_grad_op_accum2 "${check[@]}" --nproc 2 --grad-accum 2 --strategy fsdp:grad_op
+  run fsdp_full_nproc4 "${check[@]}" --nproc 4 --strategy fsdp:full
+  run fsdp_hybrid_nnodes2 "${check[@]}" --nproc 2 --nnodes 2 --strategy fsdp:hybrid --master-port 29805
+  # 16-bit collectives, sharded accumulation and offloading to the host (Tensor::convertFrom's CUDA kernel).
+  run fsdp_bf16_reduce "${check[@]}" --nproc 2 --strategy fsdp:full --precision bf16 --strategy-opt reduce_dtype=bf16 \
+    --tolerance 2e-2
+  run fsdp_sharded_accum_offload_optimizer "${check[@]}" --nproc 2 --grad-accum 2 --strategy fsdp:grad_op \
+    --strategy-opt accumulate=sharded --strategy-opt offload=optimizer --optimizer adam --tolerance 5e-5
+  run fsdp_offload_params "${check[@]}" --nproc 2 --strategy fsdp:full --strategy-opt offload=params
+  # The parameter server's workers send host memory: on a GPU the job must end with that said, not crash.
+  run ps_refuses_the_gpu bash -c 'out=$("$0" train --data synthetic --synthetic-samples 64 --batch-size 8 \
+    --max-steps 1 --nproc 2 --strategy ps --device cuda --out /tmp/strata-ps-gpu 2>&1); echo "$out"
+    grep -q "has no device staging yet" <<< "$out" && ! grep -q SIGSEGV <<< "$out"' "$pack/bin/strata"
+}
 group_bench() {  # one step per model, so the rows measured before a cut still come back
-  # BENCH_PRECISIONS and BENCH_ROUNDS shorten it when the lease is short (all four precisions take ~2 min a model).
-  for model in resnet50_224 resnet50_32 vgg16_224 convnext_tiny_224; do
+  # BENCH_MODELS, BENCH_PRECISIONS and BENCH_ROUNDS shorten it when the lease is short (all four precisions take
+  # ~2 min a model).
+  for model in ${BENCH_MODELS:-resnet50_224 resnet50_32 vgg16_224 convnext_tiny_224}; do
     run "bench_$model" python3 bench/gpu_train_throughput.py --strata "$pack/bin/strata" --models "$model" \
       --precisions "${BENCH_PRECISIONS:-fp32,tf32,bf16,fp16}" --rounds "${BENCH_ROUNDS:-3}"
   done
@@ -116,8 +138,8 @@ group_extra() {
 }
 for what in "$@"; do
   case "$what" in
-    tests) group_ops; group_models; group_mixed ;;
-    all) group_ops; group_models; group_mixed; group_bench; group_extra ;;
+    tests) group_ops; group_models; group_mixed; group_strategies ;;
+    all) group_ops; group_models; group_mixed; group_strategies; group_bench; group_extra ;;
     *) "group_$what" ;;
   esac
 done

@@ -14,7 +14,7 @@ if [ -z "${SKIP_CONFIGURE:-}" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DSTRATA_CUDA=ON >/dev/null
 fi
 cmake --build "$BUILD" --target strata strata_unit_tests strata_conformance_tests strata_plugin_single \
-  strata_plugin_ddp default_model
+  strata_plugin_ddp strata_plugin_fsdp strata_plugin_ps default_model
 stage=.gpu-pack/stage
 rm -rf .gpu-pack && mkdir -p "$stage/bin" "$stage/lib" "$stage/plugins" "$stage/models"
 cp "$BUILD/cli/strata" "$BUILD/tests/strata_unit_tests" "$BUILD/tests/conformance/strata_conformance_tests" \

@@ -587,6 +587,64 @@ TEST_F(FakeDeviceTrainingTest, HostInputsAreRefusedByTheDevicePlan) {
   }
 }
 
+// FSDP with ranks as threads on the device (Gloo staged through host memory): sharding, gathers and
+// reduce-scatters of device shards, 16-bit collectives (reduce_dtype: Tensor::convertFrom through the backend),
+// accumulation into the shard (accumulate=sharded) and offloading to the host (Note [Offload to the host]: the
+// host's optimizer steps, not the device's) end where the same ranks on the CPU end: within 1e-6, as the fake
+// device's optimizer kernels are plain loops and the CPU's vectorised (the offloaded cases agree to the bit).
+TEST_F(FakeDeviceTrainingTest, FsdpRanksOnTheDeviceEndWhereCpuRanksEnd) {
+  testing::TempDir dir;
+  const auto rows = testing::separableRows(48, 6);
+  using Options = std::map<std::string, std::string>;
+  struct Case {
+    Options strategy;
+    int micro;
+    OptimizerKind optimizer;
+  };
+  const std::vector<Case> cases = {
+      {{{"shard", "full"}, {"units", "module"}, {"reduce_dtype", "bf16"}}, 1, OptimizerKind::Adam},
+      {{{"shard", "grad_op"}, {"units", "module"}, {"accumulate", "sharded"}}, 2, OptimizerKind::Adam},
+      {{{"shard", "full"}, {"unit_params", "100"}, {"reduce_dtype", "fp16"}, {"accumulate", "sharded"}},
+       2,
+       OptimizerKind::Sgd},
+      {{{"shard", "full"}, {"units", "module"}, {"offload", "params"}}, 1, OptimizerKind::Sgd},
+      {{{"shard", "grad_op"}, {"unit_params", "100"}, {"offload", "optimizer"}, {"reduce_dtype", "bf16"}},
+       2,
+       OptimizerKind::Sgd}};
+  for (const Case& c : cases) {
+    TrainerOptions options;
+    options.maxSteps = 4;
+    options.microBatches = c.micro;
+    options.schedule.kind = LrScheduleKind::Constant;
+    options.schedule.baseLr = c.optimizer == OptimizerKind::Sgd ? 0.1 : 0.01;
+    options.optimizer.kind = c.optimizer;
+    options.optimizer.momentum = 0.9;
+    options.optimizer.weightDecay = 1e-3;
+    const std::string what = fmt::format("{}", fmt::join(c.strategy, ", "));
+    const std::vector<testing::RankOutcome> cpu =
+        testing::trainThreadRanks(dir, 2, "fsdp", c.strategy, options, rows, 6 / c.micro, nullptr, 1);
+    const int sgdCalls = fakeOptimizerKernels().sgdCalls;
+    const std::vector<testing::RankOutcome> device =
+        testing::trainThreadRanks(dir, 2, "fsdp", c.strategy, options, rows, 6 / c.micro, nullptr, 1, kFake);
+    const bool offloaded = c.strategy.contains("offload");
+    if (c.optimizer == OptimizerKind::Sgd) {
+      EXPECT_EQ(fakeOptimizerKernels().sgdCalls > sgdCalls, !offloaded)
+          << what << ": the optimizer steps on the device unless offloaded to the host";
+    }
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_FALSE(cpu[r].parameters.empty()) << what;
+      ASSERT_EQ(device[r].parameters.size(), cpu[r].parameters.size()) << what;
+      for (std::size_t i = 0; i < cpu[r].parameters.size(); ++i) {
+        const float expected = cpu[r].parameters[i];
+        ASSERT_NEAR(device[r].parameters[i], expected, 1e-6 * (1.0 + std::abs(expected)))
+            << what << ", rank " << r << ", element " << i;
+      }
+      EXPECT_TRUE(device[r].records.finished) << what;
+      EXPECT_EQ(device[r].records.figures.strategyFigures.contains("fsdp_offload_to_host"), offloaded) << what;
+    }
+  }
+}
+
 TEST_F(FakeDeviceTrainingTest, RanksOnDifferentKindsOfDeviceFailAtOnce) {
   auto store = std::make_shared<InMemoryStore>();
   const auto start = std::chrono::steady_clock::now();

@@ -9,7 +9,9 @@ With --nnodes K the ranks are K launcher processes of --nproc ranks each on this
 --master-addr 127.0.0.1), as K nodes would run them. With --precision bf16|fp16 both runs train in mixed precision.
 With --device cuda both runs train on the GPU (fp32, TF32 off); the N ranks then share this machine's GPU(s) and,
 when there are fewer GPUs than ranks, reduce through Gloo with host staging. Exit code 77 (ctest: skipped) when
-the machine has no usable GPU.
+the machine has no usable GPU. With --model resnet18 both runs train torchvision's ResNet-18 at 32x32 (exported
+here) instead: a batch-norm network, whose batch statistics differ between one process's batch and each rank's,
+so it is compared with --reference ddp (the same ranks under DDP).
 """
 import argparse
 import os
@@ -21,9 +23,24 @@ import onnx
 from onnx import numpy_helper
 
 
-def train(strata, out, batch, extra, lr="0.05", nodes=None, port=None):
+def export_torchvision(name, work_dir, dtype):
+    """torchvision's `name` with 10 classes for 32x32 inputs in `dtype`, exported once into work_dir; its path."""
+    path = os.path.join(work_dir, f"{name}_32_{dtype}.onnx")
+    if not os.path.exists(path):
+        import torch
+        import torchvision
+        torch.manual_seed(0)
+        model = getattr(torchvision.models, name)(num_classes=10).to(getattr(torch, dtype)).train()
+        torch.onnx.export(model, torch.randn(8, 3, 32, 32, dtype=getattr(torch, dtype)),
+                          f"{path}.{os.getpid()}.part", opset_version=17, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING)
+        os.replace(f"{path}.{os.getpid()}.part", path)  # whole or absent, whichever test exports it first
+    return path
+
+
+def train(strata, out, batch, extra, lr="0.05", nodes=None, port=None, model=None):
     """One job; with nodes=K, K launcher processes (nodes) on this machine (node 0 exports); port: the store's."""
-    command = [strata, "train", "--data", "synthetic", "--synthetic-samples", "512", "--batch-size", str(batch),
+    command = [strata, "train"] + ([model] if model else []) + ["--data", "synthetic", "--synthetic-samples", "512", "--batch-size", str(batch),
                "--max-steps", "5", "--seed", "1", "--lr", lr, "--momentum", "0.9", "--lr-schedule", "constant",
                "--out", out, "--export", out + ".onnx"] + extra
     others = []
@@ -68,6 +85,10 @@ def main() -> int:
                         help="run the ranks as this many launcher processes (nodes) of --nproc ranks each")
     parser.add_argument("--master-port", type=int, help="of the ranks' store (default: the launcher's)")
     parser.add_argument("--loss-scale", help="--loss-scale of both runs (fp16), e.g. dynamic:300000 to skip steps")
+    parser.add_argument("--model", help="a torchvision model to train instead of the bundled CNN (resnet18)")
+    parser.add_argument("--model-dtype", default="float32", choices=["float32", "float64"],
+                        help="of --model's weights: float64 where batch norm at small batches amplifies float32's "
+                             "reduction-order rounding (4 ranks' sums in another order, as DDP with other buckets)")
     parser.add_argument("--reference", choices=["single", "ddp"], default="single",
                         help="compare with one process on the concatenated batch, or with DDP on the same ranks")
     args = parser.parse_args()
@@ -85,6 +106,9 @@ def main() -> int:
            + "".join(f"-{o.replace('=', '')}" for o in args.strategy_opt))
     # Adam divides by the gradients' running RMS, which amplifies float32 reduction-order differences at a high lr.
     device += ["--optimizer", args.optimizer]
+    model = export_torchvision(args.model, args.work_dir, args.model_dtype) if args.model else None
+    if args.model:
+        tag += f"-{args.model}-{args.model_dtype}"
     lr = "0.05" if args.optimizer == "sgd" else "0.002"
     if args.strategy == "ddp":
         options = ["--strategy", "ddp", "--strategy-opt", "first_bucket_mb=0.01", "--strategy-opt", "bucket_mb=0.5"]
@@ -100,14 +124,14 @@ def main() -> int:
     tag += f"-{args.loss_scale}" if args.loss_scale else ""
     if args.reference == "single":
         single = train(args.strata, os.path.join(args.work_dir, f"single-{tag}"),
-                       args.batch * args.nproc * args.nnodes * args.grad_accum, ["--threads", "1"] + device, lr)
+                       args.batch * args.nproc * args.nnodes * args.grad_accum, ["--threads", "1"] + device, lr, model=model)
     else:
         single = train(args.strata, os.path.join(args.work_dir, f"ddp-reference-{tag}"), args.batch,
                        ["--nproc", str(args.nproc), "--grad-accum", str(args.grad_accum), "--threads", "1",
-                        "--strategy", "ddp"] + device, lr, port=args.master_port)
+                        "--strategy", "ddp"] + device, lr, port=args.master_port, model=model)
     ranks = train(args.strata, os.path.join(args.work_dir, f"ranks-{tag}"), args.batch,
                   ["--nproc", str(args.nproc), "--grad-accum", str(args.grad_accum), "--threads", "1"] + options
-                  + device, lr, args.nnodes if args.nnodes > 1 else None, args.master_port)
+                  + device, lr, args.nnodes if args.nnodes > 1 else None, args.master_port, model)
     worst = max((float(np.linalg.norm(ranks[k] - v) / np.linalg.norm(v)), k) for k, v in single.items())
     print(f"{args.strategy} {' '.join(args.strategy_opt)} with {args.optimizer}, {args.nnodes} node(s) x "
           f"{args.nproc} ranks x {args.grad_accum} micro-batches, {args.precision}, vs "

@@ -12,6 +12,7 @@
 #include "cuda_context.h"
 #include "cuda_ops.h"
 #include "cuda_stream.h"
+#include "kernels/convert.h"
 #include "optimizer_kernels.h"
 #include "strata/device_backend.h"
 
@@ -82,6 +83,12 @@ class CudaDeviceBackend final : public DeviceBackend {
   void fillZero(void* dst, Device device, std::size_t bytes) override {
     makeCurrent(device.index);
     STRATA_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, defaultCudaStream(device.index).handle()));
+  }
+
+  void convert(void* dst, DType dstType, const void* src, DType srcType, std::int64_t count, bool accumulate,
+               Device device) override {
+    makeCurrent(device.index);
+    launchConvert(dst, dstType, src, srcType, count, accumulate, defaultCudaStream(device.index).handle());
   }
 
   std::shared_ptr<StreamMark> markComputeStream(Device device) override {

@@ -1,9 +1,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "strata/device.h"
+#include "strata/dtype.h"
 
 namespace strata {
 
@@ -17,6 +19,10 @@ class DeviceBackend {
   // complete on return when dst is host memory (so the host may read it at once).
   virtual void copy(void* dst, Device dstDevice, const void* src, Device srcDevice, std::size_t bytes) = 0;
   virtual void fillZero(void* dst, Device device, std::size_t bytes) = 0;
+  // dst = src (or dst += src) over `count` elements of floating dtypes on `device` (Tensor::convertFrom). The
+  // default stages both through host memory and converts there: correct on any backend, not fast.
+  virtual void convert(void* dst, DType dstType, const void* src, DType srcType, std::int64_t count, bool accumulate,
+                       Device device);
 
   // A point in a device's compute stream: the work queued there when it was taken.
   class StreamMark {

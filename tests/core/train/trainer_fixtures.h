@@ -17,6 +17,7 @@
 
 #include "strata/comm/gloo_process_group.h"
 #include "strata/comm/in_memory_store.h"
+#include "strata/comm/staging_process_group.h"
 #include "strata/error.h"
 #include "strata/graphs/training_plan.h"
 #include "strata/loaders/onnx_importer.h"
@@ -194,7 +195,7 @@ inline std::unique_ptr<LoadedStrategy> loadStrategy(const std::string& name) {
 inline std::vector<float> parametersOf(TrainingPlan& plan) {
   std::vector<float> values;
   for (std::size_t g = 0; g < plan.parameters().groupCount(); ++g) {
-    const Tensor& flat = plan.parameters().flatParameters(g);
+    const Tensor flat = plan.parameters().flatParameters(g).to(Device::cpu());  // from a device too
     values.insert(values.end(), flat.data<float>(), flat.data<float>() + flat.numel());
   }
   return values;
@@ -206,13 +207,14 @@ struct RankOutcome {
   KeptRecords records;
 };
 
-// Trains `world` ranks as threads (Gloo's base_test.h style): each rank its own MLP plan with the units the
-// strategy asks for, its RowBatches of `batch` rows, and a Gloo group over one shared InMemoryStore.
+// Trains `world` ranks as threads (Gloo's base_test.h style): each rank its own MLP plan on `device` with the units
+// the strategy asks for, its RowBatches of `batch` rows, and a Gloo group over one shared InMemoryStore (staged
+// through host memory off the CPU, as the CLI builds it).
 inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, const std::string& strategyName,
                                                  const std::map<std::string, std::string>& strategyOptions,
                                                  TrainerOptions options, const std::pair<Tensor, Tensor>& rows,
                                                  std::int64_t batch, CheckpointStore* checkpoints = nullptr,
-                                                 int nodes = 1) {
+                                                 int nodes = 1, Device device = Device::cpu()) {
   auto store = std::make_shared<InMemoryStore>();
   std::vector<std::unique_ptr<LoadedStrategy>> strategies;
   std::vector<std::unique_ptr<TrainingPlan>> plans;
@@ -220,7 +222,7 @@ inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, 
     strategies.push_back(loadStrategy(strategyName));
     const StrategyRequirements requirements =
         strategies.back()->requirements(StrategyQuery{strategyOptions, world, nodes});
-    plans.push_back(std::make_unique<TrainingPlan>(mlpPlan(dir, batch, requirements.units)));
+    plans.push_back(std::make_unique<TrainingPlan>(mlpPlan(dir, batch, requirements.units, device)));
     options.accumulation = requirements.accumulation;
   }
   options.strategyOptions = strategyOptions;
@@ -229,7 +231,11 @@ inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, 
   for (int r = 0; r < world; ++r) {
     ranks.emplace_back([&, r] {
       try {
-        GlooProcessGroup group(store, r, world, ProcessGroupOptions{.timeout = std::chrono::seconds(60)});
+        std::unique_ptr<ProcessGroup> group = std::make_unique<GlooProcessGroup>(
+            store, r, world, ProcessGroupOptions{.timeout = std::chrono::seconds(60)});
+        if (device.type != DeviceType::CPU) {
+          group = std::make_unique<StagingProcessGroup>(std::move(group));
+        }
         RowBatches batches(rows.first, rows.second, batch, r, world);
         RankOutcome& outcome = outcomes[static_cast<std::size_t>(r)];
         Trainer trainer(
@@ -238,7 +244,7 @@ inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, 
                          .strategy = *strategies[r],
                          .recorder = outcome.records,
                          .checkpoints = checkpoints,
-                         .group = &group,
+                         .group = group.get(),
                          .store = store.get(),
                          .place = RankPlace{r, world, r % (world / nodes), nodes},
                          // Subgroups over the same store, as the CLI builds them (Note [Subgroups]).
@@ -246,9 +252,13 @@ inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, 
                            const auto at = std::find(members.begin(), members.end(), r);
                            GlooOptions gloo;
                            gloo.groupName = fmt::format("sub-{}", fmt::join(members, "-"));
-                           return std::make_unique<GlooProcessGroup>(
+                           std::unique_ptr<ProcessGroup> subgroup = std::make_unique<GlooProcessGroup>(
                                store, static_cast<int>(at - members.begin()), static_cast<int>(members.size()),
                                ProcessGroupOptions{.timeout = std::chrono::seconds(60)}, gloo);
+                           if (device.type != DeviceType::CPU) {
+                             subgroup = std::make_unique<StagingProcessGroup>(std::move(subgroup));
+                           }
+                           return subgroup;
                          }},
             options);
         trainer.run();

@@ -72,6 +72,11 @@ class Tensor {
   void copyFrom(const Tensor& src);
   // Sets every byte to zero (on whichever device the tensor lives).
   void zero();
+  // this = src, or this += src with `accumulate`, element by element, converting between the floating dtypes
+  // (float32, float64, float16, bfloat16; rounding to nearest even). Both on the same device, where it runs
+  // (a device kernel on CUDA, ordered with the device's other work), so a strategy can cast or add flat buffers
+  // without moving them through the host.
+  void convertFrom(const Tensor& src, bool accumulate = false);
 
  private:
   Tensor(std::shared_ptr<Storage> storage, std::size_t offset, TensorMeta meta)

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cstring>
 #include <thread>
 
 #include "strata/allocator.h"
@@ -72,6 +74,43 @@ TEST(CudaDeviceTest, CopiesRoundTripThroughTheDevice) {
   const Tensor zerosBack = zeros.to(Device::cpu());
   for (std::int64_t i = 0; i < 33; ++i) {
     ASSERT_EQ(zerosBack.data<double>()[i], 0.0);
+  }
+}
+
+// Tensor::convertFrom's CUDA kernel against the host's loop, bit for bit: every pair of floating dtypes, cast and
+// add, on values across 50 binades with many exact ties (rounding to nearest even) and float16 subnormals.
+TEST(CudaDeviceTest, ConvertsLikeTheHostToTheBit) {
+  REQUIRE_GPU(device);
+  constexpr std::int64_t kCount = 100003;  // not a multiple of a block
+  Tensor seed = Tensor::empty(DType::Float32, {kCount});
+  std::uint32_t state = 12345;
+  for (std::int64_t i = 0; i < kCount; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const std::uint32_t exponent = 127u - 30u + (state >> 8) % 50u;
+    std::uint32_t mantissa = (state * 2654435761u) & 0x7fffffu;
+    if (i % 3 == 0) {
+      mantissa = (mantissa & ~0xffffu) | 0x8000u;  // halfway between two bfloat16 values
+    }
+    const std::uint32_t sign = (state >> 31) << 31;
+    seed.data<float>()[i] = std::bit_cast<float>(sign | (exponent << 23) | mantissa);
+  }
+  const std::vector<DType> types = {DType::Float32, DType::Float64, DType::Float16, DType::BFloat16};
+  for (DType from : types) {
+    Tensor source = Tensor::empty(from, {kCount});
+    source.convertFrom(seed);
+    for (DType into : types) {
+      for (bool accumulate : {false, true}) {
+        Tensor expected = Tensor::empty(into, {kCount});
+        expected.convertFrom(seed);
+        const Tensor onDevice = expected.to(device);
+        expected.convertFrom(source, accumulate);
+        Tensor actual = onDevice.clone();
+        actual.convertFrom(source.to(device), accumulate);
+        const Tensor back = actual.to(Device::cpu());
+        ASSERT_EQ(std::memcmp(back.rawData(), expected.rawData(), expected.bytes()), 0)
+            << dtypeName(from) << (accumulate ? " added into " : " into ") << dtypeName(into);
+      }
+    }
   }
 }
 
