@@ -72,7 +72,6 @@ class PsStrategy final : public Strategy {
   }
 
   void setup(StrategyContext& context) override {
-    refuseDevice(context);
     connect(context);
     if (context.rank() == 0) {
       sendInit(/*overwrite=*/false);
@@ -88,29 +87,20 @@ class PsStrategy final : public Strategy {
     }
   }
 
-  // The frames of pushes and pulls are the flat buffers' own bytes (Note [PS zero copy]), so the workers' parameters
-  // must live in host memory; on a GPU a worker would need host copies of them (not built yet).
-  static void refuseDevice(StrategyContext& context) {
-    const Device device = context.parameters().device();
-    if (device.type != DeviceType::CPU) {
-      fail(
-          "ps: worker {} trains on {}, but the parameter server sends and receives the flat buffers from host memory "
-          "and has no device staging yet; train with --device cpu, or use ddp or fsdp on the GPU",
-          context.rank(), device.toString());
-    }
-  }
-
   void step(const StepInfo& at, double lr) override {
     const auto start = std::chrono::steady_clock::now();
     ParameterGroups& parameters = context_->parameters();
     const bool recovery = options_.checkpointEvery > 0;
+    staged_.clear();  // the servers have answered the last step's pushes
     for (int s = 0; s < options_.servers; ++s) {
       std::vector<Tensor> sources;
       for (const Segment& segment : keys_[static_cast<std::size_t>(s)]) {
-        sources.push_back(parameters.flatGradients(segment.group).flatSlice(segment.offset, segment.count));
+        sources.push_back(onHost(parameters.flatGradients(segment.group).flatSlice(segment.offset, segment.count)));
       }
       if (s == 0) {
-        sources.insert(sources.end(), buffers_.begin(), buffers_.end());
+        for (const Tensor& buffer : buffers_) {
+          sources.push_back(onHost(buffer));
+        }
       }
       const std::int64_t version = versions_[static_cast<std::size_t>(s)];
       if (!recovery) {
@@ -154,7 +144,6 @@ class PsStrategy final : public Strategy {
   // already gets it with the same sequence number and applies nothing twice: it answers when its round completes,
   // or at once with its newer values. The run ends with the parameters of an uninterrupted one.
   std::int64_t rejoin(StrategyContext& context) override {
-    refuseDevice(context);
     connect(context);
     if (options_.mode != Mode::Sync) {
       fail("ps: worker {}: only mode=sync takes a restarted worker back (mode={} goes on without it)", context.rank(),
@@ -516,12 +505,13 @@ class PsStrategy final : public Strategy {
       std::vector<zmq::message_t> data;
       data.emplace_back(layoutBytes.data(), layoutBytes.size());
       for (const Segment& segment : keys_[static_cast<std::size_t>(s)]) {
-        const Tensor slice = parameters.flatParameters(segment.group).flatSlice(segment.offset, segment.count);
+        const Tensor slice = onHost(parameters.flatParameters(segment.group).flatSlice(segment.offset, segment.count));
         data.emplace_back(slice.rawData(), slice.bytes());
       }
       if (s == 0) {
         for (const Tensor& buffer : buffers_) {
-          data.emplace_back(buffer.rawData(), buffer.bytes());
+          const Tensor host = onHost(buffer);
+          data.emplace_back(host.rawData(), host.bytes());
         }
       }
       client_->send(s, Kind::Init, 0, 0, 0, std::move(data), overwrite ? kInitOverwrites : 0U);
@@ -563,13 +553,31 @@ class PsStrategy final : public Strategy {
       fail("ps: worker {}: ps-server {} sent {} bytes for a key of {}", context_->rank(), server, frame.size(),
            into.bytes());
     }
-    std::memcpy(into.rawData(), frame.data(), frame.size());
+    if (into.device().type == DeviceType::CPU) {
+      std::memcpy(into.rawData(), frame.data(), frame.size());
+      return;
+    }
+    Tensor host = Tensor::empty(into.meta(), MemoryCategory::Communication);  // Note [PS workers on a device]
+    std::memcpy(host.rawData(), frame.data(), frame.size());
+    Tensor(into).copyFrom(host);
+  }
+
+  // Note [PS workers on a device]: frames are host memory, so a worker that trains on a GPU sends host copies of its
+  // gradient, parameter and buffer slices (kept until the servers have answered, as zero-copy frames need) and
+  // copies the values it pulls into device memory (copyFrame). On the CPU the slices are sent as they are.
+  Tensor onHost(const Tensor& t) {
+    if (t.device().type == DeviceType::CPU) {
+      return t;
+    }
+    staged_.push_back(t.to(Device::cpu(), MemoryCategory::Communication));
+    return staged_.back();
   }
 
   StrategyContext* context_ = nullptr;
   PsOptions options_;
   FlatLayout layout_;
   std::vector<Tensor> buffers_;
+  std::vector<Tensor> staged_;  // host copies of device slices in flight (Note [PS workers on a device])
   std::vector<std::vector<Segment>> keys_;
   std::unique_ptr<PsClient> client_;
   std::vector<std::int64_t> versions_;

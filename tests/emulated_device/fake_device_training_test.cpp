@@ -21,6 +21,7 @@
 
 #include "checkpoint.h"
 #include "core/train/trainer_fixtures.h"
+#include "plugins/ps/ps_test_support.h"
 #include "process_group_factory.h"
 #include "strata/allocator.h"
 #include "strata/comm/in_memory_store.h"
@@ -643,6 +644,33 @@ TEST_F(FakeDeviceTrainingTest, FsdpRanksOnTheDeviceEndWhereCpuRanksEnd) {
       EXPECT_EQ(device[r].records.figures.strategyFigures.contains("fsdp_offload_to_host"), offloaded) << what;
     }
   }
+}
+
+// Parameter-server workers on the device (Note [PS workers on a device]): they push host copies of their device
+// gradients and buffers and copy what they pull into device memory, so they end where CPU workers end, to the bit
+// (the server, in process here, updates in host memory either way). Host code reading the fake device's memory
+// directly would push scrambled bytes.
+TEST_F(FakeDeviceTrainingTest, ParameterServerWorkersOnTheDeviceEndWhereCpuWorkersEnd) {
+  testing::TempDir dir;
+  const auto rows = testing::separableRows(48, 7);
+  TrainerOptions options;
+  options.maxSteps = 4;
+  options.schedule.kind = LrScheduleKind::Constant;
+  options.schedule.baseLr = 0.1;
+  const std::map<std::string, std::string> ps = {{"auth", "off"}, {"mode", "sync"}};
+  auto workersOn = [&](Device device) {
+    auto store = std::make_shared<InMemoryStore>();
+    ps::testing::ServerThread server(2, ps, OptimizerOptions{.momentum = 0.9}, store);
+    return testing::trainThreadRanks(dir, 2, "ps", ps, options, rows, 6, nullptr, 1, device, store);
+  };
+  const std::vector<testing::RankOutcome> cpu = workersOn(Device::cpu());
+  const std::vector<testing::RankOutcome> device = workersOn(kFake);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(cpu[r].parameters.empty());
+    EXPECT_EQ(device[r].parameters, cpu[r].parameters) << "rank " << r;
+    EXPECT_TRUE(device[r].records.finished);
+  }
+  EXPECT_EQ(cpu[0].parameters, cpu[1].parameters) << "sync workers pull the same values";
 }
 
 TEST_F(FakeDeviceTrainingTest, RanksOnDifferentKindsOfDeviceFailAtOnce) {

@@ -209,13 +209,15 @@ struct RankOutcome {
 
 // Trains `world` ranks as threads (Gloo's base_test.h style): each rank its own MLP plan on `device` with the units
 // the strategy asks for, its RowBatches of `batch` rows, and a Gloo group over one shared InMemoryStore (staged
-// through host memory off the CPU, as the CLI builds it).
+// through host memory off the CPU, as the CLI builds it; `jobStore`, when given, is that store, where roles
+// started by the test publish their endpoints).
 inline std::vector<RankOutcome> trainThreadRanks(const TempDir& dir, int world, const std::string& strategyName,
                                                  const std::map<std::string, std::string>& strategyOptions,
                                                  TrainerOptions options, const std::pair<Tensor, Tensor>& rows,
                                                  std::int64_t batch, CheckpointStore* checkpoints = nullptr,
-                                                 int nodes = 1, Device device = Device::cpu()) {
-  auto store = std::make_shared<InMemoryStore>();
+                                                 int nodes = 1, Device device = Device::cpu(),
+                                                 std::shared_ptr<InMemoryStore> jobStore = nullptr) {
+  auto store = jobStore != nullptr ? std::move(jobStore) : std::make_shared<InMemoryStore>();
   std::vector<std::unique_ptr<LoadedStrategy>> strategies;
   std::vector<std::unique_ptr<TrainingPlan>> plans;
   for (int r = 0; r < world; ++r) {

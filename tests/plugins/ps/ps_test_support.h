@@ -53,10 +53,14 @@ class TestRoleContext final : public RoleContext {
 // One server on its own thread, serving until destroyed.
 class ServerThread {
  public:
-  ServerThread(int workers, std::map<std::string, std::string> options, OptimizerOptions optimizer = {})
-      : context_(store_, workers, options, optimizer), server_(parsePsOptions(options), context_) {
+  // `store`: the job's store, when workers of a Trainer find the server there; else one of its own.
+  ServerThread(int workers, std::map<std::string, std::string> options, OptimizerOptions optimizer = {},
+               std::shared_ptr<InMemoryStore> store = nullptr)
+      : store_(store != nullptr ? std::move(store) : std::make_shared<InMemoryStore>()),
+        context_(*store_, workers, options, optimizer),
+        server_(parsePsOptions(options), context_) {
     server_.start();
-    endpoint_ = store_.getString(roleEndpointKey("ps-server", 0), std::chrono::seconds(5));
+    endpoint_ = store_->getString(roleEndpointKey("ps-server", 0), std::chrono::seconds(5));
     thread_ = std::thread([this] {
       while (!stop_) {
         server_.serveOnce(20);
@@ -68,10 +72,10 @@ class ServerThread {
     thread_.join();
   }
   const std::string& endpoint() const { return endpoint_; }
-  Store& store() { return store_; }
+  Store& store() { return *store_; }
 
  private:
-  InMemoryStore store_;
+  std::shared_ptr<InMemoryStore> store_;
   TestRoleContext context_;
   PsServer server_;
   std::string endpoint_;
