@@ -2,9 +2,11 @@
 """Asynchronous parameter-server training keeps sync's accuracy with a straggler (issue 15's accuracy test).
 
 The bundled CNN trains 3 epochs of Fashion-MNIST on 2 workers and 1 server, worker 1 twice as slow (--slow-rank 1:2),
-SGD with momentum, in three modes: sync, async with the staleness-aware learning rate (lr_staleness=on: each
-gradient's step divided by its staleness) and plain async. Async with lr_staleness must end within --max-gap (1.5)
-points of sync's test accuracy; plain async's gap is printed, not checked (the issue asks for it to be reported).
+SGD with momentum, in two modes: sync and async with the staleness-aware learning rate (lr_staleness=on: each
+gradient's step divided by its staleness); with --report-plain also plain async. Async with lr_staleness must end
+within --max-gap (1.5) points of sync's test accuracy; plain async's gap is printed, not checked (the issue asks for
+it to be reported). CI leaves plain async out for time (a 3-epoch run, 90 s on 2 cores); the straggler comparison
+in docs/performance.md (`strata compare --spec docs/compare/ps_straggler_3_epochs.json`) reports it.
 Async runs must also have been stale (the servers measured a mean staleness above 0.5 for the fast worker), or the
 comparison says nothing about stale gradients.
 """
@@ -45,14 +47,16 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--max-gap", type=float, default=1.5, help="points of test accuracy")
     parser.add_argument("--master-port", type=int, default=29751)
+    parser.add_argument("--report-plain", action="store_true", help="also train plain async and print its gap")
     args = parser.parse_args()
     os.makedirs(args.work_dir, exist_ok=True)
     sync, _ = train(args, "sync", ["mode=sync"])
     corrected, corrected_staleness = train(args, "async-lr-staleness", ["mode=async", "lr_staleness=on"])
-    plain, _ = train(args, "async", ["mode=async"])
     gap = 100 * (sync - corrected)
-    print(f"accuracy lost to async with lr_staleness=on: {gap:+.2f} points (at most {args.max_gap}); "
-          f"plain async: {100 * (sync - plain):+.2f} points (reported, not checked)")
+    print(f"accuracy lost to async with lr_staleness=on: {gap:+.2f} points (at most {args.max_gap})")
+    if args.report_plain:
+        plain, _ = train(args, "async", ["mode=async"])
+        print(f"plain async: {100 * (sync - plain):+.2f} points (reported, not checked)")
     ok = True
     if gap > args.max_gap:
         print(f"FAILED: async with lr_staleness=on ends {gap:.2f} points below sync")
