@@ -277,7 +277,7 @@ class ConvKernel : public OpKernel {
 
   std::string implementation() const override {
     if (f64_ != nullptr)
-      return "float64 loop";
+      return "float64 im2col GEMM";
     if (gemm_ != nullptr)
       return gemm_->implementation() + tapNote_;
     if (winograd_ != nullptr)

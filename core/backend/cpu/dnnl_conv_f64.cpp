@@ -1,19 +1,19 @@
 // Conv in float64, which oneDNN does not have: im2col + a cache-blocked GEMM in plain C++ loops.
 // Note [Float64 kernels]: float64 exists for reference checks (whole models compared with PyTorch in float64, where
 // float32 runs are too chaotic to compare), so these loops aim at "fast enough for a ResNet50 at small resolution",
-// not at oneDNN speed. Summation happens in double throughout.
+// not at oneDNN speed. Summation happens in double throughout. The gradients (conv_f64_grad.cpp) reuse the im2col
+// and GEMM tiles here.
 
 #include <algorithm>
 #include <cstring>
 
+#include "conv_f64.h"
 #include "dnnl_context.h"
 #include "strata/thread_pool.h"
-#include "window3.h"
 
 namespace strata::cpu {
-namespace {
+namespace conv_f64 {
 
-// One im2col row: the input plane `plane` sampled at kernel position (kd, kh, kw) for every output position.
 void im2colRow(const Window3& g, const double* plane, std::int64_t kd, std::int64_t kh, std::int64_t kw, double* row) {
   const std::int64_t outHW = g.out[1] * g.out[2];
   const std::int64_t offD = kd * g.dilation[0], offH = kh * g.dilation[1], offW = kw * g.dilation[2];
@@ -49,42 +49,99 @@ void im2colRow(const Window3& g, const double* plane, std::int64_t kd, std::int6
   }
 }
 
-constexpr std::int64_t kRowBlock = 32;     // output channels per GEMM task
-constexpr std::int64_t kColBlock = 256;    // output positions per GEMM task (one C row chunk: 2 KiB, stays in L1)
-constexpr std::int64_t kDepthBlock = 128;  // reduction block: a 128 x 256 panel of B (256 KiB) stays in L2
+void im2colImages(const Window3& g, const double* x, std::int64_t images, std::int64_t channels, double* col) {
+  const std::int64_t kernelVolume = g.kernelVolume(), inVolume = g.inVolume(), outVolume = g.outVolume();
+  const std::int64_t rows = images * channels * kernelVolume;
+  parallelFor(0, rows, std::max<std::int64_t>(1, 1024 / outVolume), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const std::int64_t kernelIndex = r % kernelVolume;
+      const std::int64_t plane = r / kernelVolume;  // (image, channel)
+      const std::int64_t kw = kernelIndex % g.kernel[2];
+      const std::int64_t kh = (kernelIndex / g.kernel[2]) % g.kernel[1];
+      const std::int64_t kd = kernelIndex / (g.kernel[2] * g.kernel[1]);
+      im2colRow(g, x + plane * inVolume, kd, kh, kw, col + r * outVolume);
+    }
+  });
+}
 
-// C[rows, cols] = bias (per row, or 0) + A[rows, depth] * B[depth, cols]; leading dimensions lda, ldb, ldc.
+bool isPointwise(const Window3& g) {
+  bool pointwise = true;
+  for (int i = 0; i < 3; ++i)
+    pointwise = pointwise && g.kernel[i] == 1 && g.stride[i] == 1 && g.pad[i] == 0 && g.out[i] == g.in[i];
+  return pointwise;
+}
+
+std::int64_t imagesPerChunk(std::int64_t doublesPerImage, std::int64_t batch) {
+  return std::clamp<std::int64_t>((std::int64_t{4} << 20) / std::max<std::int64_t>(doublesPerImage, 1), 1, batch);
+}
+
+namespace {
+
+// C[MR, cols] += A[MR, k0:k1] * B[k0:k1, cols]: MR rows by 8 columns of C held in vector registers over the whole
+// reduction block, so each B load serves MR multiply-adds and C is loaded and stored once per block.
+template <int MR>
+void gemmRows(std::int64_t cols, std::int64_t k0, std::int64_t k1, const double* a, std::int64_t lda, const double* b,
+              std::int64_t ldb, double* c, std::int64_t ldc) {
+  std::int64_t j = 0;
+  for (; j + 8 <= cols; j += 8) {
+    Double4 acc[MR][2];
+    for (int i = 0; i < MR; ++i) {
+      acc[i][0] = load4(c + i * ldc + j);
+      acc[i][1] = load4(c + i * ldc + j + 4);
+    }
+    for (std::int64_t k = k0; k < k1; ++k) {
+      const Double4 b0 = load4(b + k * ldb + j), b1 = load4(b + k * ldb + j + 4);
+      for (int i = 0; i < MR; ++i) {
+        const Double4 av = Double4{} + a[i * lda + k];
+        acc[i][0] += av * b0;
+        acc[i][1] += av * b1;
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      store4(c + i * ldc + j, acc[i][0]);
+      store4(c + i * ldc + j + 4, acc[i][1]);
+    }
+  }
+  for (; j < cols; ++j) {
+    for (int i = 0; i < MR; ++i) {
+      double sum = c[i * ldc + j];
+      for (std::int64_t k = k0; k < k1; ++k)
+        sum += a[i * lda + k] * b[k * ldb + j];
+      c[i * ldc + j] = sum;
+    }
+  }
+}
+
+}  // namespace
+
 void gemmTile(std::int64_t rows, std::int64_t cols, std::int64_t depth, const double* a, std::int64_t lda,
               const double* b, std::int64_t ldb, double* c, std::int64_t ldc, const double* bias) {
   for (std::int64_t i = 0; i < rows; ++i)
     std::fill(c + i * ldc, c + i * ldc + cols, bias != nullptr ? bias[i] : 0.0);
   for (std::int64_t k0 = 0; k0 < depth; k0 += kDepthBlock) {
     const std::int64_t k1 = std::min(depth, k0 + kDepthBlock);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      double* __restrict cRow = c + i * ldc;
-      const double* aRow = a + i * lda;
-      std::int64_t k = k0;
-      // Four reduction steps per pass over the C row: one load and store of C per four multiply-adds.
-      for (; k + 4 <= k1; k += 4) {
-        const double a0 = aRow[k], a1 = aRow[k + 1], a2 = aRow[k + 2], a3 = aRow[k + 3];
-        const double* __restrict b0 = b + k * ldb;
-        const double* __restrict b1 = b0 + ldb;
-        const double* __restrict b2 = b1 + ldb;
-        const double* __restrict b3 = b2 + ldb;
-        for (std::int64_t j = 0; j < cols; ++j)
-          cRow[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j];
-      }
-      for (; k < k1; ++k) {
-        const double a0 = aRow[k];
-        const double* __restrict b0 = b + k * ldb;
-        for (std::int64_t j = 0; j < cols; ++j)
-          cRow[j] += a0 * b0[j];
-      }
+    std::int64_t i = 0;
+    for (; i + 4 <= rows; i += 4)
+      gemmRows<4>(cols, k0, k1, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+    switch (rows - i) {
+      case 3:
+        gemmRows<3>(cols, k0, k1, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+        break;
+      case 2:
+        gemmRows<2>(cols, k0, k1, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+        break;
+      case 1:
+        gemmRows<1>(cols, k0, k1, a + i * lda, lda, b, ldb, c + i * ldc, ldc);
+        break;
+      default:
+        break;
     }
   }
 }
 
-}  // namespace
+}  // namespace conv_f64
+
+using namespace conv_f64;
 
 void convForwardF64(const WindowGeometry& geometry, const Shape& xShape, const Shape& wShape, std::int64_t group,
                     const double* x, const double* w, const double* bias, double* y) {
@@ -100,15 +157,11 @@ void convForwardF64(const WindowGeometry& geometry, const Shape& xShape, const S
   const std::int64_t depth = cPerG * kernelVolume;  // GEMM reduction length: W's row length
   if (batch == 0 || filters == 0 || outVolume == 0)
     return;
-  bool pointwise = true;  // then X itself is the im2col matrix
-  for (int i = 0; i < 3; ++i)
-    pointwise = pointwise && g.kernel[i] == 1 && g.stride[i] == 1 && g.pad[i] == 0 && g.out[i] == g.in[i];
+  const bool pointwise = isPointwise(g);  // then X itself is the im2col matrix
 
   // im2col for a chunk of images at a time, in the shared scratchpad, at most ~32 MiB unless one image needs more.
   const std::int64_t colPerImage = pointwise ? 0 : channels * kernelVolume * outVolume;
-  const std::int64_t chunk =
-      pointwise ? batch
-                : std::clamp<std::int64_t>((std::int64_t{4} << 20) / std::max<std::int64_t>(colPerImage, 1), 1, batch);
+  const std::int64_t chunk = pointwise ? batch : imagesPerChunk(colPerImage, batch);
   double* col =
       pointwise ? nullptr
                 : static_cast<double*>(dnnlScratchpad(static_cast<std::size_t>(chunk * colPerImage) * sizeof(double)));
@@ -116,19 +169,8 @@ void convForwardF64(const WindowGeometry& geometry, const Shape& xShape, const S
   const std::int64_t colBlocks = (outVolume + kColBlock - 1) / kColBlock;
   for (std::int64_t n0 = 0; n0 < batch; n0 += chunk) {
     const std::int64_t images = std::min(chunk, batch - n0);
-    if (!pointwise) {
-      const std::int64_t rows = images * channels * kernelVolume;
-      parallelFor(0, rows, std::max<std::int64_t>(1, 1024 / outVolume), [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t r = begin; r < end; ++r) {
-          const std::int64_t kernelIndex = r % kernelVolume;
-          const std::int64_t plane = r / kernelVolume;  // (image in chunk, channel)
-          const std::int64_t kw = kernelIndex % g.kernel[2];
-          const std::int64_t kh = (kernelIndex / g.kernel[2]) % g.kernel[1];
-          const std::int64_t kd = kernelIndex / (g.kernel[2] * g.kernel[1]);
-          im2colRow(g, x + (n0 * channels + plane) * inVolume, kd, kh, kw, col + r * outVolume);
-        }
-      });
-    }
+    if (!pointwise)
+      im2colImages(g, x + n0 * channels * inVolume, images, channels, col);
     const std::int64_t tasks = images * group * rowBlocks * colBlocks;
     parallelFor(0, tasks, 1, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t t = begin; t < end; ++t) {

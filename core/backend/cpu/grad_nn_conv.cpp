@@ -1,10 +1,11 @@
 // Conv gradients: ConvGradInput (dY, W -> dX), ConvGradWeight (dY, X -> dW [, dB]) and the fused ConvGrad
 // (dY, X, W -> dX, dW [, dB]). Float32 runs oneDNN's convolution_backward_data / convolution_backward_weights,
-// float64 plain loops (for finite-difference tests).
+// float64 im2col GEMMs (conv_f64_grad.cpp).
 
 #include <cstring>
 #include <memory>
 
+#include "conv_f64.h"
 #include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "conv_taps.h"
@@ -109,107 +110,6 @@ std::vector<TensorMeta> inferConvGrad(ConvGradMode mode, const ShapeContext& ctx
   if (ctx.outputCount > out.size())
     ctx.error(fmt::format("{} has at most {} outputs", ctx.opType, out.size()));
   return out;
-}
-
-// ---- float64: plain loops ----
-
-// dX[n, c] = sum over the group's filters m and kernel positions of W[m, c', k] * dY[n, m] scattered back.
-void convGradInputF64(const ConvGradSetup& s, const double* dy, const double* w, double* dx) {
-  const Window3 g = promoteWindow(s.geometry, s.x);
-  const std::int64_t channels = s.x[1], filters = s.w[0];
-  const std::int64_t cPerG = channels / s.group, mPerG = filters / s.group;
-  const std::int64_t inVolume = g.inVolume(), outVolume = g.outVolume(), kVolume = g.kernelVolume();
-  parallelFor(0, s.x[0] * channels, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t plane = begin; plane < end; ++plane) {
-      const std::int64_t n = plane / channels, c = plane % channels;
-      const std::int64_t gi = c / cPerG, ci = c % cPerG;
-      double* out = dx + plane * inVolume;
-      std::fill(out, out + inVolume, 0.0);
-      for (std::int64_t m = gi * mPerG; m < (gi + 1) * mPerG; ++m) {
-        const double* grad = dy + (n * filters + m) * outVolume;
-        const double* kernel = w + (m * cPerG + ci) * kVolume;
-        for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd) {
-          std::int64_t d0, d1;
-          validOutputRange(g.in[0], g.out[0], g.stride[0], g.pad[0], kd * g.dilation[0], d0, d1);
-          for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh) {
-            std::int64_t h0, h1;
-            validOutputRange(g.in[1], g.out[1], g.stride[1], g.pad[1], kh * g.dilation[1], h0, h1);
-            for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
-              std::int64_t w0, w1;
-              validOutputRange(g.in[2], g.out[2], g.stride[2], g.pad[2], kw * g.dilation[2], w0, w1);
-              const double weight = kernel[(kd * g.kernel[1] + kh) * g.kernel[2] + kw];
-              for (std::int64_t od = d0; od < d1; ++od) {
-                const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
-                for (std::int64_t oh = h0; oh < h1; ++oh) {
-                  const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
-                  const double* gRow = grad + (od * g.out[1] + oh) * g.out[2];
-                  double* xRow = out + (id * g.in[1] + ih) * g.in[2] - g.pad[2] + kw * g.dilation[2];
-                  for (std::int64_t ow = w0; ow < w1; ++ow)
-                    xRow[ow * g.stride[2]] += weight * gRow[ow];
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  });
-}
-
-// dW[m, c', k] = sum over n and output positions of dY[n, m, o] * X[n, c, o * stride - pad + k * dilation];
-// dB[m] = sum of dY[n, m, o].
-void convGradWeightF64(const ConvGradSetup& s, const double* dy, const double* x, double* dw, double* db) {
-  const Window3 g = promoteWindow(s.geometry, s.x);
-  const std::int64_t channels = s.x[1], filters = s.w[0];
-  const std::int64_t cPerG = channels / s.group, mPerG = filters / s.group;
-  const std::int64_t inVolume = g.inVolume(), outVolume = g.outVolume(), kVolume = g.kernelVolume();
-  const std::int64_t batch = s.x[0];
-  parallelFor(0, filters * cPerG, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t task = begin; task < end; ++task) {
-      const std::int64_t m = task / cPerG, ci = task % cPerG;
-      const std::int64_t c = (m / mPerG) * cPerG + ci;
-      double* out = dw + task * kVolume;
-      for (std::int64_t kd = 0; kd < g.kernel[0]; ++kd) {
-        std::int64_t d0, d1;
-        validOutputRange(g.in[0], g.out[0], g.stride[0], g.pad[0], kd * g.dilation[0], d0, d1);
-        for (std::int64_t kh = 0; kh < g.kernel[1]; ++kh) {
-          std::int64_t h0, h1;
-          validOutputRange(g.in[1], g.out[1], g.stride[1], g.pad[1], kh * g.dilation[1], h0, h1);
-          for (std::int64_t kw = 0; kw < g.kernel[2]; ++kw) {
-            std::int64_t w0, w1;
-            validOutputRange(g.in[2], g.out[2], g.stride[2], g.pad[2], kw * g.dilation[2], w0, w1);
-            double sum = 0;
-            for (std::int64_t n = 0; n < batch; ++n) {
-              const double* grad = dy + (n * filters + m) * outVolume;
-              const double* plane = x + (n * channels + c) * inVolume;
-              for (std::int64_t od = d0; od < d1; ++od) {
-                const std::int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dilation[0];
-                for (std::int64_t oh = h0; oh < h1; ++oh) {
-                  const std::int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dilation[1];
-                  const double* gRow = grad + (od * g.out[1] + oh) * g.out[2];
-                  const double* xRow = plane + (id * g.in[1] + ih) * g.in[2] - g.pad[2] + kw * g.dilation[2];
-                  for (std::int64_t ow = w0; ow < w1; ++ow)
-                    sum += gRow[ow] * xRow[ow * g.stride[2]];
-                }
-              }
-            }
-            out[(kd * g.kernel[1] + kh) * g.kernel[2] + kw] = sum;
-          }
-        }
-      }
-    }
-  });
-  if (db == nullptr)
-    return;
-  for (std::int64_t m = 0; m < filters; ++m) {
-    double sum = 0;
-    for (std::int64_t n = 0; n < batch; ++n) {
-      const double* grad = dy + (n * filters + m) * outVolume;
-      for (std::int64_t i = 0; i < outVolume; ++i)
-        sum += grad[i];
-    }
-    db[m] = sum;
-  }
 }
 
 // ---- float32: oneDNN ----
@@ -327,7 +227,7 @@ class ConvGradKernel : public OpKernel {
 
   std::string implementation() const override {
     if (setup_.dtype == DType::Float64)
-      return "float64 loop";
+      return "float64 im2col GEMM";
     if (gemm_ != nullptr)
       return gemm_->implementation() + tapNote(fullW_, taps_);
     std::string out;
@@ -357,15 +257,16 @@ class ConvGradKernel : public OpKernel {
     const Tensor& dy = ctx.input(0);
     if (setup_.dtype == DType::Float64) {
       if (dx != nullptr) {
-        convGradInputF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(io_.wIndex)).data<double>(),
-                         dx->data<double>());
+        convGradInputF64(setup_.geometry, setup_.x, setup_.w, setup_.group, dy.data<double>(),
+                         ctx.input(static_cast<std::size_t>(io_.wIndex)).data<double>(), dx->data<double>());
       }
       if (dw != nullptr || db != nullptr) {
         // dW is computed even when only dB is wanted: a scratch tensor keeps the loop simple (tests only).
         Tensor scratch;
         if (dw == nullptr)
           scratch = Tensor::empty(DType::Float64, setup_.w, MemoryCategory::Workspace);
-        convGradWeightF64(setup_, dy.data<double>(), ctx.input(static_cast<std::size_t>(io_.xIndex)).data<double>(),
+        convGradWeightF64(setup_.geometry, setup_.x, setup_.w, setup_.group, dy.data<double>(),
+                          ctx.input(static_cast<std::size_t>(io_.xIndex)).data<double>(),
                           dw != nullptr ? dw->data<double>() : scratch.data<double>(),
                           db != nullptr ? db->data<double>() : nullptr);
       }
