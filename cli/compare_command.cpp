@@ -13,6 +13,7 @@
 #include "compare_results.h"
 #include "compare_runner.h"
 #include "strata/error.h"
+#include "yaml_document.h"
 
 namespace fs = std::filesystem;
 
@@ -63,7 +64,9 @@ CompareSpec specFrom(const CompareOptions& o, const std::vector<std::string>& tr
     std::ifstream in(o.specFile);
     STRATA_CHECK(in.good(), "{}: cannot read the comparison spec", o.specFile);
     try {
-      spec = compareSpecFromJson(nlohmann::json::parse(in), o.specFile);
+      // A .yaml/.yml spec reads as the JSON document it spells: one schema, one set of checks.
+      spec = compareSpecFromJson(isYamlPath(o.specFile) ? readYamlAsJson(o.specFile) : nlohmann::json::parse(in),
+                                 o.specFile);
     } catch (const nlohmann::json::exception& e) {
       fail("{}: not valid JSON: {}", o.specFile, e.what());
     }
@@ -164,7 +167,7 @@ void addCompareCommand(CLI::App& app) {
   c->add_option("--strategy", o->strategies,
                 "a strategy and its options, e.g. ddp, \"fsdp shard=full\", \"ps mode=async\" (repeatable)");
   c->add_option("--world-size", o->worldSizes, "ranks per run (repeatable)")->check(CLI::PositiveNumber);
-  c->add_option("--spec", o->specFile, "JSON comparison spec (docs/compare.md); flags add to it");
+  c->add_option("--spec", o->specFile, "comparison spec, JSON or YAML (.yaml, .yml; docs/compare.md); flags add to it");
   c->add_option("--out", o->out, "directory of the comparison: runs/, report.html, report.md, results.*");
   c->add_option("--resume", o->resume, "continue the comparison in DIR, rerunning what did not finish");
   c->add_flag("--no-predict", o->noPredict, "do not run strata plan before each configuration");

@@ -38,6 +38,25 @@ T fieldOr(const nlohmann::json& object, const char* key, T fallback, const std::
   }
 }
 
+// A train_args list: strings, and numbers or booleans as their text (a YAML spec's unquoted `--epochs, 10`).
+std::vector<std::string> trainArgsOr(const nlohmann::json& object, const std::string& where) {
+  std::vector<std::string> args;
+  if (!object.contains("train_args"))
+    return args;
+  const nlohmann::json& list = object.at("train_args");
+  STRATA_CHECK(list.is_array(), "{}: field \"train_args\" is a list of arguments, not {}", where, list.dump());
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& arg = list[i];
+    if (arg.is_string())
+      args.push_back(arg.get<std::string>());
+    else if (arg.is_number() || arg.is_boolean())
+      args.push_back(arg.dump());
+    else
+      fail("{}: train_args[{}] is {}, not a string or a number", where, i, arg.dump());
+  }
+  return args;
+}
+
 // "default_cnn-fsdp-shard-full-n2": what a directory name may hold.
 std::string slug(const std::string& text) {
   std::string out;
@@ -86,7 +105,8 @@ std::pair<std::string, std::vector<std::string>> parseStrategyText(const std::st
 }
 
 CompareSpec compareSpecFromJson(const nlohmann::json& document, const std::string& where) {
-  STRATA_CHECK(document.is_object(), "{}: a comparison spec is a JSON object, not {}", where, document.type_name());
+  STRATA_CHECK(document.is_object(), "{}: a comparison spec is an object (a JSON object or a YAML mapping), not {}",
+               where, document.type_name());
   static const std::set<std::string> known = {"models", "strategies", "world_sizes", "train_args", "configurations"};
   for (const auto& [key, value] : document.items()) {
     STRATA_CHECK(known.contains(key), "{}: unknown field \"{}\" (known: {})", where, key, fmt::join(known, ", "));
@@ -95,7 +115,7 @@ CompareSpec compareSpecFromJson(const nlohmann::json& document, const std::strin
   spec.models = fieldOr(document, "models", std::vector<std::string>{}, where);
   spec.strategies = fieldOr(document, "strategies", std::vector<std::string>{}, where);
   spec.worldSizes = fieldOr(document, "world_sizes", std::vector<int>{}, where);
-  spec.trainArgs = fieldOr(document, "train_args", std::vector<std::string>{}, where);
+  spec.trainArgs = trainArgsOr(document, where);
   const nlohmann::json listed = document.value("configurations", nlohmann::json::array());
   STRATA_CHECK(listed.is_array(), "{}: \"configurations\" is a list", where);
   for (std::size_t i = 0; i < listed.size(); ++i) {
@@ -107,7 +127,7 @@ CompareSpec compareSpecFromJson(const nlohmann::json& document, const std::strin
     c.label = fieldOr(item, "strategy", std::string(), at);
     c.worldSize = fieldOr(item, "world_size", 0, at);
     c.model = fieldOr(item, "model", std::string(), at);
-    c.trainArgs = fieldOr(item, "train_args", std::vector<std::string>{}, at);
+    c.trainArgs = trainArgsOr(item, at);
     c.name = fieldOr(item, "name", std::string(), at);
     spec.configurations.push_back(std::move(c));
   }

@@ -20,7 +20,7 @@ struct CompareConfiguration {
 };
 
 // What `strata compare` runs: every model x strategy x world size, plus configurations listed one by one (with
-// arguments of their own, such as --slow-rank). Read from flags or from a JSON spec file (docs/compare.md):
+// arguments of their own, such as --slow-rank). Read from flags or from a JSON or YAML spec file (docs/compare.md):
 //   {"models": ["vgg16.onnx"], "strategies": ["ddp", "fsdp shard=full"], "world_sizes": [2, 4],
 //    "train_args": ["--data", "cifar10:data", "--epochs", "10"],
 //    "configurations": [{"strategy": "ps mode=async", "world_size": 4, "train_args": ["--slow-rank", "3:2"]}]}

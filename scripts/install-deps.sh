@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libonnx-dev libprotobuf-dev protobuf-compiler libdnnl-dev opencl-headers ocl-icd-opencl-dev zlib1g-dev
-  libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libzmq3-dev cppzmq-dev libboost-dev libgloo-dev
   python3 python3-numpy python3-onnx python3-torch python3-torchvision
