@@ -257,6 +257,92 @@ T sigmoidOf(T x) {
   return x >= T(0) ? positive : e * positive;
 }
 
+// tanh for float32, branch-free (std::tanh is a scalar libm call: Mish and tanh-GELU ran scalar). Cephes' tanhf: an
+// odd polynomial for |x| <= 0.625, 1 - 2 / (e^(2|x|) + 1) above (expFloat), the sign put back; NaN stays NaN.
+inline float tanhFloat(float x) {
+  const float z = std::fabs(x);
+  const float s = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * s + 2.06390887954e-2f;
+  p = p * s - 5.37397155531e-2f;
+  p = p * s + 1.33314422036e-1f;
+  p = p * s - 3.33332819422e-1f;
+  const float small = p * s * x + x;
+  const float large = std::copysign(1.0f - 2.0f / (expFloat(z + z) + 1.0f), x);
+  return z <= 0.625f ? small : large;
+}
+
+// log of a normal, positive, finite float32 times 2^-scale (the core of logFloat and log1pUnit). Cephes' logf:
+// x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(m) = f - f^2/2 + f^3 P(f) for f = m - 1, e ln2 added in two parts.
+inline float logOfNormal(float x, float scale) {
+  const auto bits = std::bit_cast<std::int32_t>(x);
+  const float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);  // in [0.5, 1)
+  const bool low = m < 0.70710678118654752f;
+  const float f = (low ? m + m : m) - 1.0f;
+  const float e = static_cast<float>(((bits >> 23) & 0xff) - 126 - (low ? 1 : 0)) - scale;
+  const float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = p * f * z;
+  y += -2.12194440e-4f * e;
+  y += -0.5f * z;
+  return f + y + 0.693359375f * e;
+}
+
+// log for float32, branch-free (std::log is a scalar libm call): logOfNormal, subnormals scaled by 2^23 first;
+// log(0) = -inf, log(negative) = NaN, log(inf) = inf, NaN stays NaN.
+inline float logFloat(float x) {
+  const bool subnormal = x < std::numeric_limits<float>::min();
+  const float result = logOfNormal(subnormal ? x * 8388608.0f : x, subnormal ? 23.0f : 0.0f);  // 2^23
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special = x == 0.0f ? -inf : (x == inf ? inf : std::numeric_limits<float>::quiet_NaN());
+  return x > 0.0f && x < inf ? result : special;
+}
+
+// log(1 + u) for u in [0, 1] without losing small u (1 + u rounds): log(w) * u / (w - 1) with w = 1 + u (Goldberg's
+// correction), u itself where w rounds to 1. No special values: GCC 12 stops vectorising loops where logFloat's
+// checks follow expFloat's (softplus), so callers keep u in range.
+inline float log1pUnit(float u) {
+  const float w = 1.0f + u;
+  const float d = w - 1.0f;
+  return d == 0.0f ? u : logOfNormal(w, 0.0f) * (u / d);
+}
+
+template <typename T>
+T tanhOf(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return tanhFloat(x);
+  } else {
+    return std::tanh(x);
+  }
+}
+
+template <typename T>
+T logOf(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return logFloat(x);
+  } else {
+    return std::log(x);
+  }
+}
+
+// log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|), branch-free for float32.
+template <typename T>
+T softplusOf(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return std::max(x, 0.0f) + log1pUnit(expFloat(-std::fabs(x)));  // NaN: max keeps it
+  } else {
+    return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+  }
+}
+
 template <typename T>
 T erfOf(T x) {
   if constexpr (std::is_same_v<T, float>) {

@@ -121,12 +121,6 @@ auto plain(F f) {
   return [f](const Attributes&) { return f; };
 }
 
-template <typename T>
-T softplus(T x) {
-  // log(1 + exp(x)) without overflow for large x.
-  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
 }  // namespace
 
 void registerUnaryOps(OpRegistry& registry) {
@@ -149,7 +143,7 @@ void registerUnaryOps(OpRegistry& registry) {
   addUnary(registry, "Sigmoid", FloatTypes{}, 8, plain([](auto x) { return sigmoidOf(x); }));
   // Note [SiLU fusion] (graphs/silu_fusion.h): Strata's own node for Mul(x, Sigmoid(x)), the same arithmetic.
   addUnary(registry, "Silu", FloatTypes{}, 9, plain([](auto x) { return x * sigmoidOf(x); }));
-  addUnary(registry, "Tanh", FloatTypes{}, 8, plain([](auto x) { return std::tanh(x); }));
+  addUnary(registry, "Tanh", FloatTypes{}, 8, plain([](auto x) { return tanhOf(x); }));
   addUnary(registry, "HardSigmoid", FloatTypes{}, 1, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 0.2f);
     const double beta = attrs.getFloat("beta", 0.5f);
@@ -174,7 +168,7 @@ void registerUnaryOps(OpRegistry& registry) {
     const auto withTanh = [](auto x) {
       using T = decltype(x);
       const T inner = T(0.7978845608028654) * (x + T(0.044715) * x * x * x);  // sqrt(2/pi)
-      return T(0.5) * x * (T(1) + std::tanh(inner));
+      return T(0.5) * x * (T(1) + tanhOf(inner));
     };
     return EitherFn<decltype(exact), decltype(withTanh)>{approximate == "tanh", exact, withTanh};
   });
@@ -182,7 +176,7 @@ void registerUnaryOps(OpRegistry& registry) {
   addUnary(registry, "Reciprocal", FloatTypes{}, 2, plain([](auto x) { return decltype(x)(1) / x; }));
   addUnary(registry, "Neg", SignedTypes{}, 1, plain([](auto x) { return -x; }));
   addUnary(registry, "Exp", FloatTypes{}, 8, plain([](auto x) { return expOf(x); }));
-  addUnary(registry, "Log", FloatTypes{}, 8, plain([](auto x) { return std::log(x); }));
+  addUnary(registry, "Log", FloatTypes{}, 8, plain([](auto x) { return logOf(x); }));
   addUnary(registry, "Abs", NumericTypes{}, 1, plain([](auto x) {
              using T = decltype(x);
              if constexpr (std::is_unsigned_v<T>) {
@@ -201,31 +195,31 @@ void registerUnaryOps(OpRegistry& registry) {
              using T = decltype(x);
              return static_cast<T>((T(0) < x) - (x < T(0)));
            }));
-  addUnary(registry, "Softplus", FloatTypes{}, 10, plain([](auto x) { return softplus(x); }));
+  addUnary(registry, "Softplus", FloatTypes{}, 10, plain([](auto x) { return softplusOf(x); }));
   addUnary(registry, "Softsign", FloatTypes{}, 2, plain([](auto x) { return x / (decltype(x)(1) + std::fabs(x)); }));
   addUnary(registry, "Selu", FloatTypes{}, 8, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 1.67326319217681884765625f);
     const double gamma = attrs.getFloat("gamma", 1.05070102214813232421875f);
     return [alpha, gamma](auto x) {
       using T = decltype(x);
-      return x > T(0) ? T(gamma) * x : T(gamma) * (T(alpha) * std::exp(x) - T(alpha));
+      return x > T(0) ? T(gamma) * x : T(gamma) * (T(alpha) * expOf(x) - T(alpha));
     };
   });
   addUnary(registry, "Elu", FloatTypes{}, 8, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 1.0f);
     return [alpha](auto x) {
       using T = decltype(x);
-      return x >= T(0) ? x : T(alpha) * (std::exp(x) - T(1));
+      return x >= T(0) ? x : T(alpha) * (expOf(x) - T(1));
     };
   });
   addUnary(registry, "Celu", FloatTypes{}, 8, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 1.0f);
     return [alpha](auto x) {
       using T = decltype(x);
-      return std::max(T(0), x) + std::min(T(0), T(alpha) * (std::exp(x / T(alpha)) - T(1)));
+      return std::max(T(0), x) + std::min(T(0), T(alpha) * (expOf(x / T(alpha)) - T(1)));
     };
   });
-  addUnary(registry, "Mish", FloatTypes{}, 16, plain([](auto x) { return x * std::tanh(softplus(x)); }));
+  addUnary(registry, "Mish", FloatTypes{}, 16, plain([](auto x) { return x * tanhOf(softplusOf(x)); }));
   addUnary(registry, "Shrink", FloatTypes{}, 1, [](const Attributes& attrs) {
     const double lambd = attrs.getFloat("lambd", 0.5f);
     const double bias = attrs.getFloat("bias", 0.0f);

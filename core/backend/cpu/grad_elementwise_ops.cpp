@@ -30,6 +30,8 @@ using elementwise_detail::repeatMeta;
 using elementwise_detail::requireDType;
 using elementwise_detail::scalarAsDouble;
 using elementwise_detail::sigmoidOf;
+using elementwise_detail::softplusOf;
+using elementwise_detail::tanhOf;
 using elementwise_detail::withElementFn;
 
 // dY and every other listed input must share dY's float dtype; `sameShape` inputs must also have dY's shape.
@@ -115,11 +117,6 @@ auto plain(F f) {
   return [f](const Attributes&) { return f; };
 }
 
-template <typename T>
-T softplus(T x) {
-  return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
 void registerActivationGrads(OpRegistry& registry) {
   // Activations whose derivative is a function of the output Y.
   addUnaryGrad(registry, "ReluGrad", 1,
@@ -190,7 +187,7 @@ void registerActivationGrads(OpRegistry& registry) {
       using T = decltype(x);
       constexpr T kScale = T(0.7978845608028654);  // sqrt(2/pi)
       constexpr T kCubic = T(0.044715);
-      const T t = std::tanh(kScale * (x + kCubic * x * x * x));
+      const T t = tanhOf(kScale * (x + kCubic * x * x * x));
       return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * kScale * (T(1) + T(3) * kCubic * x * x));
     };
     return EitherFn<decltype(exact), decltype(withTanh)>{approximate == "tanh", exact, withTanh};
@@ -209,14 +206,14 @@ void registerActivationGrads(OpRegistry& registry) {
     const double alpha = attrs.getFloat("alpha", 1.0f);
     return [alpha](auto dy, auto x) {
       using T = decltype(x);
-      return x >= T(0) ? dy : dy * T(alpha) * std::exp(x);
+      return x >= T(0) ? dy : dy * T(alpha) * expOf(x);
     };
   });
   addUnaryGrad(registry, "CeluGrad", 8, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 1.0f);
     return [alpha](auto dy, auto x) {
       using T = decltype(x);
-      return x > T(0) ? dy : dy * std::exp(x / T(alpha));
+      return x > T(0) ? dy : dy * expOf(x / T(alpha));
     };
   });
   addUnaryGrad(registry, "SeluGrad", 8, [](const Attributes& attrs) {
@@ -224,13 +221,13 @@ void registerActivationGrads(OpRegistry& registry) {
     const double gamma = attrs.getFloat("gamma", 1.05070102214813232421875f);
     return [alpha, gamma](auto dy, auto x) {
       using T = decltype(x);
-      return x > T(0) ? dy * T(gamma) : dy * T(gamma * alpha) * std::exp(x);
+      return x > T(0) ? dy * T(gamma) : dy * T(gamma * alpha) * expOf(x);
     };
   });
   addUnaryGrad(registry, "MishGrad", 20, plain([](auto dy, auto x) {
                  using T = decltype(x);
                  // d/dx x * tanh(sp(x)) = tanh(sp) + x * (1 - tanh(sp)^2) * sigmoid(x), as sp' = sigmoid.
-                 const T t = std::tanh(softplus(x));
+                 const T t = tanhOf(softplusOf(x));
                  return dy * (t + x * (T(1) - t * t) * sigmoidOf(x));
                }));
 }

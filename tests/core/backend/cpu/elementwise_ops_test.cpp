@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -306,6 +307,64 @@ TEST(ElementwiseOpsTest, Float32ExpAndSigmoidStayWithinAFewUlps) {
       ASSERT_LT(s, std::numeric_limits<float>::min()) << "sigmoid(" << v << ")";
     }
   }
+}
+
+// Float32 Tanh, Log, Softplus and Mish (and tanh-GELU, Elu) run branch-free approximations (tanhFloat, logFloat,
+// log1pUnit over expFloat in elementwise_common.h), not libm: each stays within a few float32 ulps of the double
+// function wherever the float32 result is normal, and keeps libm's special values.
+TEST(ElementwiseOpsTest, Float32TanhLogSoftplusMishStayWithinAFewUlps) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> around;  // [-30, 30] densely, then tiny magnitudes
+  for (int i = -300000; i <= 300000; ++i)
+    around.push_back(static_cast<float>(i) * 1e-4f);
+  for (float tiny : {1e-30f, 1e-8f, 3e-6f, 1e-4f, 7e-3f, 0.6249f, 0.6251f})
+    around.insert(around.end(), {tiny, -tiny});
+  std::vector<float> positive;  // every binade from the smallest subnormal to the largest float, and around 1
+  for (float v = std::numeric_limits<float>::denorm_min(); v < 3e38f;
+       v = std::max(v * 1.001f, std::nextafter(v, 1.0f)))  // subnormals step by at least one ulp
+    positive.push_back(v);
+  for (int i = -20000; i <= 20000; ++i)
+    positive.push_back(1.0f + static_cast<float>(i) * 6e-8f);
+  const auto check = [&](const char* op, const std::vector<float>& xs, double (*ref)(double), double bound) {
+    const Tensor x = makeTensor<float>({static_cast<std::int64_t>(xs.size())}, xs);
+    const Tensor y = run1(op, {&x});
+    double worst = 0;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const double expected = ref(xs[i]);
+      const float got = y.data<float>()[i];
+      if (std::fabs(expected) < std::numeric_limits<float>::min()) {
+        ASSERT_LT(std::fabs(got), 2 * std::numeric_limits<float>::min()) << op << "(" << xs[i] << ")";
+        continue;
+      }
+      const double error = std::fabs(got - expected) / std::fabs(expected);
+      worst = std::max(worst, error);
+      ASSERT_LE(error, bound) << op << "(" << xs[i] << ") = " << got << ", expected " << expected;
+    }
+    RecordProperty(std::string(op) + "_worst_relative_error", fmt::format("{:.3g}", worst));
+    // The special values, as libm gives them.
+    const std::vector<float> specials{nan, inf, -inf, 0.0f, -0.0f, -1.0f};
+    const Tensor sx = makeTensor<float>({6}, specials);
+    const Tensor sy = run1(op, {&sx});
+    for (std::size_t i = 0; i < specials.size(); ++i) {
+      const float expected = static_cast<float>(ref(specials[i]));
+      const float got = sy.data<float>()[i];
+      if (std::isnan(expected))
+        EXPECT_TRUE(std::isnan(got)) << op << "(" << specials[i] << ") = " << got;
+      else
+        EXPECT_EQ(got, expected) << op << "(" << specials[i] << ")";
+    }
+  };
+  // Worst relative errors measured (2026-11-27): Tanh 1.3e-7, Log 7.4e-8, Softplus 2.1e-7, Mish 2.5e-7.
+  check(
+      "Tanh", around, [](double v) { return std::tanh(v); }, 2.5e-7);
+  check(
+      "Log", positive, [](double v) { return std::log(v); }, 1.5e-7);
+  check(
+      "Softplus", around, [](double v) { return v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v)); },
+      4e-7);
+  check(
+      "Mish", around,
+      [](double v) { return v * std::tanh(v > 0 ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v))); }, 5e-7);
 }
 
 TEST(ElementwiseOpsTest, UnaryIntegerPaths) {
