@@ -44,6 +44,14 @@ void im2colImages(const Window3& g, const double* x, std::int64_t images, std::i
 bool isPointwise(const Window3& g);
 // Images per im2col chunk: about 32 MiB of doubles, at least one image.
 std::int64_t imagesPerChunk(std::int64_t doublesPerImage, std::int64_t batch);
+// The im2col matrices of a pass over the batch: `chunk` images at a time in `col` (the calling thread's
+// dnnlScratchpad), or none when the window is pointwise (X's planes are the rows; chunk is the whole batch).
+struct Im2colChunks {
+  bool pointwise = false;
+  std::int64_t chunk = 0;
+  double* col = nullptr;
+};
+Im2colChunks im2colChunks(const Window3& g, std::int64_t channels, std::int64_t batch);
 // C[rows, cols] = bias (per row, or 0) + A[rows, depth] * B[depth, cols]; leading dimensions lda, ldb, ldc.
 void gemmTile(std::int64_t rows, std::int64_t cols, std::int64_t depth, const double* a, std::int64_t lda,
               const double* b, std::int64_t ldb, double* c, std::int64_t ldc, const double* bias);

@@ -98,12 +98,10 @@ void convGradWeightF64(const WindowGeometry& geometry, const Shape& xShape, cons
   const std::int64_t kernelVolume = g.kernelVolume(), inVolume = g.inVolume(), outVolume = g.outVolume();
   const std::int64_t columns = cPerG * kernelVolume;  // dW's row length
   std::fill(dw, dw + filters * columns, 0.0);
-  const bool pointwise = isPointwise(g);
-  const std::int64_t colPerImage = pointwise ? 0 : channels * kernelVolume * outVolume;
-  const std::int64_t chunk = pointwise ? batch : imagesPerChunk(colPerImage, batch);
-  double* col =
-      pointwise ? nullptr
-                : static_cast<double*>(dnnlScratchpad(static_cast<std::size_t>(chunk * colPerImage) * sizeof(double)));
+  const Im2colChunks chunks = im2colChunks(g, channels, batch);
+  const bool pointwise = chunks.pointwise;
+  const std::int64_t chunk = chunks.chunk;
+  double* col = chunks.col;
   const std::int64_t filterBlocks = (mPerG + kFilterBlock - 1) / kFilterBlock;
   const std::int64_t columnBlocks = (columns + kColumnBlock - 1) / kColumnBlock;
   for (std::int64_t n0 = 0; n0 < batch; n0 += chunk) {

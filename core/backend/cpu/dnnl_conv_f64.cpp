@@ -75,6 +75,19 @@ std::int64_t imagesPerChunk(std::int64_t doublesPerImage, std::int64_t batch) {
   return std::clamp<std::int64_t>((std::int64_t{4} << 20) / std::max<std::int64_t>(doublesPerImage, 1), 1, batch);
 }
 
+Im2colChunks im2colChunks(const Window3& g, std::int64_t channels, std::int64_t batch) {
+  Im2colChunks chunks;
+  chunks.pointwise = isPointwise(g);
+  if (chunks.pointwise) {
+    chunks.chunk = batch;
+    return chunks;
+  }
+  const std::int64_t perImage = channels * g.kernelVolume() * g.outVolume();
+  chunks.chunk = imagesPerChunk(perImage, batch);
+  chunks.col = static_cast<double*>(dnnlScratchpad(static_cast<std::size_t>(chunks.chunk * perImage) * sizeof(double)));
+  return chunks;
+}
+
 namespace {
 
 // C[MR, cols] += A[MR, k0:k1] * B[k0:k1, cols]: MR rows by 8 columns of C held in vector registers over the whole
@@ -157,14 +170,11 @@ void convForwardF64(const WindowGeometry& geometry, const Shape& xShape, const S
   const std::int64_t depth = cPerG * kernelVolume;  // GEMM reduction length: W's row length
   if (batch == 0 || filters == 0 || outVolume == 0)
     return;
-  const bool pointwise = isPointwise(g);  // then X itself is the im2col matrix
-
   // im2col for a chunk of images at a time, in the shared scratchpad, at most ~32 MiB unless one image needs more.
-  const std::int64_t colPerImage = pointwise ? 0 : channels * kernelVolume * outVolume;
-  const std::int64_t chunk = pointwise ? batch : imagesPerChunk(colPerImage, batch);
-  double* col =
-      pointwise ? nullptr
-                : static_cast<double*>(dnnlScratchpad(static_cast<std::size_t>(chunk * colPerImage) * sizeof(double)));
+  const Im2colChunks chunks = im2colChunks(g, channels, batch);
+  const bool pointwise = chunks.pointwise;
+  const std::int64_t chunk = chunks.chunk;
+  double* col = chunks.col;
   const std::int64_t rowBlocks = (mPerG + kRowBlock - 1) / kRowBlock;
   const std::int64_t colBlocks = (outVolume + kColBlock - 1) / kColBlock;
   for (std::int64_t n0 = 0; n0 < batch; n0 += chunk) {
