@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${BUILD_DIR:-$root/build}
 # CUDA code for the H100/H200 architecture only (sm_90; build.sh alone builds sm_80 too): nothing runs it here, the
-# build checks that it compiles, and a second architecture adds 35% to the CUDA files' compile time (80 s on 2 cores).
+# build checks that it compiles, and a second architecture adds 35% to the CUDA files' compile time (about 85 s of CPU).
 bash "$root/scripts/build.sh" -DCMAKE_CUDA_ARCHITECTURES="${STRATA_CUDA_ARCHITECTURES:-90}"
 cd "$build_dir"
 # The unit tests two at a time: small processes whose start-up dominates (a few hundred ms each, 780 of them).
