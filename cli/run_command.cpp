@@ -15,6 +15,8 @@
 #include "strata/graphs/channels_last.h"
 #include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
+#include "strata/graphs/mish_fusion.h"
+#include "strata/graphs/silu_fusion.h"
 #include "strata/graphs/specialize.h"
 #include "strata/loaders/onnx_importer.h"
 #include "strata/loaders/tensor_proto_io.h"
@@ -101,11 +103,17 @@ void run(const RunOptions& options) {
   const bool float32 = std::all_of(inputs.begin(), inputs.end(), [](const Tensor& t) {
     return !isFloatingPoint(t.dtype()) || t.dtype() == DType::Float32;
   });
-  // Note [Gelu fusion]: an exported GELU's five elementwise nodes run as one.
+  // Note [Gelu fusion]: an exported GELU's five elementwise nodes run as one; on the CPU also SiLU's two and Mish's
+  // three (Notes [SiLU fusion], [Mish fusion]; their kernels are the CPU's).
   const SpecializeOptions again{.inputMetas = metasOf(inputs), .foldParameters = true};
   int fusedGelus = 0;
+  int fusedSilus = 0;
+  int fusedMishes = 0;
   Graph fused = fuseGelu(specialised, &fusedGelus);
-  if (fusedGelus > 0)
+  if (device.type == DeviceType::CPU) {
+    fused = fuseMish(fuseSilu(fused, &fusedSilus), &fusedMishes);
+  }
+  if (fusedGelus + fusedSilus + fusedMishes > 0)
     fused = specialize(fused, again);
   const Graph planned =
       channelsLastForInference(options.device, device, float32) ? specialize(channelsLast(fused), again) : fused;

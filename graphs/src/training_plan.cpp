@@ -9,6 +9,7 @@
 #include "strata/graphs/autocast.h"
 #include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
+#include "strata/graphs/mish_fusion.h"
 #include "strata/graphs/relu_fusion.h"
 #include "strata/graphs/silu_fusion.h"
 #include "strata/graphs/specialize.h"
@@ -147,9 +148,10 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     full = fuseRelu(full, &fusedRelus);
   // Note [SiLU fusion]: Mul(x, Sigmoid(x)) as one Silu node.
   int fusedSilus = 0;
+  int fusedMishes = 0;  // Note [Mish fusion]
   if (fusesForCpu(options))
-    full = fuseSilu(full, &fusedSilus);
-  if (folded > 0 || fusedGelus > 0 || fusedRelus > 0 || fusedSilus > 0)
+    full = fuseMish(fuseSilu(full, &fusedSilus), &fusedMishes);
+  if (folded > 0 || fusedGelus > 0 || fusedRelus > 0 || fusedSilus > 0 || fusedMishes > 0)
     full = specialize(full, SpecializeOptions{.inputMetas = metas, .training = true});
   if (options.mixedPrecision) {
     full =
@@ -288,7 +290,7 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
     if (fusesRelu(options_))
       fused = fuseRelu(fused);
     if (fusesForCpu(options_))
-      fused = fuseSilu(fused);
+      fused = fuseMish(fuseSilu(fused));
     Graph specialised = specialize(fused, evalOptions);
     for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
       specialised.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);

@@ -248,6 +248,31 @@ T expOf(T x) {
   }
 }
 
+// e^x - 1 for float32 without the cancellation of expFloat(x) - 1 near 0 (ELU's family, as PyTorch's expm1): a
+// degree-8 Taylor polynomial for |x| < 0.5 (truncation under 2e-8 relative), expFloat above; branch-free. At most
+// 1e-7 relative error over [-20, 0] (the test's bound is 2x that); NaN stays NaN, -inf gives -1.
+inline float expm1Float(float x) {
+  const float large = expFloat(x) - 1.0f;
+  float p = 1.0f / 40320.0f;
+  p = p * x + 1.0f / 5040.0f;
+  p = p * x + 1.0f / 720.0f;
+  p = p * x + 1.0f / 120.0f;
+  p = p * x + 1.0f / 24.0f;
+  p = p * x + 1.0f / 6.0f;
+  p = p * x + 0.5f;
+  const float small = p * x * x + x;
+  return std::fabs(x) < 0.5f ? small : large;
+}
+
+template <typename T>
+T expm1Of(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return expm1Float(x);
+  } else {
+    return std::expm1(x);
+  }
+}
+
 // sigmoid without overflow (exp of -|x| only), branch-free so float loops over it vectorise (expOf). Shared by the
 // forward kernels (Sigmoid, Silu) and the gradient kernels that need it (SiluGrad, SoftplusGrad, MishGrad).
 template <typename T>
@@ -340,6 +365,25 @@ T softplusOf(T x) {
     return std::max(x, 0.0f) + log1pUnit(expFloat(-std::fabs(x)));  // NaN: max keeps it
   } else {
     return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+  }
+}
+
+// tanh(softplus(x)) for float32 in one exponential: with e = e^x, tanh(log(1 + e)) = n / (n + 2) for n = e (e + 2).
+// x is capped at 20, where the ratio is 1 in float32 (e^x would overflow n). Mish as x * tanhSoftplusFloat(x) stays
+// within 2.7e-7 relative error and vectorises, where x * tanhOf(softplusOf(x)) as one loop did not (GCC 12 and the
+// selects of two approximations in a row: 100 ms on 16M floats, more than the three separate kernels' 83).
+inline float tanhSoftplusFloat(float x) {
+  const float e = expFloat(std::min(x, 20.0f));
+  const float n = e * (e + 2.0f);
+  return n / (n + 2.0f);
+}
+
+template <typename T>
+T tanhSoftplusOf(T x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return tanhSoftplusFloat(x);
+  } else {
+    return std::tanh(softplusOf(x));
   }
 }
 

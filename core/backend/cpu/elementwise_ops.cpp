@@ -197,29 +197,36 @@ void registerUnaryOps(OpRegistry& registry) {
            }));
   addUnary(registry, "Softplus", FloatTypes{}, 10, plain([](auto x) { return softplusOf(x); }));
   addUnary(registry, "Softsign", FloatTypes{}, 2, plain([](auto x) { return x / (decltype(x)(1) + std::fabs(x)); }));
+  // Note [ELU loops]: the exponential is taken of min(x, 0), always, and the select comes after it: GCC 12 keeps
+  // `x >= 0 ? x : f(expFloat(x))` scalar (Elu on 16M floats took 119 ms, PyTorch 53), but vectorises the select of
+  // two computed values. expm1 keeps small negative inputs exact to float precision, as PyTorch's kernels do.
   addUnary(registry, "Selu", FloatTypes{}, 8, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 1.67326319217681884765625f);
     const double gamma = attrs.getFloat("gamma", 1.05070102214813232421875f);
     return [alpha, gamma](auto x) {
       using T = decltype(x);
-      return x > T(0) ? T(gamma) * x : T(gamma) * (T(alpha) * expOf(x) - T(alpha));
+      const T negative = T(gamma * alpha) * expm1Of(std::min(x, T(0)));  // see Note [ELU loops]
+      return x > T(0) ? T(gamma) * x : negative;
     };
   });
   addUnary(registry, "Elu", FloatTypes{}, 8, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 1.0f);
     return [alpha](auto x) {
       using T = decltype(x);
-      return x >= T(0) ? x : T(alpha) * (expOf(x) - T(1));
+      const T negative = T(alpha) * expm1Of(std::min(x, T(0)));  // see Note [ELU loops]
+      return x >= T(0) ? x : negative;
     };
   });
   addUnary(registry, "Celu", FloatTypes{}, 8, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 1.0f);
     return [alpha](auto x) {
       using T = decltype(x);
-      return std::max(T(0), x) + std::min(T(0), T(alpha) * (expOf(x / T(alpha)) - T(1)));
+      // max(0, x) + min(0, alpha expm1(x / alpha)) as one select, which keeps NaN (std::max(0, NaN) is 0).
+      const T negative = T(alpha) * expm1Of(std::min(x, T(0)) / T(alpha));  // see Note [ELU loops]
+      return x > T(0) ? x : negative;
     };
   });
-  addUnary(registry, "Mish", FloatTypes{}, 16, plain([](auto x) { return x * tanhOf(softplusOf(x)); }));
+  addUnary(registry, "Mish", FloatTypes{}, 16, plain([](auto x) { return x * tanhSoftplusOf(x); }));
   addUnary(registry, "Shrink", FloatTypes{}, 1, [](const Attributes& attrs) {
     const double lambd = attrs.getFloat("lambd", 0.5f);
     const double bias = attrs.getFloat("bias", 0.0f);

@@ -30,8 +30,8 @@ using elementwise_detail::repeatMeta;
 using elementwise_detail::requireDType;
 using elementwise_detail::scalarAsDouble;
 using elementwise_detail::sigmoidOf;
-using elementwise_detail::softplusOf;
 using elementwise_detail::tanhOf;
+using elementwise_detail::tanhSoftplusOf;
 using elementwise_detail::withElementFn;
 
 // dY and every other listed input must share dY's float dtype; `sameShape` inputs must also have dY's shape.
@@ -206,14 +206,16 @@ void registerActivationGrads(OpRegistry& registry) {
     const double alpha = attrs.getFloat("alpha", 1.0f);
     return [alpha](auto dy, auto x) {
       using T = decltype(x);
-      return x >= T(0) ? dy : dy * T(alpha) * expOf(x);
+      const T negative = dy * T(alpha) * expOf(std::min(x, T(0)));  // Note [ELU loops]
+      return x >= T(0) ? dy : negative;
     };
   });
   addUnaryGrad(registry, "CeluGrad", 8, [](const Attributes& attrs) {
     const double alpha = attrs.getFloat("alpha", 1.0f);
     return [alpha](auto dy, auto x) {
       using T = decltype(x);
-      return x > T(0) ? dy : dy * expOf(x / T(alpha));
+      const T negative = dy * expOf(std::min(x, T(0)) / T(alpha));  // Note [ELU loops]
+      return x > T(0) ? dy : negative;
     };
   });
   addUnaryGrad(registry, "SeluGrad", 8, [](const Attributes& attrs) {
@@ -221,13 +223,14 @@ void registerActivationGrads(OpRegistry& registry) {
     const double gamma = attrs.getFloat("gamma", 1.05070102214813232421875f);
     return [alpha, gamma](auto dy, auto x) {
       using T = decltype(x);
-      return x > T(0) ? dy * T(gamma) : dy * T(gamma * alpha) * expOf(x);
+      const T negative = dy * T(gamma * alpha) * expOf(std::min(x, T(0)));  // Note [ELU loops]
+      return x > T(0) ? dy * T(gamma) : negative;
     };
   });
   addUnaryGrad(registry, "MishGrad", 20, plain([](auto dy, auto x) {
                  using T = decltype(x);
                  // d/dx x * tanh(sp(x)) = tanh(sp) + x * (1 - tanh(sp)^2) * sigmoid(x), as sp' = sigmoid.
-                 const T t = tanhOf(softplusOf(x));
+                 const T t = tanhSoftplusOf(x);
                  return dy * (t + x * (T(1) - t * t) * sigmoidOf(x));
                }));
 }
