@@ -50,15 +50,8 @@ FsdpMemoryPrediction predictStrategyMemory(const MemoryQuery& query, TrainingPla
     options.level = FsdpLevel::Full;  // full over the ranks of one node (Note [Subgroups])
     options.ranks = query.worldSize / std::max(1, query.nnodes);
   }
-  FsdpMemoryPrediction prediction = predictFsdpMemory(program, groups, options);
-  // Note [FSDP total at its worst]: the replay's categories match real runs (within 0.13%), but a run's total peak
-  // depends on when its collectives finish: over 60 steps of the bundled CNN on 2 ranks the measured total was the
-  // replay's plus its communication peak (17.9 to 19.9 MB over runs of 5 steps). The plan predicts that worst case,
-  // the memory a run must have.
-  if (options.level != FsdpLevel::None && options.ranks > 1) {
-    prediction.totalPeak += prediction.peakOf(MemoryCategory::Communication);
-  }
-  return prediction;
+  // The total is the run's worst case (Note [Scratch until the wait] in graphs/src/fsdp_memory.cpp).
+  return predictFsdpMemory(program, groups, options);
 }
 
 nlohmann::json predictedCategoriesJson(const FsdpMemoryPrediction& prediction) {

@@ -152,6 +152,7 @@ std::int64_t dataBatchBytes(const std::vector<TensorMeta>& inputMetas, const Ten
 struct Predicted {
   Configuration configuration;
   std::array<std::int64_t, kMemoryCategoryCount> breakdown{};
+  std::array<std::int64_t, kMemoryCategoryCount> atPeak{};  // what the predicted peak is made of
   std::int64_t peakBytes = 0;
   std::optional<StepTimePrediction> step;
 };
@@ -186,8 +187,11 @@ void writeJson(const PlanOptions& options, const std::string& modelPath, int thr
       opts[key] = value;
     }
     Json breakdown = Json::object();
+    Json atPeak = Json::object();
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
-      breakdown[std::string(memoryCategoryName(static_cast<MemoryCategory>(c)))] = row.breakdown[c];
+      const std::string name(memoryCategoryName(static_cast<MemoryCategory>(c)));
+      breakdown[name] = row.breakdown[c];
+      atPeak[name] = row.atPeak[c];
     }
     Json entry = Json::object();
     entry["strategy"] = row.configuration.strategy;
@@ -195,6 +199,7 @@ void writeJson(const PlanOptions& options, const std::string& modelPath, int thr
     entry["label"] = row.configuration.label();
     entry["peak_memory_bytes"] = row.peakBytes;
     entry["memory_breakdown"] = breakdown;
+    entry["memory_at_peak"] = atPeak;
     entry["step_time_s"] = row.step ? Json(row.step->totalS()) : Json(nullptr);
     entry["compute_time_s"] = row.step ? Json(row.step->computeS) : Json(nullptr);
     entry["communication_time_s"] = row.step ? Json(row.step->communicationS) : Json(nullptr);
@@ -313,6 +318,9 @@ void plan(const PlanOptions& options) {
       row.breakdown = memory.peak;
       row.breakdown[static_cast<std::size_t>(MemoryCategory::Workspace)] = compute.workspaceBytes;
       row.breakdown[static_cast<std::size_t>(MemoryCategory::Other)] = dataBytes;
+      row.atPeak = memory.atTotalPeak;
+      row.atPeak[static_cast<std::size_t>(MemoryCategory::Workspace)] = compute.workspaceBytes;
+      row.atPeak[static_cast<std::size_t>(MemoryCategory::Other)] = dataBytes;
       row.peakBytes = memory.totalPeak + compute.workspaceBytes + dataBytes;
       if (collectives) {
         row.step = predictStepTime(query, trainingPlan->parameters(), compute, *collectives);

@@ -19,10 +19,10 @@
 namespace strata::cli {
 namespace {
 
-nlohmann::json memoryBreakdown(const MemorySnapshot& memory) {
+nlohmann::json categoriesJson(const std::array<std::int64_t, kMemoryCategoryCount>& bytes) {
   nlohmann::json breakdown;
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
-    breakdown[std::string(memoryCategoryName(static_cast<MemoryCategory>(c)))] = memory.peak[c];
+    breakdown[std::string(memoryCategoryName(static_cast<MemoryCategory>(c)))] = bytes[c];
   }
   return breakdown;
 }
@@ -146,10 +146,12 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
   };
   nlohmann::json rankFigures = {{"rank", mine.rank},
                                 {"peak_memory_bytes", mine.memory.totalPeak},
-                                {"memory_breakdown", memoryBreakdown(mine.memory)},
+                                {"memory_breakdown", categoriesJson(mine.memory.peak)},
                                 // Without evaluation, which holds the full weights even under a sharded strategy.
                                 {"training_peak_memory_bytes", mine.trainingMemory.totalPeak},
-                                {"training_memory_breakdown", memoryBreakdown(mine.trainingMemory)},
+                                {"training_memory_breakdown", categoriesJson(mine.trainingMemory.peak)},
+                                // What the training peak was made of (each category's own peak may come elsewhere).
+                                {"training_memory_at_peak", categoriesJson(mine.trainingMemory.atTotalPeak)},
                                 {"compute_s", mine.computeS},
                                 {"communication_s", figure("communication_s")},
                                 {"collective_s", figure("collective_s")},

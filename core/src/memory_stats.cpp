@@ -22,9 +22,24 @@ std::string_view memoryCategoryName(MemoryCategory category) {
   return "other";
 }
 
-void MemoryStats::raisePeak(std::atomic<std::int64_t>& peak, std::int64_t value) {
+bool MemoryStats::raisePeak(std::atomic<std::int64_t>& peak, std::int64_t value) {
   std::int64_t seen = peak.load(std::memory_order_relaxed);
-  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  while (value > seen) {
+    if (peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void MemoryStats::recordTotalPeak(std::int64_t total) {
+  const std::lock_guard lock(atTotalPeakMutex_);
+  if (total < atTotalPeakTotal_) {
+    return;  // a higher peak was recorded by another thread meanwhile
+  }
+  atTotalPeakTotal_ = total;
+  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {
+    atTotalPeak_[i] = current_[i].load(std::memory_order_relaxed);
   }
 }
 
@@ -32,7 +47,10 @@ void MemoryStats::onAllocate(MemoryCategory category, std::size_t bytes) {
   const auto i = static_cast<std::size_t>(category);
   const auto n = static_cast<std::int64_t>(bytes);
   raisePeak(peak_[i], current_[i].fetch_add(n, std::memory_order_relaxed) + n);
-  raisePeak(totalPeak_, totalCurrent_.fetch_add(n, std::memory_order_relaxed) + n);
+  const std::int64_t total = totalCurrent_.fetch_add(n, std::memory_order_relaxed) + n;
+  if (raisePeak(totalPeak_, total)) {
+    recordTotalPeak(total);
+  }
 }
 
 void MemoryStats::onFree(MemoryCategory category, std::size_t bytes) {
@@ -50,6 +68,11 @@ void MemoryStats::resetPeaks() {
     peak_[i].store(current_[i].load());
   }
   totalPeak_.store(totalCurrent_.load());
+  const std::lock_guard lock(atTotalPeakMutex_);
+  atTotalPeakTotal_ = totalPeak_.load();
+  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {
+    atTotalPeak_[i] = current_[i].load();
+  }
 }
 
 MemorySnapshot MemoryStats::snapshot() const {
@@ -61,6 +84,8 @@ MemorySnapshot MemoryStats::snapshot() const {
   s.totalCurrent = totalCurrent_.load(std::memory_order_relaxed);
   s.totalPeak = totalPeak_.load(std::memory_order_relaxed);
   s.reserved = reserved_.load(std::memory_order_relaxed);
+  const std::lock_guard lock(atTotalPeakMutex_);
+  s.atTotalPeak = atTotalPeak_;
   return s;
 }
 

@@ -8,7 +8,8 @@ that configuration alone, with the same figures.
 Otherwise also: the bundled CNN trains 30 steps (FSDP reaches its worst-case total peak within them) on --nproc ranks (synthetic data) with ddp and fsdp
 shard=full and grad_op; every rank's training peak (summary.json's training_peak_memory_bytes) and each category
 of training_memory_breakdown must be within --tolerance (5%) of the plan's peak_memory_bytes and memory_breakdown
-(categories under 1 MiB are compared against 1 MiB). Prints the marginal step time beside the predicted one (not
+(categories under 1 MiB are compared against 1 MiB), and for ddp also what the peak is made of (memory_at_peak
+against training_memory_at_peak). Prints the marginal step time beside the predicted one (not
 checked: the machine is shared).
 """
 import argparse
@@ -20,7 +21,8 @@ import tempfile
 
 FIELDS = ("model", "world_size", "nnodes", "batch_size", "threads", "device_memory_bytes", "calibration",
           "configurations")
-CONFIG_FIELDS = ("strategy", "options", "label", "peak_memory_bytes", "memory_breakdown", "step_time_s", "fits")
+CONFIG_FIELDS = ("strategy", "options", "label", "peak_memory_bytes", "memory_breakdown", "memory_at_peak",
+                 "step_time_s", "fits")
 LABELS = ["ddp", "fsdp shard=full", "fsdp shard=grad_op", "fsdp shard=none", "ps mode=sync", "ps mode=async"]
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "communication", "workspace", "other")
 
@@ -64,6 +66,9 @@ def check_json(prediction, labels, calibrated):
         if sorted(c["memory_breakdown"]) != sorted(CATEGORIES) or c["peak_memory_bytes"] <= 0:
             print(f"{c['label']}: breakdown {c['memory_breakdown']}, peak {c['peak_memory_bytes']}")
             ok = False
+        if sum(c["memory_at_peak"].values()) != c["peak_memory_bytes"]:
+            print(f"{c['label']}: at the peak {c['memory_at_peak']} does not add up to {c['peak_memory_bytes']}")
+            ok = False
         if calibrated != isinstance(c["step_time_s"], float):
             print(f"{c['label']}: step_time_s {c['step_time_s']}")
             ok = False
@@ -83,15 +88,18 @@ def train(args, tmp, strategy, options, steps):
         return json.load(f)
 
 
-def check_memory(label, predicted, summary, tolerance):
+def check_memory(label, predicted, summary, tolerance, composition):
+    """With `composition`, also what the peak is made of (each category at the moment of the total peak)."""
     ok = True
     for rank in summary["ranks"]:
         measured = rank["training_memory_breakdown"]
         pairs = [("peak", predicted["peak_memory_bytes"], rank["training_peak_memory_bytes"])]
         pairs += [(k, predicted["memory_breakdown"][k], measured[k]) for k in CATEGORIES]
+        pairs += [(f"{k} at the peak", predicted["memory_at_peak"][k], rank["training_memory_at_peak"][k])
+                  for k in CATEGORIES]
         for name, p, m in pairs:
             error = abs(m - p) / max(p, 2**20)
-            good = error <= tolerance
+            good = error <= tolerance or (not composition and name.endswith("at the peak"))
             ok &= good
             print(f"{label}, rank {rank['rank']}: {name} predicted {p / 2**20:.3f} MiB, measured {m / 2**20:.3f} MiB "
                   f"({100 * error:.2f}%){'' if good else '  <- over ' + str(100 * tolerance) + '%'}")
@@ -127,7 +135,9 @@ def main():
             label = " ".join([strategy] + options)
             predicted = [c for c in everything["configurations"] if c["label"] == label][0]
             short = train(args, tmp, strategy, options, 30)
-            ok &= check_memory(label, predicted, short, args.tolerance)
+            # FSDP's peak moment depends on when its collectives end (Note [Scratch until the wait]): its
+            # composition is printed, not checked; DDP's is fixed.
+            ok &= check_memory(label, predicted, short, args.tolerance, composition=strategy == "ddp")
             long = train(args, tmp, strategy, options, 60)
             marginal = (long["train_time_s"] - short["train_time_s"]) / (long["steps"] - short["steps"])
             step = predicted["step_time_s"]

@@ -32,7 +32,10 @@ void mergePeaks(MemorySnapshot& into, const MemorySnapshot& from) {
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
     into.peak[c] = std::max(into.peak[c], from.peak[c]);
   }
-  into.totalPeak = std::max(into.totalPeak, from.totalPeak);
+  if (from.totalPeak > into.totalPeak) {
+    into.totalPeak = from.totalPeak;
+    into.atTotalPeak = from.atTotalPeak;
+  }
   into.current = from.current;
   into.totalCurrent = from.totalCurrent;
   into.reserved = std::max(into.reserved, from.reserved);

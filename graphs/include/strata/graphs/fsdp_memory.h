@@ -42,6 +42,7 @@ struct FsdpMemoryPrediction {
   // scratch and oneDNN's reordered weights) and Other are not and stay 0.
   std::array<std::int64_t, kMemoryCategoryCount> peak{};
   std::int64_t totalPeak = 0;  // the most bytes alive at once over the predicted categories
+  std::array<std::int64_t, kMemoryCategoryCount> atTotalPeak{};  // each category's bytes at that moment
   std::int64_t units = 0;
   std::int64_t largestUnitElements = 0;
   std::int64_t paddingElements = 0;
