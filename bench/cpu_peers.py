@@ -266,12 +266,15 @@ def main():
             export(model, x, eval_path, training=False)
             nominal_flops, flops = step_flops(model, x, y)
             figures = {k: [] for k in ("strata_train", "torch_train", "ort_train", "strata_fwd", "torch_fwd")}
-            # The share of the peak compares the step with a peak measured just before it: on a host whose speed
-            # drifts (shared cores), a peak from minutes earlier would move the share with the drift.
+            # The share of the peak compares the step with the mean of peaks measured just before and just after
+            # it: on a host whose speed drifts (shared cores; the 2-core Zen 4 host's torch.mm moved between 137 and
+            # 175 GFLOP/s in phases of a few seconds), a peak from minutes earlier, or from one side only, would move
+            # the share with the drift.
             shares, round_peaks = [], []
             for _ in range(args.rounds):
-                round_peaks.append(sgemm_peak_gflops(tmp)[0])
+                before = sgemm_peak_gflops(tmp)[0]
                 figures["strata_train"].append(strata_train_ms(train_path, shape, tmp))
+                round_peaks.append((before + sgemm_peak_gflops(tmp)[0]) / 2)
                 shares.append(flops / (figures["strata_train"][-1] / 1000.0) / 1e9 / round_peaks[-1])
                 figures["torch_train"].append(torch_train_ms(model, x, y))
                 figures["ort_train"].append(ort_train_ms(train_path, shape))

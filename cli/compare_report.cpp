@@ -203,6 +203,38 @@ std::vector<Table> tables(const nlohmann::json& results) {
     }
     out.push_back(t);
   }
+  {
+    Table t("What the training peak is made of (MiB, measured / predicted)",
+            "Each category at the moment of the total training peak, on the rank with the largest peak, beside what "
+            "`strata plan` predicted for that moment: where a prediction misses, the category that differs is the "
+            "one it did not expect alive (a collective's buffer, a gathered unit).");
+    t.headers = {"model", "configuration"};
+    for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+      t.headers.emplace_back(memoryCategoryName(static_cast<MemoryCategory>(c)));
+    }
+    for (const nlohmann::json& r : results) {
+      const nlohmann::json ranks = r.value("ranks", nlohmann::json::array());
+      if (!done(r) || ranks.empty())
+        continue;
+      const auto largest = std::max_element(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) {
+        return a.value("training_peak_memory_bytes", 0.0) < b.value("training_peak_memory_bytes", 0.0);
+      });
+      const nlohmann::json measured = largest->value("memory_at_peak", nlohmann::json::object());
+      const nlohmann::json& p = r["prediction"];
+      const nlohmann::json predicted =
+          p.is_object() && p.value("memory_at_peak", nlohmann::json()).is_object() ? p["memory_at_peak"] : nullptr;
+      std::vector<std::string> row = {r["model"], configTitle(r)};
+      for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
+        const std::string name(memoryCategoryName(static_cast<MemoryCategory>(c)));
+        const std::string m = measured.contains(name) ? mib(measured[name].get<double>()) : "-";
+        row.push_back(predicted.is_object() && predicted.contains(name)
+                          ? fmt::format("{} / {}", m, mib(predicted[name].get<double>()))
+                          : m);
+      }
+      t.rows.push_back(row);
+    }
+    out.push_back(t);
+  }
   Table failed("Failed configurations", "Rerun them with `strata compare --resume OUT`.");
   failed.headers = {"configuration", "model", "after (s)", "reason", "log"};
   for (const nlohmann::json& r : results) {

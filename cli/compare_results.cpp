@@ -110,6 +110,7 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
                        {"peak_memory_bytes", rank.value("peak_memory_bytes", 0)},
                        {"training_peak_memory_bytes", rank.value("training_peak_memory_bytes", 0)},
                        {"memory_breakdown", rank.value("training_memory_breakdown", nlohmann::json::object())},
+                       {"memory_at_peak", rank.value("training_memory_at_peak", nlohmann::json::object())},
                        {"compute_s", number(rank, "compute_s")},
                        {"communication_s", number(rank, "communication_s")},
                        {"collective_s", number(rank, "collective_s")},
@@ -171,7 +172,8 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
       const nlohmann::json& p = configurations.front();
       prediction = {{"peak_memory_bytes", p.value("peak_memory_bytes", nlohmann::json(nullptr))},
                     {"step_time_s", p.value("step_time_s", nlohmann::json(nullptr))},
-                    {"fits", p.value("fits", nlohmann::json(nullptr))}};
+                    {"fits", p.value("fits", nlohmann::json(nullptr))},
+                    {"memory_at_peak", p.value("memory_at_peak", nlohmann::json(nullptr))}};
       if (summary) {
         prediction["memory_error"] = ratioError(prediction["peak_memory_bytes"], r["training_peak_memory_bytes"]);
         prediction["step_time_error"] = ratioError(prediction["step_time_s"], r["step_time_s"]);

@@ -1,6 +1,7 @@
 #include "strata/graphs/fsdp_memory.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <vector>
 
 #include "strata/error.h"
@@ -186,8 +187,32 @@ class Replay {
               [&](std::size_t a, std::size_t b) { return units_[a].firstBackward < units_[b].firstBackward; });
   }
 
+  // Note [Held constants]: besides the flat buffers, the plan owns Parameters-category tensors of its own: the
+  // running statistics it updates in place (BatchNormalization's mean and variance, copied for the plan) and any
+  // constant lowered to the plan's device. Each storage counts once; the groups' flat buffers are the units'.
+  std::int64_t heldConstantBytes() const {
+    std::unordered_set<const Storage*> flat;
+    for (std::size_t g = 0; g < groups_.groupCount(); ++g) {
+      flat.insert(groups_.flatParameters(g).storage().get());
+      flat.insert(groups_.flatGradients(g).storage().get());
+    }
+    std::unordered_set<const Storage*> counted;
+    std::int64_t bytes = 0;
+    for (const ProgramValue& value : program_.values) {
+      for (const Tensor* t : {&value.constant, &value.bound}) {
+        const Storage* storage = t->defined() ? t->storage().get() : nullptr;
+        if (storage != nullptr && storage->category() == MemoryCategory::Parameters && !flat.contains(storage) &&
+            counted.insert(storage).second) {
+          bytes += static_cast<std::int64_t>(storage->bytes());
+        }
+      }
+    }
+    return bytes;
+  }
+
   // What is alive when the trainer resets the peaks, after the strategy's setup.
   void setup() {
+    allocate(MemoryCategory::Parameters, heldConstantBytes());
     for (ReplayUnit& unit : units_) {
       if (sharded_) {
         allocate(MemoryCategory::Parameters, unit.shardBytes());

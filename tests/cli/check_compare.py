@@ -139,6 +139,20 @@ def main():
                     fail(f"{series}: categories do not add up to memory_bytes: {s}")
             if samples[-1]["step"] != summary["steps"] or any(a["step"] > b["step"] for a, b in zip(samples, samples[1:])):
                 fail(f"{series}: steps do not rise to the run's {summary['steps']}")
+        # What the peak is made of: the largest rank's categories at its peak, each category's "measured /
+        # predicted" in report.md's table, and the categories add up to that rank's peak.
+        largest = max(summary["ranks"], key=lambda rank: rank["training_peak_memory_bytes"])
+        at_peak = largest["training_memory_at_peak"]
+        same(sum(at_peak.values()), largest["training_peak_memory_bytes"], f"{name} categories at the peak")
+        same(r["ranks"][largest["rank"]]["memory_at_peak"], at_peak, f"{name} results.json memory_at_peak")
+        predicted = r["prediction"]["memory_at_peak"] if r["prediction"] else None
+        categories = ["parameters", "gradients", "optimizer_state", "activations", "communication", "workspace",
+                      "other"]
+        cells = [f"{mib(at_peak[c])} / {mib(predicted[c])}" if predicted else mib(at_peak[c]) for c in categories]
+        ranks = f"{r['world_size']} rank" + ("" if r["world_size"] == 1 else "s")
+        row = f"| {r['model']} | {r['label']}, {ranks} | " + " | ".join(cells) + " |"
+        if row not in (args.out / "report.md").read_text():
+            fail(f"{name}: report.md lacks the row of what its peak is made of {row!r}")
         # strata plan ran before each configuration: its memory prediction is within the issue's 5%.
         prediction = r["prediction"]
         if not prediction or prediction["memory_error"] is None or abs(prediction["memory_error"]) > 0.05:

@@ -3,6 +3,8 @@
 // schedule by hand; the activations come from the plan's liveness, checked against a real step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "strata/graphs/fsdp_memory.h"
 #include "strata/graphs/training_plan.h"
 #include "strata/loaders/onnx_importer.h"
@@ -122,6 +124,36 @@ TEST_F(FsdpMemoryTest, ActivationsMatchARealStep) {
   plan_.step({x}, labels);
   const auto peak = stats.snapshot().peak[static_cast<std::size_t>(MemoryCategory::Activations)];
   EXPECT_EQ(peak - before, p.peakOf(MemoryCategory::Activations));
+}
+
+// Note [Held constants]: a BatchNormalization's running mean and variance (16 channels each) are the plan's own
+// Parameters-category copies, held beside the flat buffers: 128 bytes more than the trainable elements.
+TEST(FsdpMemoryHeldConstantsTest, RunningStatisticsCountAsParameters) {
+  onnx::ModelProto model = convNet();
+  for (const char* name : {"bn.scale", "bn.shift", "bn.mean", "bn.var"}) {
+    const bool ones = std::string(name) == "bn.scale" || std::string(name) == "bn.var";
+    testing::addInitializer(model, name, {16}, std::vector<float>(16, ones ? 1.0f : 0.0f));
+  }
+  // conv1 -> bn -> relu1: the Relu reads the norm's output instead of the convolution's.
+  onnx::NodeProto* relu = model.mutable_graph()->mutable_node(1);
+  ASSERT_EQ(relu->op_type(), "Relu");
+  relu->set_input(0, "b1");
+  testing::setInt(testing::addNode(model, "BatchNormalization", {"c1", "bn.scale", "bn.shift", "bn.mean", "bn.var"},
+                                   {"b1", "bn.mean_out", "bn.var_out"}, "bn"),
+                  "training_mode", 1);
+  // Nodes in topological order: the norm right after conv1.
+  auto* nodes = model.mutable_graph()->mutable_node();
+  std::rotate(nodes->begin() + 1, nodes->end() - 1, nodes->end());
+  testing::TempDir dir;
+  TrainingPlanOptions options;
+  options.inputMetas = {TensorMeta{DType::Float32, {kBatch, 3, 8, 8}}};
+  TrainingPlan plan(importOnnx(testing::save(model, dir / "bn.onnx")), options);
+  FsdpMemoryOptions replay;
+  replay.level = FsdpLevel::None;
+  replay.optimizerStates = 0;
+  const FsdpMemoryPrediction p = predictFsdpMemory(plan.executor().program(), plan.parameters(), replay);
+  EXPECT_EQ(plan.parameters().totalElements(), kAll + 32);  // the norm's scale and shift train
+  EXPECT_EQ(p.peakOf(MemoryCategory::Parameters), (kAll + 32) * kFloat + 2 * 16 * kFloat);
 }
 
 }  // namespace
