@@ -16,6 +16,7 @@
 #include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/mish_fusion.h"
+#include "strata/graphs/relu_fusion.h"
 #include "strata/graphs/silu_fusion.h"
 #include "strata/graphs/specialize.h"
 #include "strata/loaders/onnx_importer.h"
@@ -104,16 +105,18 @@ void run(const RunOptions& options) {
     return !isFloatingPoint(t.dtype()) || t.dtype() == DType::Float32;
   });
   // Note [Gelu fusion]: an exported GELU's five elementwise nodes run as one; on the CPU also SiLU's two and Mish's
-  // three (Notes [SiLU fusion], [Mish fusion]; their kernels are the CPU's).
+  // three, and a batch norm or an Add with the Relu that alone reads it (Notes [SiLU fusion], [Mish fusion], [Fused
+  // ReLU]; their kernels are the CPU's), as the training plans' evaluation does.
   const SpecializeOptions again{.inputMetas = metasOf(inputs), .foldParameters = true};
   int fusedGelus = 0;
   int fusedSilus = 0;
   int fusedMishes = 0;
+  int fusedRelus = 0;
   Graph fused = fuseGelu(specialised, &fusedGelus);
   if (device.type == DeviceType::CPU) {
-    fused = fuseMish(fuseSilu(fused, &fusedSilus), &fusedMishes);
+    fused = fuseMish(fuseSilu(fuseRelu(fused, &fusedRelus), &fusedSilus), &fusedMishes);
   }
-  if (fusedGelus + fusedSilus + fusedMishes > 0)
+  if (fusedGelus + fusedSilus + fusedMishes + fusedRelus > 0)
     fused = specialize(fused, again);
   const Graph planned =
       channelsLastForInference(options.device, device, float32) ? specialize(channelsLast(fused), again) : fused;
