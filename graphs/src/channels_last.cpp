@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "strata/channels_last.h"
+#include "strata/graphs/producers.h"
 
 namespace strata {
 namespace {
@@ -263,16 +264,7 @@ class ChannelsLastRewriter {
 
   // The model's own Transposes whose result now comes from the other form, and moves nothing needed.
   void removeUnusedTransposes() {
-    std::vector<int> readers(out_.values.size(), 0);
-    for (const Node& node : out_.nodes) {
-      for (int input : node.inputs) {
-        if (input != kNoValue)
-          ++readers[static_cast<std::size_t>(input)];
-      }
-    }
-    for (int output : out_.outputs) {
-      ++readers[static_cast<std::size_t>(output)];
-    }
+    std::vector<int> readers = readerCounts(out_);
     std::vector<Node> kept;
     for (auto it = out_.nodes.rbegin(); it != out_.nodes.rend(); ++it) {
       if (it->opType == "Transpose" && readers[static_cast<std::size_t>(it->outputs[0])] == 0) {

@@ -6,15 +6,7 @@ namespace strata::detail {
 
 Graph fuseMulOfActivation(const Graph& graph, const std::vector<std::string_view>& chain, const std::string& fused,
                           int* fusedCount) {
-  std::vector<int> readerCount(graph.values.size(), 0);
-  for (const Node& node : graph.nodes) {
-    for (int input : node.inputs) {
-      if (input != kNoValue)
-        ++readerCount[static_cast<std::size_t>(input)];
-    }
-  }
-  for (int output : graph.outputs)
-    ++readerCount[static_cast<std::size_t>(output)];  // read from outside
+  const std::vector<int> readerCount = readerCounts(graph);
 
   // The one-input node of type `op` writing `value` when only one node reads `value`, or nullptr.
   const auto soleUnary = [&](int value, std::string_view op) -> const Node* {

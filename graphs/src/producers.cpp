@@ -13,6 +13,19 @@ void relinkProducers(Graph& graph) {
   }
 }
 
+std::vector<int> readerCounts(const Graph& graph) {
+  std::vector<int> readers(graph.values.size(), 0);
+  for (const Node& node : graph.nodes) {
+    for (int input : node.inputs) {
+      if (input != kNoValue)
+        ++readers[static_cast<std::size_t>(input)];
+    }
+  }
+  for (int output : graph.outputs)
+    ++readers[static_cast<std::size_t>(output)];
+  return readers;
+}
+
 void dropNodes(Graph& graph, const std::vector<bool>& dropped) {
   std::vector<Node> kept;
   kept.reserve(graph.nodes.size());

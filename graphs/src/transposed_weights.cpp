@@ -78,15 +78,7 @@ Graph foldTransposedWeights(const Graph& graph, int* rewritten) {
     ++count;
   }
   // Transposes nothing reads any more (their weights are read directly now).
-  std::vector<int> readers(out.values.size(), 0);
-  for (const Node& node : out.nodes) {
-    for (int input : node.inputs) {
-      if (input != kNoValue)
-        ++readers[static_cast<std::size_t>(input)];
-    }
-  }
-  for (int output : out.outputs)
-    ++readers[static_cast<std::size_t>(output)];
+  std::vector<int> readers = readerCounts(out);
   std::vector<Node> kept;
   for (Node& node : out.nodes) {
     if (node.opType == "Transpose" && node.outputs.size() == 1 &&

@@ -10,6 +10,9 @@ namespace strata {
 // writes any more get kNoValue).
 void relinkProducers(Graph& graph);
 
+// How many nodes read each value, plus one for each listing among the graph's outputs (read from outside).
+std::vector<int> readerCounts(const Graph& graph);
+
 // Removes the nodes marked in `dropped` (one flag per node) and relinks the producers: what a fusion pass does last.
 void dropNodes(Graph& graph, const std::vector<bool>& dropped);
 
