@@ -12,6 +12,7 @@
 #include "model_options.h"
 #include "op_profiler.h"
 #include "strata/executor.h"
+#include "strata/graphs/batch_norm_folding.h"
 #include "strata/graphs/channels_last.h"
 #include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
@@ -105,14 +106,20 @@ void run(const RunOptions& options) {
     return !isFloatingPoint(t.dtype()) || t.dtype() == DType::Float32;
   });
   // Note [Gelu fusion]: an exported GELU's five elementwise nodes run as one; on the CPU also SiLU's two and Mish's
-  // three, and a batch norm or an Add with the Relu that alone reads it (Notes [SiLU fusion], [Mish fusion], [Fused
-  // ReLU]; their kernels are the CPU's), as the training plans' evaluation does.
+  // three, and a batch norm, an Add or a Conv with the Relu that alone reads it (Notes [SiLU fusion], [Mish fusion],
+  // [Fused ReLU]; their kernels are the CPU's), as the training plans' evaluation does.
   const SpecializeOptions again{.inputMetas = metasOf(inputs), .foldParameters = true};
   int fusedGelus = 0;
   int fusedSilus = 0;
   int fusedMishes = 0;
   int fusedRelus = 0;
-  Graph fused = fuseGelu(specialised, &fusedGelus);
+  // Note [Batch norm folded into the convolution]: first, so that a Relu after the pair can fuse into the Conv.
+  int foldedNorms = 0;
+  Graph fused = fuseGelu(foldBatchNormIntoConv(specialised, &foldedNorms), &fusedGelus);
+  if (foldedNorms > 0) {
+    fused = specialize(fused, again);
+    fmt::print("plan: {} batch norms folded into their convolutions\n", foldedNorms);
+  }
   if (device.type == DeviceType::CPU) {
     fused = fuseMish(fuseSilu(fuseRelu(fused, &fusedRelus), &fusedSilus), &fusedMishes);
   }

@@ -23,7 +23,8 @@ Graph fuseRelu(const Graph& graph, int* fused) {
   int count = 0;
   for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
     Node& first = out.nodes[n];
-    const bool fusable = first.opType == "BatchNormalization" || (first.opType == "Add" && first.outputs.size() == 1);
+    const bool fusable = first.opType == "BatchNormalization" ||
+                         ((first.opType == "Add" || first.opType == "Conv") && first.outputs.size() == 1);
     if (!fusable || !first.domain.empty() || first.outputs.empty() || first.attrs.getInt("fused_relu", 0) != 0)
       continue;
     const auto y = static_cast<std::size_t>(first.outputs[0]);

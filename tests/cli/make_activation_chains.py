@@ -1,6 +1,7 @@
 """Writes a small ONNX model with Mish and SiLU spelled out as Mul(x, Tanh(Softplus(x))) and Mul(x, Sigmoid(x)),
 as Strata's opset downgrade and PyTorch's exporter write them, then a BatchNormalization and a residual Add each read
-only by a Relu (for the cli.run_fuses_activation_chains test)."""
+only by a Relu, then a Conv, its BatchNormalization and a Relu (which `strata run` folds and fuses into the Conv), for
+the cli.run_fuses_activation_chains test."""
 import sys
 
 import onnx
@@ -20,7 +21,12 @@ nodes = [
     helper.make_node("BatchNormalization", ["y", "scale", "shift", "mean", "var"], ["n"]),
     helper.make_node("Relu", ["n"], ["r"]),
     helper.make_node("Add", ["r", "x"], ["sum"]),
-    helper.make_node("Relu", ["sum"], ["z"]),
+    helper.make_node("Relu", ["sum"], ["z0"]),
+    helper.make_node("Conv", ["z0", "conv_w", "conv_b"], ["c"]),
+    helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["cn"]),
+    helper.make_node("Relu", ["cn"], ["z"]),
 ]
-graph = helper.make_graph(nodes, "activation_chains", [x], [z], initializer=norm)
+conv = [helper.make_tensor("conv_w", TensorProto.FLOAT, [4, 4, 1, 1], [0.5 - 0.1 * i for i in range(16)]),
+        helper.make_tensor("conv_b", TensorProto.FLOAT, [4], [0.1, -0.1, 0.2, 0.0])]
+graph = helper.make_graph(nodes, "activation_chains", [x], [z], initializer=norm + conv)
 onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])

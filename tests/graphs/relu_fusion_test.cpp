@@ -18,8 +18,8 @@ using testing::forwardOutput;
 
 enum class Readers { ReluOnly, ReluAndAdd, ReluAndGraphOutput };
 
-// x [2, 3, 4, 4] -> BatchNormalization (or Add of a [3, 1, 1] bias) -> n -> Relu -> y, with n also read by an Add
-// or listed as an output.
+// x [2, 3, 4, 4] -> BatchNormalization (or Add of a [3, 1, 1] bias, or a 1x1 Conv) -> n -> Relu -> y, with n also read
+// by an Add or listed as an output.
 Graph firstThenRelu(const testing::TempDir& dir, const std::string& first, Readers readers) {
   using namespace testing;
   onnx::ModelProto model = emptyModel();
@@ -29,8 +29,11 @@ Graph firstThenRelu(const testing::TempDir& dir, const std::string& first, Reade
   addInitializer(model, "mean", {3}, {0.0f, 0.0f, 0.0f});
   addInitializer(model, "var", {3}, {1.0f, 1.0f, 1.0f});
   addInitializer(model, "bias", {3, 1, 1}, {0.1f, -0.2f, 0.3f});
+  addInitializer(model, "w", {3, 3, 1, 1}, {1.0f, -0.5f, 0.2f, 0.3f, 1.0f, -1.0f, 0.0f, 0.5f, 2.0f});
   if (first == "Add") {
     addNode(model, "Add", {"x", "bias"}, {"n"}, "add_bias");
+  } else if (first == "Conv") {
+    addNode(model, "Conv", {"x", "w"}, {"n"}, "conv");
   } else {
     setInt(addNode(model, "BatchNormalization", {"x", "scale", "shift", "mean", "var"}, {"n"}, "bn"), "training_mode",
            1);
@@ -46,7 +49,7 @@ Graph firstThenRelu(const testing::TempDir& dir, const std::string& first, Reade
 
 TEST(ReluFusionTest, ANormOrAnAddReadOnlyByAReluBecomesOneNode) {
   testing::TempDir dir;
-  for (const std::string first : {"BatchNormalization", "Add"}) {
+  for (const std::string first : {"BatchNormalization", "Add", "Conv"}) {
     SCOPED_TRACE(first);
     const Graph graph = firstThenRelu(dir, first, Readers::ReluOnly);
     int fused = 0;
@@ -64,7 +67,7 @@ TEST(ReluFusionTest, ANormOrAnAddReadOnlyByAReluBecomesOneNode) {
 
 TEST(ReluFusionTest, AFirstNodeWithOtherReadersStays) {
   testing::TempDir dir;
-  for (const std::string first : {"BatchNormalization", "Add"}) {
+  for (const std::string first : {"BatchNormalization", "Add", "Conv"}) {
     for (const Readers readers : {Readers::ReluAndAdd, Readers::ReluAndGraphOutput}) {
       SCOPED_TRACE(::testing::Message() << first << " readers " << static_cast<int>(readers));
       const Graph graph = firstThenRelu(dir, first, readers);
@@ -107,8 +110,8 @@ TEST(ReluFusionTest, TheTrainingPlanFusesWithTheUnfusedResults) {
     TrainingPlan fusedPlan(importOnnx(file), options);
     options.fuseRelu = false;
     TrainingPlan plainPlan(importOnnx(file), options);
-    // bn1 -> relu1 and residual -> residual_relu fuse; relu2 follows a Conv. The Add keeps its ReluGrad.
-    EXPECT_EQ(countOps(fusedPlan.trainingGraph().graph, "Relu"), countOps(plainPlan.trainingGraph().graph, "Relu") - 2);
+    // bn1 -> relu1, conv2 -> relu2 and residual -> residual_relu fuse. The Add and the Conv keep their ReluGrads.
+    EXPECT_EQ(countOps(fusedPlan.trainingGraph().graph, "Relu"), countOps(plainPlan.trainingGraph().graph, "Relu") - 3);
     EXPECT_EQ(countOps(fusedPlan.trainingGraph().graph, "ReluGrad"),
               countOps(plainPlan.trainingGraph().graph, "ReluGrad") - 1);
 

@@ -3,9 +3,13 @@
 
 Exports the model (train mode, dropout 0) to ONNX, runs PyTorch and `strata run` on the same input, and requires
 the relative error ||strata - torch|| / ||torch|| to be at most --tolerance.
+With --eval the model runs in eval mode instead, its batch norms on random running statistics and affine parameters,
+exported unfolded: `strata run` must fold each batch norm into its convolution (Note [Batch norm folded into the
+convolution]) and say so, and still match.
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -18,6 +22,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torchvision_models  # noqa: E402
 
 
+def randomise_batch_norms(model: torch.nn.Module) -> None:
+    """Running statistics and affine parameters away from their initial 0 and 1, so that folding them is tested."""
+    generator = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                channels = module.num_features
+                module.running_mean.copy_(torch.rand(channels, generator=generator) - 0.5)
+                module.running_var.copy_(torch.rand(channels, generator=generator) * 1.5 + 0.5)
+                module.weight.copy_(torch.rand(channels, generator=generator) + 0.5)
+                module.bias.copy_(torch.rand(channels, generator=generator) * 0.4 - 0.2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True, choices=sorted(torchvision_models.MODELS))
@@ -28,12 +45,17 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                         help="precision of the exported model and of Strata's run")
+    parser.add_argument("--eval", action="store_true",
+                        help="eval mode, random running statistics, batch norms left for Strata to fold")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
-    work = os.path.join(args.work_dir, f"{args.model}-{args.dtype}")
+    work = os.path.join(args.work_dir, f"{args.model}-{args.dtype}{'-eval' if args.eval else ''}")
     os.makedirs(work, exist_ok=True)
     model = torchvision_models.build(args.model)
+    if args.eval:
+        randomise_batch_norms(model)
+        model.eval()
     size = torchvision_models.input_size(args.model)
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(args.batch, 3, size, size, generator=generator)
@@ -42,7 +64,8 @@ def main() -> int:
         x = x.double()
 
     model_path = os.path.join(work, "model.onnx")
-    torchvision_models.export(model, x, model_path)
+    torchvision_models.export(model, x, model_path, inference=args.eval)
+    norms = sum(node.op_type == "BatchNormalization" for node in onnx.load(model_path).graph.node)
     # Export traces the model, which moves batch-norm running statistics; train-mode outputs do not read them.
     # Note [float64 reference]: with batch 2 at 32x32 the last stages normalise over 2 values per channel, where
     # float32 batch-norm statistics cancel badly: PyTorch's own float32 output is off from its float64 output by
@@ -56,8 +79,14 @@ def main() -> int:
     with open(input_path, "wb") as f:
         f.write(numpy_helper.from_array(x.numpy(), "input").SerializeToString())
     out_dir = os.path.join(work, "strata_out")
-    subprocess.run([args.strata, "run", model_path, "--input", input_path, "--output-dir", out_dir,
-                    "--threads", str(args.threads)], check=True)
+    run = subprocess.run([args.strata, "run", model_path, "--input", input_path, "--output-dir", out_dir,
+                          "--threads", str(args.threads)], check=True, capture_output=True, text=True)
+    print(run.stdout, end="")
+    if args.eval:
+        folded = re.search(r"(\d+) batch norms? folded into (?:its|their) convolutions?", run.stdout)
+        if norms == 0 or folded is None or int(folded.group(1)) != norms:
+            print(f"FAIL: the file has {norms} batch norms; strata run should have folded them all")
+            return 1
     actual = numpy_helper.to_array(onnx.load_tensor(os.path.join(out_dir, "output_0.pb")))
 
     if actual.shape != expected.shape:

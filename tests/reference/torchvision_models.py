@@ -34,9 +34,12 @@ def input_size(name: str) -> int:
     return MODELS[name][1]
 
 
-def export(model: torch.nn.Module, example: torch.Tensor, path: str) -> None:
-    """Exports for training as the study does: opset 17, training mode kept, no constant folding."""
-    kwargs = dict(opset_version=17, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+def export(model: torch.nn.Module, example: torch.Tensor, path: str, inference: bool = False) -> None:
+    """Exports for training as the study does: opset 17, training mode kept, no constant folding. With `inference`
+    the model is exported as it stands (eval mode: batch norms on their running statistics) and still unfolded
+    (PRESERVE skips the exporter's own folding of each batch norm into its convolution, which EVAL applies)."""
+    mode = torch.onnx.TrainingMode.PRESERVE if inference else torch.onnx.TrainingMode.TRAINING
+    kwargs = dict(opset_version=17, training=mode, do_constant_folding=False,
                   input_names=["input"], output_names=["logits"])
     try:  # PyTorch >= 2.9 exports through dynamo by default: newer IR, training mode not kept
         torch.onnx.export(model, example, path, dynamo=False, **kwargs)

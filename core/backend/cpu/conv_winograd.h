@@ -45,8 +45,9 @@ class ConvWinograd {
   std::string implementation() const;
 
   // Y = conv(input, W) (+ bias when not null): for Forward, `input` is X and `output` is Y; for DataGradient,
-  // `input` is dY and `output` is dX. `w` is the forward convolution's W as stored.
-  void run(const float* input, const float* w, const float* bias, float* output, char* scratch);
+  // `input` is dY and `output` is dX. `w` is the forward convolution's W as stored. With `relu` the output is
+  // max(Y, 0) (Note [Fused ReLU]).
+  void run(const float* input, const float* w, const float* bias, float* output, char* scratch, bool relu = false);
 
  private:
   ConvWinograd() = default;
@@ -56,7 +57,7 @@ class ConvWinograd {
   TilePosition tileAt(std::int64_t tile) const;
   void transformFilters(const float* w, float* u) const;
   void transformInputs(const float* input, float* v) const;
-  void transformOutputs(const float* m, const float* bias, float* output) const;
+  void transformOutputs(const float* m, const float* bias, float* output, bool relu) const;
 
   Role role_ = Role::Forward;
   bool channelsLast_ = false;

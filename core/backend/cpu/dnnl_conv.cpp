@@ -1,5 +1,6 @@
 // Conv and ConvTranspose on oneDNN convolution / deconvolution primitives.
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -157,11 +158,26 @@ class WeightCache {
 // (2026-11-21): ResNet50 forward at 32x32, batch 32 took 23 ms this way against 32 ms when 1x1 stride-1 convolutions
 // ran on NCHW (oneDNN's im2col + sgemm path), and the training step 122 ms against 159 ms. Keeping activations blocked
 // across nodes would also save the reorders.
+// Note [Fused ReLU] (graphs/relu_fusion.h): with fused_relu the kernel writes max(conv(X, W) + B, 0): a post-op of
+// oneDNN's convolution, the Winograd output transform's last step, and an in-place pass after the one-GEMM and
+// float64 paths (small outputs, still in cache).
+void reluInPlace(float* y, std::int64_t n) {
+#pragma omp simd
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = std::max(y[i], 0.0f);
+}
+
+void reluInPlace(double* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    y[i] = std::max(y[i], 0.0);
+}
+
 class ConvKernel : public OpKernel {
  public:
   explicit ConvKernel(const KernelInit& init) {
     // Note [CPU channels-last]: everything below works on logical [N, C, spatial...] dims.
     const bool channelsLast = channelsLastOf(init.attrs);
+    relu_ = init.attrs.getInt("fused_relu", 0) != 0;
     const TensorMeta x{init.inputs.at(0).meta.dtype, logicalShape(init.inputs.at(0).meta.shape, channelsLast)};
     const TensorMeta w{init.inputs.at(1).meta.dtype, logicalShape(init.inputs.at(1).meta.shape, channelsLast)};
     hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
@@ -230,7 +246,13 @@ class ConvKernel : public OpKernel {
                                            convSrcDesc, anyWeightDesc, biasDesc, convDstDesc,
                                            toDims(s.geometry.strides), dnnlDilations(s.geometry.dilations),
                                            toDims(s.geometry.padBegin), padEnd);
-      dnnl::convolution_forward::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
+      dnnl::primitive_attr attr = userScratchpadAttr();
+      if (relu_) {
+        dnnl::post_ops ops;
+        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        attr.set_post_ops(ops);
+      }
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnlEngine());
       primitive_ = dnnl::convolution_forward(pd);
       weights_ = WeightCache(userWeightDesc, pd.weights_desc(), numElements(w.shape),
                              init.inputs[1].constant != nullptr, weightByteOffset);
@@ -252,18 +274,22 @@ class ConvKernel : public OpKernel {
       convForwardF64(f64_->geometry, xShape_, wShape_, f64_->group, ctx.input(0).data<double>(),
                      ctx.input(1).data<double>(), hasBias_ ? ctx.input(2).data<double>() : nullptr,
                      ctx.output(0).data<double>());
+      if (relu_)
+        reluInPlace(ctx.output(0).data<double>(), ctx.output(0).numel());
       return;
     }
     if (gemm_ != nullptr) {
       gemm_->forward(ctx.input(0).data<float>(), static_cast<const float*>(weights_.get(ctx.input(1))),
                      hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
                      static_cast<char*>(dnnlScratchpad(gemm_->scratchBytes())));
+      if (relu_)
+        reluInPlace(ctx.output(0).data<float>(), ctx.output(0).numel());
       return;
     }
     if (winograd_ != nullptr) {
       winograd_->run(ctx.input(0).data<float>(), ctx.input(1).data<float>(),
                      hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
-                     static_cast<char*>(dnnlScratchpad(winograd_->scratchBytes())));
+                     static_cast<char*>(dnnlScratchpad(winograd_->scratchBytes())), relu_);
       return;
     }
     weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
@@ -276,17 +302,19 @@ class ConvKernel : public OpKernel {
   }
 
   std::string implementation() const override {
+    const char* relu = relu_ ? " + ReLU" : "";
     if (f64_ != nullptr)
-      return "float64 im2col GEMM";
+      return fmt::format("float64 im2col GEMM{}", relu);
     if (gemm_ != nullptr)
-      return gemm_->implementation() + tapNote_;
+      return gemm_->implementation() + tapNote_ + relu;
     if (winograd_ != nullptr)
-      return winograd_->implementation();
-    return fmt::format("oneDNN {}{}{}", implementation_, detourNote(detour_), tapNote_);
+      return winograd_->implementation() + relu;
+    return fmt::format("oneDNN {}{}{}{}", implementation_, detourNote(detour_), tapNote_, relu);
   }
 
  private:
   bool hasBias_ = false;
+  bool relu_ = false;  // Note [Fused ReLU]
   bool empty_ = false;
   std::unique_ptr<ConvSetup> f64_;  // set for float64, which runs convForwardF64 instead of oneDNN
   Shape xShape_, wShape_;

@@ -51,9 +51,11 @@ int biasGrad(GradientBuilder& b, int dy) {
 
 std::vector<int> convGradient(GradientBuilder& b) {
   std::vector<int> grads = noGrads(b);
-  const int dy = b.outputGrad(0);
+  int dy = b.outputGrad(0);
   if (dy == kNoValue)
     return grads;
+  if (b.node().attrs.getInt("fused_relu", 0) != 0)
+    dy = b.emit1("ReluGrad", {dy, b.output(0)});  // Note [Fused ReLU]: the Relu's rule first
   const int x = b.input(0), w = b.input(1);
   const bool needX = wants(b, 0), needW = wants(b, 1), needB = wants(b, 2);
   Attributes attrs =

@@ -185,6 +185,18 @@ TEST(NnGradientsTest, BatchNormWithFusedRelu) {
   }
 }
 
+// Note [Fused ReLU]: a Conv with fused_relu is Relu(Conv); its rule runs ReluGrad on its own output first.
+TEST(NnGradientsTest, ConvWithFusedRelu) {
+  if (testing::testDevice().device.type != DeviceType::CPU) {
+    GTEST_SKIP() << "fused_relu is a CPU plan's attribute: CUDA plans keep the Relu node";
+  }
+  expectGradientsMatchFiniteDifferences("Conv",
+                                        {random64({2, 3, 5, 4}, 90), random64({4, 3, 3, 3}, 91), random64({4}, 92)},
+                                        attrs({{"pads", Ints{1, 1, 1, 1}}, {"fused_relu", std::int64_t{1}}}));
+  expectGradientsMatchFiniteDifferences("Conv", {random64({2, 3, 5, 4}, 93), random64({4, 3, 1, 1}, 94)},
+                                        attrs({{"strides", Ints{2, 2}}, {"fused_relu", std::int64_t{1}}}));
+}
+
 TEST(NnGradientsTest, BatchNormInference) {
   expectGradientsMatchFiniteDifferences("BatchNormalization",
                                         {random64({2, 3, 4, 3}, 60), random64({3}, 61), random64({3}, 62),
