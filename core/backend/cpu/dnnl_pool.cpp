@@ -2,6 +2,7 @@
 // what oneDNN does not cover (MaxPool's Indices output, float64 and integer types, the divisor of AveragePool with
 // count_include_pad in ceil mode).
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -173,6 +174,14 @@ class PoolKernel : public OpKernel {
     empty_ = numElements(setup_.output) == 0;
     if (empty_ || x.dtype != DType::Float32 || x.shape.size() > 5)
       return;  // the direct loop handles these
+    // Note [Global mean loop]: a plain float32 global average pool is a mean over each contiguous (n, c) plane. Run on
+    // oneDNN it went through 8- or 16-channel blocks with reorders in and out (a full activation's copy each way, for
+    // a [N, C] result): EfficientNet's squeeze-excitation blocks ran 31 of them per forward.
+    if (opType == "GlobalAveragePool" && !channelsLast) {
+      planes_ = x.shape[0] * x.shape[1];
+      pixels_ = numElements(x.shape) / std::max<std::int64_t>(planes_, 1);
+      return;
+    }
     const WindowGeometry& g = setup_.geometry;
     const std::size_t n = g.kernel.size();
     const std::vector<std::int64_t> in(x.shape.begin() + 2, x.shape.end());
@@ -215,17 +224,23 @@ class PoolKernel : public OpKernel {
   }
 
   std::string implementation() const override {
+    if (planes_ > 0)
+      return "vectorised mean per plane";
     return useDnnl_ ? fmt::format("oneDNN {}{}", implementation_, detourNote(detour_)) : "direct loop";
   }
 
-  // Whether the node runs on oneDNN (the direct loops are channels-first only).
-  bool runsOnDnnl() const { return useDnnl_ || empty_; }
+  // Whether the node runs on oneDNN or the global mean's loop (the direct loops are channels-first only).
+  bool runsOnDnnl() const { return useDnnl_ || empty_ || planes_ > 0; }
 
   void compute(KernelContext& ctx) override {
     if (empty_)
       return;
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.output(0);
+    if (planes_ > 0) {
+      globalMean(x.data<float>(), y.data<float>());
+      return;
+    }
     Tensor* indices = ctx.hasOutput(1) ? &ctx.output(1) : nullptr;
     if (useDnnl_ && indices == nullptr) {
       detour_.execute(primitive_, {}, x, y);
@@ -250,7 +265,26 @@ class PoolKernel : public OpKernel {
   }
 
  private:
+  // Note [Global mean loop]: each plane summed in float lanes (as oneDNN's average pooling accumulates).
+  void globalMean(const float* x, float* y) const {
+    const std::int64_t pixels = pixels_;
+    const float scale = 1.0f / static_cast<float>(pixels);
+    parallelFor(0, planes_, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(pixels, 1)),
+                [&](std::int64_t begin, std::int64_t end) {
+                  for (std::int64_t plane = begin; plane < end; ++plane) {
+                    const float* in = x + plane * pixels;
+                    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                    for (std::int64_t i = 0; i < pixels; ++i)
+                      sum += in[i];
+                    y[plane] = sum * scale;
+                  }
+                });
+  }
+
   PoolSetup setup_;
+  std::int64_t planes_ = 0;  // Note [Global mean loop]: set when the node runs it
+  std::int64_t pixels_ = 0;
   bool empty_ = false;
   bool useDnnl_ = false;
   dnnl::pooling_v2_forward primitive_;

@@ -556,6 +556,14 @@ TEST(DnnlPoolTest, GlobalPools) {
   Tensor x3 = randomTensor({2, 4, 9}, 62);
   expectClose(run1("GlobalAveragePool", {&x3}, Attributes{}), {2, 4, 1},
               referencePool(x3, false, false, {{9}, {1}, {1}, {0}, {0}}, {1}));
+  // Note [Global mean loop]: large planes (ResNet's stem at 224), many small ones (a squeeze-excitation block).
+  for (const Shape& shape : {Shape{1, 3, 56, 57}, Shape{4, 96, 2, 2}, Shape{3, 5, 1, 1}}) {
+    SCOPED_TRACE(shapeToString(shape));
+    Tensor big = randomTensor(shape, 63);
+    const Ints in(shape.begin() + 2, shape.end());
+    expectClose(run1("GlobalAveragePool", {&big}, Attributes{}), {shape[0], shape[1], 1, 1},
+                referencePool(big, false, false, {in, {1, 1}, {1, 1}, {0, 0}, {0, 0}}, {1, 1}));
+  }
 }
 
 TEST(DnnlPoolTest, MaxPoolIndicesLikeOnnxExamples) {
