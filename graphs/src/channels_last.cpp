@@ -99,6 +99,8 @@ class ChannelsLastRewriter {
       convertGlobalAveragePool(node);
     } else if (kElementwiseOps.contains(node.opType) && followsLayout(node)) {
       convertElementwise(node);
+    } else if (node.opType == "Concat" && concatFollowsLayout(node)) {
+      convertConcat(node);
     } else {
       keepChannelsFirst(node);
     }
@@ -129,6 +131,33 @@ class ChannelsLastRewriter {
         return false;
     }
     return anyLast;
+  }
+
+  // A Concat of 4-D values, one of them channels-last (DenseNet's and SqueezeNet's joins along the channels).
+  bool concatFollowsLayout(const Node& node) const {
+    if (node.outputs.size() != 1 || node.outputs[0] == kNoValue || rank(node.outputs[0]) != 4)
+      return false;
+    bool anyLast = false;
+    for (int input : node.inputs) {
+      if (input == kNoValue || rank(input) != 4)
+        return false;
+      anyLast = anyLast || hasLast(input);
+    }
+    return anyLast;
+  }
+
+  // The same Concat on the channels-last forms, along the axis's place in [N, H, W, C].
+  void convertConcat(const Node& node) {
+    Node copy = node;
+    for (int& input : copy.inputs)
+      input = lastForm(input, node.phase);
+    std::int64_t axis = node.attrs.getInt("axis", 1);
+    axis = axis < 0 ? axis + 4 : axis;
+    const auto position = std::find(kToLast.begin(), kToLast.end(), axis) - kToLast.begin();
+    copy.attrs.set("axis", static_cast<std::int64_t>(position));
+    copy.outputs[0] = addLastValue(node.outputs[0]);
+    out_.nodes.push_back(std::move(copy));
+    ++report_.elementwiseNodes;
   }
 
   void convertLayoutNode(const Node& node, std::initializer_list<std::size_t> layoutInputs) {

@@ -44,6 +44,32 @@ onnx::ModelProto convNextLikeModel() {
   return model;
 }
 
+// x -> Conv -> c1 -> Relu -> r1 -> Conv -> c2 -> Concat(r1, c2 along the channels, axis given as -3) -> BatchNorm ->
+// GlobalAveragePool -> Flatten -> Gemm -> y[N, 10]: DenseNet's join in miniature.
+onnx::ModelProto denseJoinModel() {
+  using namespace testing;
+  onnx::ModelProto model = emptyModel();
+  setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 3, 8, 8});
+  addInitializer(model, "w1", {4, 3, 3, 3}, randomValues(108, 21, 0.4f));
+  addInitializer(model, "w2", {2, 4, 1, 1}, randomValues(8, 22, 0.5f));
+  addInitializer(model, "scale", {6}, {1.0f, 0.9f, 1.1f, 1.2f, 0.8f, 1.0f});
+  addInitializer(model, "shift", {6}, randomValues(6, 23, 0.1f));
+  addInitializer(model, "mean", {6}, {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f});
+  addInitializer(model, "var", {6}, {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f});
+  addInitializer(model, "wf", {10, 6}, randomValues(60, 24, 0.3f));
+  setInts(addNode(model, "Conv", {"x", "w1"}, {"c1"}, "conv1"), "pads", {1, 1, 1, 1});
+  addNode(model, "Relu", {"c1"}, {"r1"}, "relu1");
+  addNode(model, "Conv", {"r1", "w2"}, {"c2"}, "conv2");
+  setInt(addNode(model, "Concat", {"r1", "c2"}, {"joined"}, "join"), "axis", -3);
+  setInt(addNode(model, "BatchNormalization", {"joined", "scale", "shift", "mean", "var"}, {"n"}, "bn"),
+         "training_mode", 1);
+  addNode(model, "GlobalAveragePool", {"n"}, {"pooled"}, "pool");
+  addNode(model, "Flatten", {"pooled"}, {"flat"}, "flatten");
+  setInt(addNode(model, "Gemm", {"flat", "wf"}, {"y"}, "fc"), "transB", 1);
+  setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 10});
+  return model;
+}
+
 Graph import(const testing::TempDir& dir, const onnx::ModelProto& model, const std::string& name) {
   return importOnnx(testing::save(model, dir / (name + ".onnx")));
 }
@@ -94,6 +120,21 @@ TEST(ChannelsLastTest, AModelsOwnTransposesMeetTheChannelsLastValues) {
   const Node* pool = nodeNamed(graph, "pool");
   ASSERT_NE(pool, nullptr);
   EXPECT_EQ(pool->opType, "ReduceMean");
+}
+
+TEST(ChannelsLastTest, AConcatOfChannelsLastValuesJoinsThemWithoutTransposes) {
+  testing::TempDir dir;
+  ChannelsLastReport report;
+  const Graph graph = rewritten(import(dir, denseJoinModel(), "dense"), report);
+  const Node* join = nodeNamed(graph, "join");
+  ASSERT_NE(join, nullptr);
+  EXPECT_EQ(join->attrs.getInt("axis", 0), 3);  // the channels of [N, H, W, C]
+  EXPECT_EQ(graph.values[static_cast<std::size_t>(join->outputs[0])].meta.shape, (Shape{4, 8, 8, 6}));
+  EXPECT_EQ(nodeNamed(graph, "bn")->attrs.getInt("channels_last", 0), 1) << "the batch norm reads the join";
+  EXPECT_EQ(report.elementwiseNodes, 2);  // relu1 and the join
+  EXPECT_EQ(report.transposes, 4);        // x, w1 and w2 in; the pooled [N, 1, 1, C] out
+  for (int input : join->inputs)          // both read as conv1's and conv2's channels-last outputs
+    EXPECT_EQ(graph.values[static_cast<std::size_t>(input)].meta.shape[1], 8) << graph.values[input].name;
 }
 
 TEST(ChannelsLastTest, LeavesWhatItCannotRunChannelsLast) {
@@ -190,6 +231,11 @@ TEST(ChannelsLastTrainingTest, SmallCnnTrainsAsChannelsFirst) {
 TEST(ChannelsLastTrainingTest, ConvNextBlockTrainsAsChannelsFirst) {
   testing::TempDir dir;
   expectSameTraining(import(dir, convNextLikeModel(), "convnext"), std::nullopt, 1e-5);
+}
+
+TEST(ChannelsLastTrainingTest, DenseJoinTrainsAsChannelsFirst) {
+  testing::TempDir dir;
+  expectSameTraining(import(dir, denseJoinModel(), "dense"), std::nullopt, 1e-5);
 }
 
 TEST(ChannelsLastTrainingTest, Bfloat16TrainsAsChannelsFirstBfloat16) {

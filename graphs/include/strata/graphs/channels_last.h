@@ -7,7 +7,7 @@ namespace strata {
 // What the channels-last rewrite did, for the run summary.
 struct ChannelsLastReport {
   int layoutNodes = 0;       // Conv, BatchNormalization and pooling nodes now channels_last = 1
-  int elementwiseNodes = 0;  // elementwise nodes that now run on channels-last values
+  int elementwiseNodes = 0;  // elementwise and Concat nodes that now run on channels-last values
   int transposes = 0;        // Transpose nodes left between the layouts (weights included)
 };
 
@@ -16,8 +16,9 @@ struct ChannelsLastReport {
 // (Note [Channels-last] in strata/channels_last.h):
 // - 4-D Conv (explicit symmetric pads), BatchNormalization, MaxPool (without Indices) and AveragePool nodes get
 //   channels_last = 1; their data operands become [N, H, W, C] values and Conv weights [K, R, S, C / group] ones.
-// - Elementwise nodes with a channels-last operand follow it (broadcast operands are transposed too), and a
-//   GlobalAveragePool of a channels-last value becomes a ReduceMean over H and W.
+// - Elementwise nodes with a channels-last operand follow it (broadcast operands are transposed too), so does a
+//   Concat of 4-D values (along its axis's new place), and a GlobalAveragePool of a channels-last value becomes a
+//   ReduceMean over H and W.
 // - Transpose nodes are inserted where a value crosses between the layouts, at most once per value and direction;
 //   a model's own NCHW <-> NHWC Transposes (ConvNeXt's) meet the rewritten values without a copy.
 // Every value id of the input graph keeps its channels-first meaning (outputs, loss, parameters). The result must
