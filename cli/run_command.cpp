@@ -122,6 +122,9 @@ void run(const RunOptions& options) {
   }
   if (device.type == DeviceType::CPU) {
     fused = fuseMish(fuseSilu(fuseRelu(fused, &fusedRelus), &fusedSilus), &fusedMishes);
+    int fusedClips = 0;  // a forward-only plan: Clip's gradient is never needed
+    fused = fuseClipIntoConv(fused, &fusedClips);
+    fusedRelus += fusedClips;
   }
   if (fusedGelus + fusedSilus + fusedMishes + fusedRelus > 0)
     fused = specialize(fused, again);

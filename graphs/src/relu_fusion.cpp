@@ -1,5 +1,6 @@
 #include "strata/graphs/relu_fusion.h"
 
+#include <limits>
 #include <vector>
 
 #include "strata/graphs/producers.h"
@@ -36,6 +37,57 @@ Graph fuseRelu(const Graph& graph, int* fused) {
     first.attrs.set("fused_relu", std::int64_t{1});
     first.outputs[0] = relu.outputs[0];
     dropped[static_cast<std::size_t>(readers[y][0])] = true;
+    ++count;
+  }
+  dropNodes(out, dropped);
+  if (fused != nullptr)
+    *fused = count;
+  return out;
+}
+
+namespace {
+
+// A Clip bound: absent (the type's limit), or a constant float32 scalar; false when it is computed.
+bool constantBound(const Graph& graph, const Node& clip, std::size_t input, float fallback, float& bound) {
+  bound = fallback;
+  if (input >= clip.inputs.size() || clip.inputs[input] == kNoValue)
+    return true;
+  const Tensor& value = graph.values[static_cast<std::size_t>(clip.inputs[input])].constant;
+  if (!value.defined() || value.dtype() != DType::Float32 || value.numel() != 1)
+    return false;
+  bound = *value.data<float>();
+  return true;
+}
+
+}  // namespace
+
+Graph fuseClipIntoConv(const Graph& graph, int* fused) {
+  const std::vector<int> readers = readerCounts(graph);
+  const std::vector<std::vector<int>> consumers = graph.consumers();
+  Graph out = graph;
+  std::vector<bool> dropped(graph.nodes.size(), false);
+  int count = 0;
+  for (std::size_t n = 0; n < graph.nodes.size(); ++n) {
+    Node& conv = out.nodes[n];
+    if (conv.opType != "Conv" || !conv.domain.empty() || conv.outputs.size() != 1 ||
+        conv.attrs.getInt("fused_relu", 0) != 0 || conv.attrs.getInt("fused_clip", 0) != 0)
+      continue;
+    const auto y = static_cast<std::size_t>(conv.outputs[0]);
+    if (readers[y] != 1 || consumers[y].size() != 1 || graph.values[y].meta.dtype != DType::Float32)
+      continue;  // readers counts graph outputs too: one reader that is a node
+    const Node& clip = graph.nodes[static_cast<std::size_t>(consumers[y][0])];
+    if (clip.opType != "Clip" || !clip.domain.empty() || clip.outputs.size() != 1 || clip.inputs[0] != conv.outputs[0])
+      continue;
+    float lo = 0.0f, hi = 0.0f;
+    const float attrLo = clip.attrs.getFloat("min", std::numeric_limits<float>::lowest());  // before opset 11
+    const float attrHi = clip.attrs.getFloat("max", std::numeric_limits<float>::max());
+    if (!constantBound(graph, clip, 1, attrLo, lo) || !constantBound(graph, clip, 2, attrHi, hi))
+      continue;
+    conv.attrs.set("fused_clip", std::int64_t{1});
+    conv.attrs.set("clip_min", lo);
+    conv.attrs.set("clip_max", hi);
+    conv.outputs[0] = clip.outputs[0];
+    dropped[static_cast<std::size_t>(consumers[y][0])] = true;
     ++count;
   }
   dropNodes(out, dropped);

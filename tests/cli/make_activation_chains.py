@@ -1,7 +1,7 @@
 """Writes a small ONNX model with Mish and SiLU spelled out as Mul(x, Tanh(Softplus(x))) and Mul(x, Sigmoid(x)),
 as Strata's opset downgrade and PyTorch's exporter write them, then a BatchNormalization and a residual Add each read
-only by a Relu, then a Conv, its BatchNormalization and a Relu (which `strata run` folds and fuses into the Conv), for
-the cli.run_fuses_activation_chains test."""
+only by a Relu, then a Conv, its BatchNormalization and a Relu (which `strata run` folds and fuses into the Conv), then a Conv and a
+Clip(0, 6) (fused into it), for the cli.run_fuses_activation_chains test."""
 import sys
 
 import onnx
@@ -24,9 +24,12 @@ nodes = [
     helper.make_node("Relu", ["sum"], ["z0"]),
     helper.make_node("Conv", ["z0", "conv_w", "conv_b"], ["c"]),
     helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["cn"]),
-    helper.make_node("Relu", ["cn"], ["z"]),
+    helper.make_node("Relu", ["cn"], ["z1"]),
+    helper.make_node("Conv", ["z1", "conv_w"], ["c2"]),
+    helper.make_node("Clip", ["c2", "zero", "six"], ["z"]),
 ]
 conv = [helper.make_tensor("conv_w", TensorProto.FLOAT, [4, 4, 1, 1], [0.5 - 0.1 * i for i in range(16)]),
-        helper.make_tensor("conv_b", TensorProto.FLOAT, [4], [0.1, -0.1, 0.2, 0.0])]
+        helper.make_tensor("conv_b", TensorProto.FLOAT, [4], [0.1, -0.1, 0.2, 0.0]),
+        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]), helper.make_tensor("six", TensorProto.FLOAT, [], [6.0])]
 graph = helper.make_graph(nodes, "activation_chains", [x], [z], initializer=norm + conv)
 onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])

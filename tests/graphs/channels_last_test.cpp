@@ -235,7 +235,9 @@ TEST(ChannelsLastTrainingTest, ConvNextBlockTrainsAsChannelsFirst) {
 
 TEST(ChannelsLastTrainingTest, DenseJoinTrainsAsChannelsFirst) {
   testing::TempDir dir;
-  expectSameTraining(import(dir, denseJoinModel(), "dense"), std::nullopt, 1e-5);
+  // 1e-4: a batch norm's scale gradient is a cancelling sum, and the two layouts add it in different orders; it
+  // differed by 1.1e-5 in the ASan build on an AVX2 host. A misplaced channel is off by order 1.
+  expectSameTraining(import(dir, denseJoinModel(), "dense"), std::nullopt, 1e-4);
 }
 
 TEST(ChannelsLastTrainingTest, Bfloat16TrainsAsChannelsFirstBfloat16) {

@@ -80,6 +80,56 @@ TEST(ReluFusionTest, AFirstNodeWithOtherReadersStays) {
   }
 }
 
+// x -> Conv -> c -> Clip(0, 6) -> y, the bounds constants (MobileNetV2's ReLU6) or, with `boundFromInput`, the
+// upper one a graph input.
+Graph convThenClip(const testing::TempDir& dir, bool boundFromInput) {
+  using namespace testing;
+  onnx::ModelProto model = emptyModel();
+  setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {2, 3, 4, 4});
+  if (boundFromInput)
+    setTensorType(model.mutable_graph()->add_input(), "six", onnx::TensorProto::FLOAT, {});
+  else
+    addInitializer(model, "six", {}, {6.0f});
+  addInitializer(model, "zero", {}, {0.0f});
+  addInitializer(model, "w", {3, 3, 1, 1}, {1.0f, -0.5f, 0.2f, 0.3f, 1.0f, -1.0f, 0.0f, 0.5f, 2.0f});
+  addNode(model, "Conv", {"x", "w"}, {"c"}, "conv");
+  addNode(model, "Clip", {"c", "zero", "six"}, {"y"}, "relu6");
+  setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {2, 3, 4, 4});
+  return specialize(importOnnx(save(model, dir / "conv_clip.onnx")), SpecializeOptions{});
+}
+
+TEST(ReluFusionTest, AnInferencePlanClipsInTheConvolution) {
+  testing::TempDir dir;
+  const Graph graph = convThenClip(dir, false);
+  int fused = 0;
+  const Graph rewritten = fuseClipIntoConv(graph, &fused);
+  EXPECT_EQ(fused, 1);
+  EXPECT_EQ(countOps(rewritten, "Clip"), 0);
+  const Node& conv = rewritten.nodes.at(0);
+  EXPECT_EQ(conv.attrs.getInt("fused_clip", 0), 1);
+  EXPECT_EQ(conv.attrs.getFloat("clip_min", -1.0f), 0.0f);
+  EXPECT_EQ(conv.attrs.getFloat("clip_max", -1.0f), 6.0f);
+  EXPECT_EQ(conv.outputs[0], graph.findValue("y"));
+  // Large inputs, so that both bounds clip somewhere: the same values as the two nodes.
+  const Tensor x = testing::randomTensor({2, 3, 4, 4}, 81, 12.0f);
+  const Tensor want = forwardOutput(graph, x);
+  const Tensor got = forwardOutput(specialize(rewritten, SpecializeOptions{}), x);
+  for (std::int64_t i = 0; i < want.numel(); ++i)
+    ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << i;
+  // fuseRelu (training plans too) leaves the Clip alone.
+  int relus = -1;
+  EXPECT_EQ(countOps(fuseRelu(graph, &relus), "Clip"), 1);
+  EXPECT_EQ(relus, 0);
+}
+
+TEST(ReluFusionTest, AClipWithAComputedBoundStays) {
+  testing::TempDir dir;
+  int fused = -1;
+  const Graph rewritten = fuseClipIntoConv(convThenClip(dir, true), &fused);
+  EXPECT_EQ(fused, 0);
+  EXPECT_EQ(countOps(rewritten, "Clip"), 1);
+}
+
 // The training plan fuses on the CPU, and a step is the unfused plan's to the bit: loss, every gradient, the
 // running statistics, and the evaluation forward (batch norm in training and in inference mode).
 TEST(ReluFusionTest, TheTrainingPlanFusesWithTheUnfusedResults) {

@@ -177,7 +177,8 @@ std::string ConvWinograd::implementation() const {
   return "Winograd F(4x4, 3x3), 36 GEMMs on oneDNN " + implementation_;
 }
 
-void ConvWinograd::run(const float* input, const float* w, const float* bias, float* output, char* scratch, bool relu) {
+void ConvWinograd::run(const float* input, const float* w, const float* bias, float* output, char* scratch,
+                       std::optional<std::pair<float, float>> clamp) {
   auto* v = reinterpret_cast<float*>(scratch + vOffset_);
   auto* m = reinterpret_cast<float*>(scratch + mOffset_);
   auto* u = reinterpret_cast<float*>(scratch + uOffset_);
@@ -198,7 +199,9 @@ void ConvWinograd::run(const float* input, const float* w, const float* bias, fl
   dst_.set_data_handle(m);
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, weights_}, {DNNL_ARG_DST, dst_}};
   executeDnnlAt(matmul_, args, scratch + matmulScratchOffset_, matmulScratchBytes_);
-  transformOutputs(m, bias, out, relu);
+  transformOutputs(
+      m, bias, out,
+      clamp.value_or(std::pair{-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity()}));
   if (!channelsLast_) {
     outputLast_.set_data_handle(out);
     outputFirst_.set_data_handle(output);
@@ -294,7 +297,8 @@ void ConvWinograd::transformInputs(const float* input, float* v) const {
   });
 }
 
-void ConvWinograd::transformOutputs(const float* m, const float* bias, float* output, bool relu) const {
+void ConvWinograd::transformOutputs(const float* m, const float* bias, float* output,
+                                    std::pair<float, float> clamp) const {
   parallelFor(0, tiles_, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> buffer(static_cast<std::size_t>((24 + 4) * o_));
     float* horizontal = buffer.data();     // [6][4][O]
@@ -321,15 +325,15 @@ void ConvWinograd::transformOutputs(const float* m, const float* bias, float* ou
         for (std::int64_t row = 0; row < 4 && kOut * ty + row < oh_; ++row) {
           float* y = output + ((image * oh_ + kOut * ty + row) * ow_ + kOut * tx + q) * o_;
           const float* value = pixels + row * o_;
-          const float floor = relu ? 0.0f : -std::numeric_limits<float>::infinity();
+          const auto [lo, hi] = clamp;  // (-inf, +inf) when nothing is fused: every value as it is, NaN included
           if (bias != nullptr) {
 #pragma omp simd
             for (std::int64_t k = 0; k < o_; ++k)
-              y[k] = std::max(value[k] + bias[k], floor);
+              y[k] = std::min(std::max(value[k] + bias[k], lo), hi);
           } else {
 #pragma omp simd
             for (std::int64_t k = 0; k < o_; ++k)
-              y[k] = std::max(value[k], floor);
+              y[k] = std::min(std::max(value[k], lo), hi);
           }
         }
       }

@@ -17,7 +17,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "dnnl_context.h"
 
@@ -45,9 +47,10 @@ class ConvWinograd {
   std::string implementation() const;
 
   // Y = conv(input, W) (+ bias when not null): for Forward, `input` is X and `output` is Y; for DataGradient,
-  // `input` is dY and `output` is dX. `w` is the forward convolution's W as stored. With `relu` the output is
-  // max(Y, 0) (Note [Fused ReLU]).
-  void run(const float* input, const float* w, const float* bias, float* output, char* scratch, bool relu = false);
+  // `input` is dY and `output` is dX. `w` is the forward convolution's W as stored. With `clamp` = (lo, hi) the
+  // output is min(max(Y, lo), hi) (Note [Fused ReLU]: a fused Relu is (0, +inf)).
+  void run(const float* input, const float* w, const float* bias, float* output, char* scratch,
+           std::optional<std::pair<float, float>> clamp = std::nullopt);
 
  private:
   ConvWinograd() = default;
@@ -57,7 +60,7 @@ class ConvWinograd {
   TilePosition tileAt(std::int64_t tile) const;
   void transformFilters(const float* w, float* u) const;
   void transformInputs(const float* input, float* v) const;
-  void transformOutputs(const float* m, const float* bias, float* output, bool relu) const;
+  void transformOutputs(const float* m, const float* bias, float* output, std::pair<float, float> clamp) const;
 
   Role role_ = Role::Forward;
   bool channelsLast_ = false;

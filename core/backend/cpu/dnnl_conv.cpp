@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <optional>
+#include <utility>
 
 #include "conv_gemm.h"
 #include "conv_geometry.h"
@@ -158,18 +161,35 @@ class WeightCache {
 // (2026-11-21): ResNet50 forward at 32x32, batch 32 took 23 ms this way against 32 ms when 1x1 stride-1 convolutions
 // ran on NCHW (oneDNN's im2col + sgemm path), and the training step 122 ms against 159 ms. Keeping activations blocked
 // across nodes would also save the reorders.
-// Note [Fused ReLU] (graphs/relu_fusion.h): with fused_relu the kernel writes max(conv(X, W) + B, 0): a post-op of
-// oneDNN's convolution, the Winograd output transform's last step, and an in-place pass after the one-GEMM and
-// float64 paths (small outputs, still in cache).
-void reluInPlace(float* y, std::int64_t n) {
-#pragma omp simd
-  for (std::int64_t i = 0; i < n; ++i)
-    y[i] = std::max(y[i], 0.0f);
+// Note [Fused ReLU] (graphs/relu_fusion.h): with fused_relu the kernel writes max(conv(X, W) + B, 0), with fused_clip
+// (inference plans only) min(max(conv(X, W) + B, clip_min), clip_max): a post-op of oneDNN's convolution, the
+// Winograd output transform's last step, and an in-place pass after the one-GEMM and float64 paths (small outputs,
+// still in cache).
+struct FusedActivation {
+  bool clip = false;  // fused_clip; otherwise fused_relu's [0, +inf)
+  float lo = 0.0f;
+  float hi = std::numeric_limits<float>::infinity();
+};
+
+std::optional<FusedActivation> fusedActivation(const Attributes& attrs) {
+  if (attrs.getInt("fused_clip", 0) != 0) {
+    return FusedActivation{.clip = true,
+                           .lo = attrs.getFloat("clip_min", std::numeric_limits<float>::lowest()),
+                           .hi = attrs.getFloat("clip_max", std::numeric_limits<float>::max())};
+  }
+  if (attrs.getInt("fused_relu", 0) != 0)
+    return FusedActivation{};
+  return std::nullopt;
 }
 
-void reluInPlace(double* y, std::int64_t n) {
+// As the Clip and Relu kernels compute it: std::max keeps a NaN.
+template <typename T>
+void activateInPlace(T* y, std::int64_t n, const FusedActivation& a) {
+  const T lo = static_cast<T>(a.lo);
+  const T hi = a.clip ? static_cast<T>(a.hi) : std::numeric_limits<T>::infinity();
+#pragma omp simd
   for (std::int64_t i = 0; i < n; ++i)
-    y[i] = std::max(y[i], 0.0);
+    y[i] = std::min(std::max(y[i], lo), hi);
 }
 
 class ConvKernel : public OpKernel {
@@ -177,7 +197,7 @@ class ConvKernel : public OpKernel {
   explicit ConvKernel(const KernelInit& init) {
     // Note [CPU channels-last]: everything below works on logical [N, C, spatial...] dims.
     const bool channelsLast = channelsLastOf(init.attrs);
-    relu_ = init.attrs.getInt("fused_relu", 0) != 0;
+    activation_ = fusedActivation(init.attrs);
     const TensorMeta x{init.inputs.at(0).meta.dtype, logicalShape(init.inputs.at(0).meta.shape, channelsLast)};
     const TensorMeta w{init.inputs.at(1).meta.dtype, logicalShape(init.inputs.at(1).meta.shape, channelsLast)};
     hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
@@ -247,9 +267,12 @@ class ConvKernel : public OpKernel {
                                            toDims(s.geometry.strides), dnnlDilations(s.geometry.dilations),
                                            toDims(s.geometry.padBegin), padEnd);
       dnnl::primitive_attr attr = userScratchpadAttr();
-      if (relu_) {
+      if (activation_) {
         dnnl::post_ops ops;
-        ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+        if (activation_->clip)
+          ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_clip_v2, activation_->lo, activation_->hi);
+        else
+          ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
         attr.set_post_ops(ops);
       }
       dnnl::convolution_forward::primitive_desc pd(desc, attr, dnnlEngine());
@@ -274,22 +297,23 @@ class ConvKernel : public OpKernel {
       convForwardF64(f64_->geometry, xShape_, wShape_, f64_->group, ctx.input(0).data<double>(),
                      ctx.input(1).data<double>(), hasBias_ ? ctx.input(2).data<double>() : nullptr,
                      ctx.output(0).data<double>());
-      if (relu_)
-        reluInPlace(ctx.output(0).data<double>(), ctx.output(0).numel());
+      if (activation_)
+        activateInPlace(ctx.output(0).data<double>(), ctx.output(0).numel(), *activation_);
       return;
     }
     if (gemm_ != nullptr) {
       gemm_->forward(ctx.input(0).data<float>(), static_cast<const float*>(weights_.get(ctx.input(1))),
                      hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
                      static_cast<char*>(dnnlScratchpad(gemm_->scratchBytes())));
-      if (relu_)
-        reluInPlace(ctx.output(0).data<float>(), ctx.output(0).numel());
+      if (activation_)
+        activateInPlace(ctx.output(0).data<float>(), ctx.output(0).numel(), *activation_);
       return;
     }
     if (winograd_ != nullptr) {
-      winograd_->run(ctx.input(0).data<float>(), ctx.input(1).data<float>(),
-                     hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
-                     static_cast<char*>(dnnlScratchpad(winograd_->scratchBytes())), relu_);
+      winograd_->run(
+          ctx.input(0).data<float>(), ctx.input(1).data<float>(), hasBias_ ? ctx.input(2).data<float>() : nullptr,
+          ctx.output(0).data<float>(), static_cast<char*>(dnnlScratchpad(winograd_->scratchBytes())),
+          activation_ ? std::optional<std::pair<float, float>>({activation_->lo, activation_->hi}) : std::nullopt);
       return;
     }
     weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
@@ -302,7 +326,7 @@ class ConvKernel : public OpKernel {
   }
 
   std::string implementation() const override {
-    const char* relu = relu_ ? " + ReLU" : "";
+    const char* relu = !activation_ ? "" : activation_->clip ? " + Clip" : " + ReLU";
     if (f64_ != nullptr)
       return fmt::format("float64 im2col GEMM{}", relu);
     if (gemm_ != nullptr)
@@ -314,7 +338,7 @@ class ConvKernel : public OpKernel {
 
  private:
   bool hasBias_ = false;
-  bool relu_ = false;  // Note [Fused ReLU]
+  std::optional<FusedActivation> activation_;  // Note [Fused ReLU]
   bool empty_ = false;
   std::unique_ptr<ConvSetup> f64_;  // set for float64, which runs convForwardF64 instead of oneDNN
   Shape xShape_, wShape_;

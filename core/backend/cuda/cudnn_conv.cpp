@@ -355,8 +355,8 @@ class ConvKernel : public OpKernel {
     const TensorMeta& w = init.inputs.at(1).meta;
     hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
     // Note [Fused ReLU] (graphs/relu_fusion.h) is a CPU plan's fusion; this kernel must not ignore it.
-    STRATA_CHECK(init.attrs.getInt("fused_relu", 0) == 0,
-                 "a convolution with a fused ReLU runs on the CPU only (the CUDA plan keeps the Relu node)");
+    STRATA_CHECK(init.attrs.getInt("fused_relu", 0) == 0 && init.attrs.getInt("fused_clip", 0) == 0,
+                 "a convolution with a fused ReLU or Clip runs on the CPU only (the CUDA plan keeps the Relu or Clip)");
     const Shape& y = init.outputs.at(0).shape;
     empty_ = numElements(y) == 0 || numElements(x.shape) == 0 || numElements(w.shape) == 0;
     if (empty_)

@@ -54,6 +54,8 @@ std::vector<int> convGradient(GradientBuilder& b) {
   int dy = b.outputGrad(0);
   if (dy == kNoValue)
     return grads;
+  if (b.node().attrs.getInt("fused_clip", 0) != 0)
+    fail("node '{}': a Conv with a fused Clip is for inference plans only (fuseClipIntoConv)", b.node().name);
   if (b.node().attrs.getInt("fused_relu", 0) != 0)
     dy = b.emit1("ReluGrad", {dy, b.output(0)});  // Note [Fused ReLU]: the Relu's rule first
   const int x = b.input(0), w = b.input(1);
