@@ -118,7 +118,8 @@ void run(const RunOptions& options) {
   Graph fused = fuseGelu(foldBatchNormIntoConv(specialised, &foldedNorms), &fusedGelus);
   if (foldedNorms > 0) {
     fused = specialize(fused, again);
-    fmt::print("plan: {} batch norms folded into their convolutions\n", foldedNorms);
+    fmt::print("plan: {} batch norm{} folded into {} convolution{}\n", foldedNorms, foldedNorms == 1 ? "" : "s",
+               foldedNorms == 1 ? "its" : "their", foldedNorms == 1 ? "" : "s");
   }
   if (device.type == DeviceType::CPU) {
     fused = fuseMish(fuseSilu(fuseRelu(fused, &fusedRelus), &fusedSilus), &fusedMishes);

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Asynchronous parameter-server training keeps sync's accuracy with a straggler (issue 15's accuracy test).
 
-The bundled CNN trains 3 epochs of Fashion-MNIST on 2 workers and 1 server, worker 1 twice as slow (--slow-rank 1:2),
+The bundled CNN trains 2 epochs of Fashion-MNIST on 2 workers and 1 server, worker 1 twice as slow (--slow-rank 1:2),
 SGD with momentum, in two modes: sync and async with the staleness-aware learning rate (lr_staleness=on: each
 gradient's step divided by its staleness); with --report-plain also plain async. Async with lr_staleness must end
 within --max-gap (1.5) points of sync's test accuracy; plain async's gap is printed, not checked (the issue asks for
-it to be reported). CI leaves plain async out for time (a 3-epoch run, 90 s on 2 cores); the straggler comparison
+it to be reported). CI leaves plain async out for time (a 2-epoch run, 60 s on 2 cores); the straggler comparison
 in docs/performance.md (`strata compare --spec docs/compare/ps_straggler_3_epochs.json`) reports it.
 Async runs must also have been stale (the servers measured a mean staleness above 0.5 for the fast worker), or the
 comparison says nothing about stale gradients.
@@ -44,7 +44,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2,
+                        help="2 in CI (about 150 s for both runs; 3 took 240 s): sync ends near 88.5%%")
     parser.add_argument("--max-gap", type=float, default=1.5, help="points of test accuracy")
     parser.add_argument("--master-port", type=int, default=29751)
     parser.add_argument("--report-plain", action="store_true", help="also train plain async and print its gap")
