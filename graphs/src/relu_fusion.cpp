@@ -81,7 +81,8 @@ Graph fuseClipIntoConv(const Graph& graph, int* fused) {
     float lo = 0.0f, hi = 0.0f;
     const float attrLo = clip.attrs.getFloat("min", std::numeric_limits<float>::lowest());  // before opset 11
     const float attrHi = clip.attrs.getFloat("max", std::numeric_limits<float>::max());
-    if (!constantBound(graph, clip, 1, attrLo, lo) || !constantBound(graph, clip, 2, attrHi, hi))
+    // min > max has no agreed meaning across oneDNN's clip and ONNX's min(max(x, lo), hi): the Clip stays.
+    if (!constantBound(graph, clip, 1, attrLo, lo) || !constantBound(graph, clip, 2, attrHi, hi) || lo > hi)
       continue;
     conv.attrs.set("fused_clip", std::int64_t{1});
     conv.attrs.set("clip_min", lo);

@@ -82,14 +82,14 @@ TEST(ReluFusionTest, AFirstNodeWithOtherReadersStays) {
 
 // x -> Conv -> c -> Clip(0, 6) -> y, the bounds constants (MobileNetV2's ReLU6) or, with `boundFromInput`, the
 // upper one a graph input.
-Graph convThenClip(const testing::TempDir& dir, bool boundFromInput) {
+Graph convThenClip(const testing::TempDir& dir, bool boundFromInput, float high = 6.0f) {
   using namespace testing;
   onnx::ModelProto model = emptyModel();
   setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {2, 3, 4, 4});
   if (boundFromInput)
     setTensorType(model.mutable_graph()->add_input(), "six", onnx::TensorProto::FLOAT, {});
   else
-    addInitializer(model, "six", {}, {6.0f});
+    addInitializer(model, "six", {}, {high});
   addInitializer(model, "zero", {}, {0.0f});
   addInitializer(model, "w", {3, 3, 1, 1}, {1.0f, -0.5f, 0.2f, 0.3f, 1.0f, -1.0f, 0.0f, 0.5f, 2.0f});
   addNode(model, "Conv", {"x", "w"}, {"c"}, "conv");
@@ -126,6 +126,14 @@ TEST(ReluFusionTest, AClipWithAComputedBoundStays) {
   testing::TempDir dir;
   int fused = -1;
   const Graph rewritten = fuseClipIntoConv(convThenClip(dir, true), &fused);
+  EXPECT_EQ(fused, 0);
+  EXPECT_EQ(countOps(rewritten, "Clip"), 1);
+}
+
+TEST(ReluFusionTest, AClipWithMinAboveMaxStays) {
+  testing::TempDir dir;
+  int fused = -1;
+  const Graph rewritten = fuseClipIntoConv(convThenClip(dir, false, -1.0f), &fused);
   EXPECT_EQ(fused, 0);
   EXPECT_EQ(countOps(rewritten, "Clip"), 1);
 }
