@@ -1,10 +1,13 @@
 // Conv gradients: ConvGradInput (dY, W -> dX), ConvGradWeight (dY, X -> dW [, dB]) and the fused ConvGrad
-// (dY, X, W -> dX, dW [, dB]). Float32 runs oneDNN's convolution_backward_data / convolution_backward_weights,
+// (dY, X, W -> dX, dW [, dB]). Float32 runs oneDNN's convolution_backward_data / convolution_backward_weights (or
+// Strata's loops where oneDNN has only a poor GEMM: Notes [Batched weight gradient], [Depthwise weight gradient]),
 // float64 im2col GEMMs (conv_f64_grad.cpp).
 
 #include <cstring>
 #include <memory>
+#include <optional>
 
+#include "conv_depthwise_grad.h"
 #include "conv_f64.h"
 #include "conv_gemm.h"
 #include "conv_geometry.h"
@@ -232,7 +235,7 @@ class ConvGradKernel : public OpKernel {
       return gemm_->implementation() + tapNote(fullW_, taps_);
     std::string out;
     if (!weightsImplementation_.empty())
-      out = "weights: " + (batched_ ? weightsImplementation_ : "oneDNN " + weightsImplementation_);
+      out = "weights: " + (ownWeightsLoop() ? weightsImplementation_ : "oneDNN " + weightsImplementation_);
     if (winogradData_ != nullptr)
       out += (out.empty() ? "" : "; ") + std::string("data: ") + winogradData_->implementation();
     else if (!dataImplementation_.empty())
@@ -294,6 +297,9 @@ class ConvGradKernel : public OpKernel {
       batchedWeights_.run(setup_, dy.data<float>(), ctx.input(static_cast<std::size_t>(io_.xIndex)).data<float>(),
                           dw != nullptr ? dwTarget : dwScratch.data<float>(),
                           db != nullptr ? db->data<float>() : nullptr, scratch);
+    } else if ((dw != nullptr || db != nullptr) && depthwiseWeights_) {
+      depthwiseWeights_->run(dy.data<float>(), ctx.input(static_cast<std::size_t>(io_.xIndex)).data<float>(), dwTarget,
+                             db != nullptr ? db->data<float>() : nullptr);
     } else if (dw != nullptr || db != nullptr) {
       // Weights first: dY's blocked copy is then shared with the data pass, and X's region is reused for dX.
       memory& dyMem = dyWeights_.bind(dy, scratch, primBytes, true);
@@ -378,6 +384,9 @@ class ConvGradKernel : public OpKernel {
       if (!channelsLast_ && planBatchedWeights(weightsImplementation_)) {
         // Note [Batched weight gradient]: the primitive above is not run.
         weightsImplementation_ = "batched im2col + oneDNN sgemm";
+      } else if (!channelsLast_ && planDepthwiseWeights(weightsImplementation_)) {
+        // Note [Depthwise weight gradient]: nor here.
+        weightsImplementation_ = "depthwise loop";
       } else {
         primBytes = std::max(primBytes, pd.scratchpad_desc().get_size());
         primBytes = std::max(primBytes, dyWeights_.init(yPlain, pd.diff_dst_desc(), true));
@@ -462,6 +471,18 @@ class ConvGradKernel : public OpKernel {
     return true;
   }
 
+  // Whether the weight gradient runs as one of Strata's own loops (planBatchedWeights or planDepthwiseWeights).
+  bool ownWeightsLoop() const { return batched_ || depthwiseWeights_.has_value(); }
+
+  // Whether the weight gradient runs as Note [Depthwise weight gradient]'s loop: a depthwise convolution for
+  // which oneDNN offers only a GEMM per image and channel. Sets depthwiseWeights_.
+  bool planDepthwiseWeights(const std::string& oneDnnImplementation) {
+    if (oneDnnImplementation.find("gemm") == std::string::npos)
+      return false;
+    depthwiseWeights_ = DepthwiseWeightGradient::plan(setup_.x, setup_.w, setup_.group, setup_.geometry);
+    return depthwiseWeights_.has_value();
+  }
+
   ConvGradSetup setup_;
   bool empty_ = false;
   ConvGradOperands io_;  // positions of the operands and outputs
@@ -470,6 +491,7 @@ class ConvGradKernel : public OpKernel {
   bool hasBiasPrimitive_ = false;
   bool batched_ = false;  // the weight gradient runs as batchedWeights_ instead of weightsPrimitive_
   BatchedWeightGradient batchedWeights_;
+  std::optional<DepthwiseWeightGradient> depthwiseWeights_;  // set: the weight gradient runs as this loop
   std::string weightsImplementation_, dataImplementation_;
   bool shareDy_ = false;                         // both passes take dY in the same converted layout: convert it once
   LayoutCopy dyWeights_, xWeights_, dwWeights_;  // the weights pass

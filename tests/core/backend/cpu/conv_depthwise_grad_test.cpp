@@ -1,0 +1,90 @@
+// Note [Depthwise weight gradient] (core/backend/cpu/conv_depthwise_grad.h): the weight gradient of a depthwise
+// convolution runs as Strata's loop where oneDNN offers only a GEMM per image and channel (small maps). The float64
+// kernels are the reference: dX, dW and dB together and apart must agree, and the kernels must say which path they
+// took. The same tests run as avx2.* under ONEDNN_MAX_CPU_ISA=AVX2.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "graphs/gradient_check.h"
+#include "strata/attributes.h"
+
+namespace strata {
+namespace {
+
+using Ints = std::vector<std::int64_t>;
+
+struct DepthwiseCase {
+  const char* name;
+  Shape x, w;
+  Attributes attrs;
+  bool loop;  // whether the weight gradient takes the loop
+};
+
+Attributes depthwiseAttrs(std::initializer_list<std::pair<const char*, AttributeValue>> values) {
+  Attributes a;
+  for (const auto& [name, value] : values)
+    a.set(name, value);
+  return a;
+}
+
+std::vector<DepthwiseCase> depthwiseCases() {
+  const auto group = [](std::int64_t g) { return std::pair<const char*, AttributeValue>{"group", g}; };
+  return {
+      {"EfficientNetV2-S stage 5 at 32x32: 3x3 on 2x2",
+       {4, 24, 2, 2},
+       {24, 1, 3, 3},
+       depthwiseAttrs({group(24), {"pads", Ints{1, 1, 1, 1}}}),
+       true},
+      {"its stage 4's first: 3x3 stride 2, 4x4 -> 2x2: oneDNN's own kernel",
+       {4, 16, 4, 4},
+       {16, 1, 3, 3},
+       depthwiseAttrs({group(16), {"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}}),
+       false},
+      {"channel multiplier 2, uneven pads, bias",
+       {3, 8, 3, 2},
+       {16, 1, 3, 3},
+       depthwiseAttrs({group(8), {"pads", Ints{1, 0, 2, 1}}}),
+       true},
+      {"dilated 3x3 on 3x3",
+       {2, 8, 3, 3},
+       {8, 1, 3, 3},
+       depthwiseAttrs({group(8), {"pads", Ints{2, 2, 2, 2}}, {"dilations", Ints{2, 2}}}),
+       true},
+      {"5x5 on 4x3, stride (2, 1)",
+       {2, 16, 4, 3},
+       {16, 1, 5, 5},
+       depthwiseAttrs({group(16), {"pads", Ints{2, 2, 2, 2}}, {"strides", Ints{2, 1}}}),
+       true},
+      {"3x3 on 14x14: oneDNN's own kernel",
+       {2, 16, 14, 14},
+       {16, 1, 3, 3},
+       depthwiseAttrs({group(16), {"pads", Ints{1, 1, 1, 1}}}),
+       false},
+      {"grouped with two channels per group: not depthwise",
+       {2, 8, 2, 2},
+       {8, 2, 3, 3},
+       depthwiseAttrs({group(4), {"pads", Ints{1, 1, 1, 1}}}),
+       false},
+  };
+}
+
+void expectLoop(const std::string& implementation, bool loop) {
+  EXPECT_EQ(implementation.find("weights: depthwise loop") != std::string::npos, loop) << implementation;
+}
+
+TEST(DepthwiseWeightGradientTest, GradientsMatchFloat64) {
+  unsigned seed = 1500;
+  for (const DepthwiseCase& c : depthwiseCases()) {
+    SCOPED_TRACE(c.name);
+    const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, seed);
+    seed += 3;
+    expectLoop(testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.loop);
+    expectLoop(testing::cpuKernelImplementation("ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 1), c.loop);
+  }
+}
+
+}  // namespace
+}  // namespace strata
