@@ -1,16 +1,19 @@
 #include "conv_depthwise_grad.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
 
 std::optional<DepthwiseWeightGradient> DepthwiseWeightGradient::plan(const Shape& x, const Shape& w, std::int64_t group,
-                                                                     const WindowGeometry& geometry) {
+                                                                     const WindowGeometry& geometry,
+                                                                     bool channelsLast) {
   if (x.size() != 4 || w.size() != 4 || w[1] != 1 || group != x[1] || group < 2 || w[0] % group != 0)
     return std::nullopt;
   DepthwiseWeightGradient d;
+  d.channelsLast_ = channelsLast;
   d.images_ = x[0];
   d.channels_ = x[1];
   d.outChannels_ = w[0];
@@ -38,6 +41,13 @@ DepthwiseWeightGradient::Span DepthwiseWeightGradient::span(std::size_t dim, std
 }
 
 void DepthwiseWeightGradient::run(const float* dy, const float* x, float* dw, float* db) const {
+  if (channelsLast_)
+    runChannelsLast(dy, x, dw, db);
+  else
+    runPlanes(dy, x, dw, db);
+}
+
+void DepthwiseWeightGradient::runPlanes(const float* dy, const float* x, float* dw, float* db) const {
   const std::int64_t multiplier = outChannels_ / channels_;
   const std::int64_t inPlane = in_[0] * in_[1], outPlane = out_[0] * out_[1];
   const std::int64_t taps = kernel_[0] * kernel_[1];
@@ -82,6 +92,64 @@ void DepthwiseWeightGradient::run(const float* dy, const float* x, float* dw, fl
           sum += plane;
         }
         db[o] = static_cast<float>(sum);
+      }
+    }
+  });
+}
+
+void DepthwiseWeightGradient::runChannelsLast(const float* dy, const float* x, float* dw, float* db) const {
+  constexpr std::int64_t kBlock = 64;  // channels per task: one row of accumulators per tap
+  const std::int64_t multiplier = outChannels_ / channels_;
+  const std::int64_t taps = kernel_[0] * kernel_[1];
+  const std::int64_t blocks = (outChannels_ + kBlock - 1) / kBlock;
+  parallelFor(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> image(static_cast<std::size_t>((taps + 1) * kBlock));  // one image's sums; the last row dB's
+    std::vector<double> total(image.size());
+    for (std::int64_t block = begin; block < end; ++block) {
+      const std::int64_t o0 = block * kBlock, width = std::min(kBlock, outChannels_ - o0);
+      std::fill(total.begin(), total.end(), 0.0);
+      for (std::int64_t n = 0; n < images_; ++n) {
+        std::fill(image.begin(), image.end(), 0.0f);
+        float* biasSums = image.data() + taps * kBlock;
+        for (std::int64_t oh = 0; oh < out_[0]; ++oh) {
+          for (std::int64_t ow = 0; ow < out_[1]; ++ow) {
+            const float* g = dy + ((n * out_[0] + oh) * out_[1] + ow) * outChannels_ + o0;
+#pragma omp simd
+            for (std::int64_t k = 0; k < width; ++k)
+              biasSums[k] += g[k];
+            for (std::int64_t i = 0; i < kernel_[0]; ++i) {
+              const std::int64_t ih = oh * stride_[0] + i * dilation_[0] - padBegin_[0];
+              if (ih < 0 || ih >= in_[0])
+                continue;
+              for (std::int64_t j = 0; j < kernel_[1]; ++j) {
+                const std::int64_t iw = ow * stride_[1] + j * dilation_[1] - padBegin_[1];
+                if (iw < 0 || iw >= in_[1])
+                  continue;
+                const float* pixel = x + ((n * in_[0] + ih) * in_[1] + iw) * channels_;
+                float* sums = image.data() + (i * kernel_[1] + j) * kBlock;
+                if (multiplier == 1) {
+                  const float* xc = pixel + o0;
+#pragma omp simd
+                  for (std::int64_t k = 0; k < width; ++k)
+                    sums[k] += g[k] * xc[k];
+                } else {
+                  for (std::int64_t k = 0; k < width; ++k)
+                    sums[k] += g[k] * pixel[(o0 + k) / multiplier];
+                }
+              }
+            }
+          }
+        }
+        for (std::size_t e = 0; e < image.size(); ++e)
+          total[e] += image[e];
+      }
+      for (std::int64_t k = 0; k < width; ++k) {
+        if (dw != nullptr) {
+          for (std::int64_t t = 0; t < taps; ++t)
+            dw[(o0 + k) * taps + t] = static_cast<float>(total[static_cast<std::size_t>(t * kBlock + k)]);
+        }
+        if (db != nullptr)
+          db[o0 + k] = static_cast<float>(total[static_cast<std::size_t>(taps * kBlock + k)]);
       }
     }
   });

@@ -7,7 +7,8 @@
 // (batch 16, 2 threads, Zen 4). A depthwise weight gradient is small work (one kernel per channel, each tap a dot
 // product of dY's plane with a shifted X plane), so when oneDNN picks a GEMM for it the kernel runs this loop
 // instead: for each output channel and tap, the dot products over the batch of the rows the tap meets, in float
-// along a row and in double across rows. 2-D, plain NCHW, one input channel per group (any channel multiplier).
+// along a row and in double across rows (NCHW), or vectorised across a block of channels, summed in float over an
+// image and in double across images (NHWC). 2-D, one input channel per group (any channel multiplier).
 
 #include <cstdint>
 #include <optional>
@@ -19,9 +20,10 @@ namespace strata::cpu {
 class DepthwiseWeightGradient {
  public:
   // The loop for a convolution of logical shapes x [N, C, H, W] and w [O, 1, kh, kw] with `group` == C groups and
-  // window `geometry` (after Note [Pruned taps]), or nothing when it is not such a convolution.
+  // window `geometry` (after Note [Pruned taps]), or nothing when it is not such a convolution. With `channelsLast`
+  // (Note [CPU channels-last]) X and dY are stored [N, H, W, C] and dW KRSC, [O, kh, kw, 1]: the same bytes.
   static std::optional<DepthwiseWeightGradient> plan(const Shape& x, const Shape& w, std::int64_t group,
-                                                     const WindowGeometry& geometry);
+                                                     const WindowGeometry& geometry, bool channelsLast);
 
   // dW [O, 1, kh, kw] (when not null) and dB [O] (when not null) from dY [N, O, outH, outW] and X.
   void run(const float* dy, const float* x, float* dw, float* db) const;
@@ -32,6 +34,10 @@ class DepthwiseWeightGradient {
     std::int64_t begin = 0, end = 0;
   };
   Span span(std::size_t dim, std::int64_t tap) const;
+  void runPlanes(const float* dy, const float* x, float* dw, float* db) const;
+  void runChannelsLast(const float* dy, const float* x, float* dw, float* db) const;
+
+  bool channelsLast_ = false;
 
   std::int64_t images_ = 0, channels_ = 0, outChannels_ = 0;
   std::int64_t in_[2] = {0, 0}, out_[2] = {0, 0}, kernel_[2] = {0, 0};

@@ -384,7 +384,7 @@ class ConvGradKernel : public OpKernel {
       if (!channelsLast_ && planBatchedWeights(weightsImplementation_)) {
         // Note [Batched weight gradient]: the primitive above is not run.
         weightsImplementation_ = "batched im2col + oneDNN sgemm";
-      } else if (!channelsLast_ && planDepthwiseWeights(weightsImplementation_)) {
+      } else if (planDepthwiseWeights(weightsImplementation_)) {
         // Note [Depthwise weight gradient]: nor here.
         weightsImplementation_ = "depthwise loop";
       } else {
@@ -479,7 +479,7 @@ class ConvGradKernel : public OpKernel {
   bool planDepthwiseWeights(const std::string& oneDnnImplementation) {
     if (oneDnnImplementation.find("gemm") == std::string::npos)
       return false;
-    depthwiseWeights_ = DepthwiseWeightGradient::plan(setup_.x, setup_.w, setup_.group, setup_.geometry);
+    depthwiseWeights_ = DepthwiseWeightGradient::plan(setup_.x, setup_.w, setup_.group, setup_.geometry, channelsLast_);
     return depthwiseWeights_.has_value();
   }
 

@@ -86,5 +86,44 @@ TEST(DepthwiseWeightGradientTest, GradientsMatchFloat64) {
   }
 }
 
+// Note [CPU channels-last]: X and dY [N, H, W, C], W [O, kh, kw, 1]; the loop runs across blocks of 64 channels.
+std::vector<DepthwiseCase> channelsLastCases() {
+  const auto group = [](std::int64_t g) { return std::pair<const char*, AttributeValue>{"group", g}; };
+  const std::pair<const char*, AttributeValue> channelsLast{"channels_last", std::int64_t{1}};
+  return {
+      {"3x3 on 2x2, 80 channels: a block and a part",
+       {4, 2, 2, 80},
+       {80, 3, 3, 1},
+       depthwiseAttrs({group(80), {"pads", Ints{1, 1, 1, 1}}, channelsLast}),
+       true},
+      {"channel multiplier 2, uneven pads",
+       {3, 3, 2, 8},
+       {16, 3, 3, 1},
+       depthwiseAttrs({group(8), {"pads", Ints{1, 0, 2, 1}}, channelsLast}),
+       true},
+      {"dilated 3x3 on 3x3",
+       {2, 3, 3, 8},
+       {8, 3, 3, 1},
+       depthwiseAttrs({group(8), {"pads", Ints{2, 2, 2, 2}}, {"dilations", Ints{2, 2}}, channelsLast}),
+       true},
+      {"5x5 on 4x3, stride (2, 1)",
+       {2, 4, 3, 16},
+       {16, 5, 5, 1},
+       depthwiseAttrs({group(16), {"pads", Ints{2, 2, 2, 2}}, {"strides", Ints{2, 1}}, channelsLast}),
+       true},
+  };
+}
+
+TEST(DepthwiseWeightGradientTest, ChannelsLastGradientsMatchFloat64) {
+  unsigned seed = 1600;
+  for (const DepthwiseCase& c : channelsLastCases()) {
+    SCOPED_TRACE(c.name);
+    const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, seed);
+    seed += 3;
+    expectLoop(testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.loop);
+    expectLoop(testing::cpuKernelImplementation("ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 1), c.loop);
+  }
+}
+
 }  // namespace
 }  // namespace strata
