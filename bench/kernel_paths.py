@@ -5,8 +5,10 @@ as on an AVX2-only host (issue 18: no op on a non-JIT oneDNN path or a scalar lo
 For each model: PyTorch exports a training-mode file (opset 17, no constant folding) and an eval-mode one; `strata
 train --profile` runs a few steps of the first (forward, backward and optimizer nodes) and `strata run --profile`
 the second, natively and with ONEDNN_MAX_CPU_ISA=AVX2. The profiles name every node's implementation; an
-implementation is flagged when it names one of oneDNN's reference or plain-layout kernels (ref, simple_, ncsp) or one
-of Strata's fallbacks for what oneDNN does not cover (a direct or scalar loop). Exits 1 when anything is flagged.
+implementation is flagged when it names one of oneDNN's reference or plain-layout kernels (ref, simple_, ncsp), its
+GEMM fallback for grouped convolutions (one small GEMM per image and group: a JIT kernel, but the slow path on small
+maps), or one of Strata's fallbacks for what oneDNN does not cover (a direct or scalar loop). Exits 1 when anything is
+flagged.
 
     "$PEER_PY" bench/kernel_paths.py [--models resnet18,mobilenet_v3_small,...] [--isa native,avx2]
 
@@ -45,7 +47,7 @@ CASES = {
     "resnext50_32x4d": (lambda: torchvision.models.resnext50_32x4d(num_classes=10), (4, 3, 32, 32)),
 }
 
-SUSPECT = re.compile(r"\bref\b|ref:|simple_|ncsp|direct loop|scalar", re.IGNORECASE)
+SUSPECT = re.compile(r"\bref\b|ref:|simple_|ncsp|direct loop|scalar|per image and group", re.IGNORECASE)
 OP_LINE = re.compile(r"^  (?:(forward|backward|loss|optimizer) )?(\S+)\s+[0-9.]+\s+[0-9.]+%\s+\((\d+) nodes\)")
 IMPL_LINE = re.compile(r"^      (.+) \((\d+) nodes\)$")
 

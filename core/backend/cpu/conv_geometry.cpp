@@ -117,4 +117,8 @@ ConvGradOperands convGradOperands(ConvGradMode mode, const KernelInit& init) {
   return io;
 }
 
+std::string perGroupGemmNote(const std::string& oneDnn, std::int64_t group) {
+  return group > 1 && oneDnn.find("gemm") != std::string::npos ? " (a GEMM per image and group)" : "";
+}
+
 }  // namespace strata::cpu

@@ -5,6 +5,7 @@
 // attributes, resolve the same windows and fail with the same messages. Host code only.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "strata/attributes.h"
@@ -40,5 +41,10 @@ struct ConvGradOperands {
 };
 
 ConvGradOperands convGradOperands(ConvGradMode mode, const KernelInit& init);
+
+// " (a GEMM per image and group)" when oneDNN's implementation `oneDnn` of a grouped convolution is its GEMM
+// fallback, which runs one small GEMM per image and group (Note [Depthwise weight gradient]): a JIT kernel, but
+// the slow path on small maps, which `strata run --profile` and bench/kernel_paths.py should show as such.
+std::string perGroupGemmNote(const std::string& oneDnn, std::int64_t group);
 
 }  // namespace strata::cpu

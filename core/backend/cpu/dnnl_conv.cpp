@@ -202,6 +202,7 @@ class ConvKernel : public OpKernel {
     const TensorMeta w{init.inputs.at(1).meta.dtype, logicalShape(init.inputs.at(1).meta.shape, channelsLast)};
     hasBias_ = init.inputs.size() > 2 && init.inputs[2].present;
     ConvSetup s = resolveConv(init.attrs, x, w, hasBias_ ? &init.inputs[2].meta : nullptr);
+    group_ = s.group;
     empty_ = numElements(s.output) == 0 || numElements(x.shape) == 0;
     if (empty_)
       return;
@@ -333,11 +334,13 @@ class ConvKernel : public OpKernel {
       return gemm_->implementation() + tapNote_ + relu;
     if (winograd_ != nullptr)
       return winograd_->implementation() + relu;
-    return fmt::format("oneDNN {}{}{}{}", implementation_, detourNote(detour_), tapNote_, relu);
+    return fmt::format("oneDNN {}{}{}{}{}", implementation_, perGroupGemmNote(implementation_, group_),
+                       detourNote(detour_), tapNote_, relu);
   }
 
  private:
   bool hasBias_ = false;
+  std::int64_t group_ = 1;
   std::optional<FusedActivation> activation_;  // Note [Fused ReLU]
   bool empty_ = false;
   std::unique_ptr<ConvSetup> f64_;  // set for float64, which runs convForwardF64 instead of oneDNN

@@ -235,11 +235,14 @@ class ConvGradKernel : public OpKernel {
       return gemm_->implementation() + tapNote(fullW_, taps_);
     std::string out;
     if (!weightsImplementation_.empty())
-      out = "weights: " + (ownWeightsLoop() ? weightsImplementation_ : "oneDNN " + weightsImplementation_);
+      out = "weights: " + (ownWeightsLoop() ? weightsImplementation_
+                                            : "oneDNN " + weightsImplementation_ +
+                                                  perGroupGemmNote(weightsImplementation_, setup_.group));
     if (winogradData_ != nullptr)
       out += (out.empty() ? "" : "; ") + std::string("data: ") + winogradData_->implementation();
     else if (!dataImplementation_.empty())
-      out += (out.empty() ? "" : "; ") + std::string("data: oneDNN ") + dataImplementation_;
+      out += (out.empty() ? "" : "; ") + std::string("data: oneDNN ") + dataImplementation_ +
+             perGroupGemmNote(dataImplementation_, setup_.group);
     return out + tapNote(fullW_, taps_);
   }
 

@@ -86,6 +86,18 @@ TEST(DepthwiseWeightGradientTest, GradientsMatchFloat64) {
   }
 }
 
+// A grouped convolution that is not depthwise keeps oneDNN's GEMM per image and group, and its kernel says so in
+// the profile (bench/kernel_paths.py flags it).
+TEST(DepthwiseWeightGradientTest, TheGemmPerGroupFallbackSaysSo) {
+  const DepthwiseCase c = depthwiseCases().back();  // two channels per group on 2x2
+  const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, 1700);
+  const std::string implementation =
+      testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3);
+  EXPECT_EQ(implementation,
+            "weights: oneDNN x64:gemm:jit (a GEMM per image and group); data: oneDNN x64:gemm:jit (a GEMM per image "
+            "and group)");
+}
+
 // Note [CPU channels-last]: X and dY [N, H, W, C], W [O, kh, kw, 1]; the loop runs across blocks of 64 channels.
 std::vector<DepthwiseCase> channelsLastCases() {
   const auto group = [](std::int64_t g) { return std::pair<const char*, AttributeValue>{"group", g}; };
