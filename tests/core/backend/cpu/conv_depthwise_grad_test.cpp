@@ -86,16 +86,44 @@ TEST(DepthwiseWeightGradientTest, GradientsMatchFloat64) {
   }
 }
 
-// A grouped convolution that is not depthwise keeps oneDNN's GEMM per image and group, and its kernel says so in
-// the profile (bench/kernel_paths.py flags it).
-TEST(DepthwiseWeightGradientTest, TheGemmPerGroupFallbackSaysSo) {
-  const DepthwiseCase c = depthwiseCases().back();  // two channels per group on 2x2
-  const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, 1700);
-  const std::string implementation =
-      testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3);
-  EXPECT_EQ(implementation,
-            "weights: oneDNN x64:gemm:jit (a GEMM per image and group); data: oneDNN x64:gemm:jit (a GEMM per image "
-            "and group)");
+// Grouped convolutions with several channels per group (Note [Batched weight gradient], grad_nn_conv.cpp): where
+// oneDNN offers its GEMM per image and group, small maps run one GEMM per group over the batch instead; larger ones
+// keep oneDNN's, and the profile says which.
+struct GroupedCase {
+  const char* name;
+  Shape x, w;
+  std::int64_t group;
+  std::string weights;  // the start of what implementation() must say
+};
+
+TEST(DepthwiseWeightGradientTest, GroupedConvolutionsOnSmallMapsRunOneGemmPerGroup) {
+  const std::vector<GroupedCase> cases{
+      {"RegNetY's last stage: 3x3 on 2x2, 8 channels per group",
+       {4, 32, 2, 2},
+       {32, 8, 3, 3},
+       4,
+       "weights: batched im2col + oneDNN sgemm per group"},
+      {"two channels per group on 2x2",
+       {2, 8, 2, 2},
+       {8, 2, 3, 3},
+       4,
+       "weights: batched im2col + oneDNN sgemm per group"},
+      {"ResNeXt's layer1: 4 channels per group on 8x8",
+       {2, 16, 8, 8},
+       {16, 4, 3, 3},
+       4,
+       "weights: oneDNN x64:gemm:jit (a GEMM per image and group)"},
+  };
+  unsigned seed = 1700;
+  for (const GroupedCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Attributes attrs = depthwiseAttrs({{"group", c.group}, {"pads", Ints{1, 1, 1, 1}}});
+    const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, attrs, seed);
+    seed += 3;
+    const std::string implementation =
+        testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, attrs, 3);
+    EXPECT_EQ(implementation.rfind(c.weights, 0), 0u) << implementation;
+  }
 }
 
 // Note [CPU channels-last]: X and dY [N, H, W, C], W [O, kh, kw, 1]; the loop runs across blocks of 64 channels.
