@@ -75,15 +75,19 @@ void expectLoop(const std::string& implementation, bool loop) {
   EXPECT_EQ(implementation.find("weights: depthwise loop") != std::string::npos, loop) << implementation;
 }
 
-TEST(DepthwiseWeightGradientTest, GradientsMatchFloat64) {
-  unsigned seed = 1500;
-  for (const DepthwiseCase& c : depthwiseCases()) {
+// Every gradient kernel against float64, and whether ConvGrad and ConvGradWeight took the loop.
+void expectCases(const std::vector<DepthwiseCase>& cases, unsigned seed) {
+  for (const DepthwiseCase& c : cases) {
     SCOPED_TRACE(c.name);
     const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, seed);
     seed += 3;
     expectLoop(testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.loop);
     expectLoop(testing::cpuKernelImplementation("ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 1), c.loop);
   }
+}
+
+TEST(DepthwiseWeightGradientTest, GradientsMatchFloat64) {
+  expectCases(depthwiseCases(), 1500);
 }
 
 // Grouped convolutions with several channels per group (Note [Batched weight gradient], grad_nn_conv.cpp): where
@@ -155,14 +159,7 @@ std::vector<DepthwiseCase> channelsLastCases() {
 }
 
 TEST(DepthwiseWeightGradientTest, ChannelsLastGradientsMatchFloat64) {
-  unsigned seed = 1600;
-  for (const DepthwiseCase& c : channelsLastCases()) {
-    SCOPED_TRACE(c.name);
-    const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, c.attrs, seed);
-    seed += 3;
-    expectLoop(testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, c.attrs, 3), c.loop);
-    expectLoop(testing::cpuKernelImplementation("ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 1), c.loop);
-  }
+  expectCases(channelsLastCases(), 1600);
 }
 
 }  // namespace
