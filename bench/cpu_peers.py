@@ -240,6 +240,11 @@ def ratio(a, b):
     return f"{a / b:.2f}" if a and b else "-"
 
 
+def ms(value):
+    """A time in the table, or "-" where the tool failed or did not run."""
+    return f"{value:.1f}" if value else "-"
+
+
 def main():
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
@@ -290,8 +295,8 @@ def main():
                              peak_shares=shares, **med))
             st, tt, ot = med["strata_train"], med["torch_train"], med["ort_train"]
             sf, tf = med["strata_fwd"], med["torch_fwd"]
-            print(f"{name:<18}{'x'.join(map(str, shape)):<13}{st:>9.1f}{tt:>8.1f}{ot or 0:>8.1f}{ratio(st, tt):>8}"
-                  f"{ratio(st, ot):>7}{sf or 0:>8.1f}{tf or 0:>8.1f}{ratio(sf, tf):>8}{gflops:>9.1f}"
+            print(f"{name:<18}{'x'.join(map(str, shape)):<13}{st:>9.1f}{tt:>8.1f}{ms(ot):>8}{ratio(st, tt):>8}"
+                  f"{ratio(st, ot):>7}{ms(sf):>8}{ms(tf):>8}{ratio(sf, tf):>8}{gflops:>9.1f}"
                   f"{100 * share:>6.0f}%", flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
