@@ -3,9 +3,19 @@
 #include <algorithm>
 #include <vector>
 
+#include "dnnl_layout_detour.h"
+#include "shape_ops_common.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
+
+namespace {
+
+std::size_t bytesOf(std::int64_t floats) {
+  return alignUp(static_cast<std::size_t>(floats) * sizeof(float));
+}
+
+}  // namespace
 
 std::optional<DepthwiseWeightGradient> DepthwiseWeightGradient::plan(const Shape& x, const Shape& w, std::int64_t group,
                                                                      const WindowGeometry& geometry,
@@ -28,73 +38,21 @@ std::optional<DepthwiseWeightGradient> DepthwiseWeightGradient::plan(const Shape
   return d;
 }
 
-DepthwiseWeightGradient::Span DepthwiseWeightGradient::span(std::size_t dim, std::int64_t tap) const {
-  // Output position p reads input position p * stride + offset.
-  const std::int64_t offset = tap * dilation_[dim] - padBegin_[dim];
-  const std::int64_t s = stride_[dim];
-  Span r;
-  r.begin = offset >= 0 ? 0 : (-offset + s - 1) / s;
-  const std::int64_t room = in_[dim] - offset;  // positions p * stride < room stay inside the map
-  r.end = room <= 0 ? 0 : std::min(out_[dim], (room + s - 1) / s);
-  r.begin = std::min(r.begin, r.end);
-  return r;
+std::size_t DepthwiseWeightGradient::scratchBytes() const {
+  return channelsLast_ ? 0 : bytesOf(numElements(xShape())) + bytesOf(numElements(dyShape()));
 }
 
-void DepthwiseWeightGradient::run(const float* dy, const float* x, float* dw, float* db) const {
-  if (channelsLast_)
+void DepthwiseWeightGradient::run(const float* dy, const float* x, float* dw, float* db, char* scratch) const {
+  if (channelsLast_) {
     runChannelsLast(dy, x, dw, db);
-  else
-    runPlanes(dy, x, dw, db);
-}
-
-void DepthwiseWeightGradient::runPlanes(const float* dy, const float* x, float* dw, float* db) const {
-  const std::int64_t multiplier = outChannels_ / channels_;
-  const std::int64_t inPlane = in_[0] * in_[1], outPlane = out_[0] * out_[1];
-  const std::int64_t taps = kernel_[0] * kernel_[1];
-  const std::int64_t strideW = stride_[1];
-  parallelFor(0, outChannels_, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t o = begin; o < end; ++o) {
-      const std::int64_t c = o / multiplier;
-      if (dw != nullptr) {
-        for (std::int64_t i = 0; i < kernel_[0]; ++i) {
-          const Span rows = span(0, i);
-          for (std::int64_t j = 0; j < kernel_[1]; ++j) {
-            const Span cols = span(1, j);
-            const std::int64_t rowOffset = i * dilation_[0] - padBegin_[0];
-            const std::int64_t colOffset = j * dilation_[1] - padBegin_[1];
-            double sum = 0.0;
-            for (std::int64_t n = 0; n < images_; ++n) {
-              const float* dyPlane = dy + (n * outChannels_ + o) * outPlane;
-              const float* xPlane = x + (n * channels_ + c) * inPlane;
-              for (std::int64_t oh = rows.begin; oh < rows.end; ++oh) {
-                const float* dyRow = dyPlane + oh * out_[1];
-                // An index, not a pointer: the row's start (colOffset < 0) may lie before the plane.
-                const std::int64_t xRow = (oh * stride_[0] + rowOffset) * in_[1] + colOffset;
-                float row = 0.0f;
-#pragma omp simd reduction(+ : row)
-                for (std::int64_t ow = cols.begin; ow < cols.end; ++ow)
-                  row += dyRow[ow] * xPlane[xRow + ow * strideW];
-                sum += row;
-              }
-            }
-            dw[o * taps + i * kernel_[1] + j] = static_cast<float>(sum);
-          }
-        }
-      }
-      if (db != nullptr) {
-        double sum = 0.0;
-        for (std::int64_t n = 0; n < images_; ++n) {
-          const float* dyPlane = dy + (n * outChannels_ + o) * outPlane;
-          float plane = 0.0f;
-#pragma omp simd reduction(+ : plane)
-          for (std::int64_t p = 0; p < outPlane; ++p)
-            plane += dyPlane[p];
-          sum += plane;
-        }
-        db[o] = static_cast<float>(sum);
-      }
-    }
-  });
+    return;
+  }
+  auto* xRows = reinterpret_cast<float*>(scratch);
+  auto* dyRows = reinterpret_cast<float*>(scratch + bytesOf(numElements(xShape())));
+  const std::vector<std::int64_t> toChannelsLast = {0, 2, 3, 1};
+  shape_detail::transposeBytes(xRows, x, xShape(), toChannelsLast, sizeof(float));
+  shape_detail::transposeBytes(dyRows, dy, dyShape(), toChannelsLast, sizeof(float));
+  runChannelsLast(dyRows, xRows, dw, db);
 }
 
 void DepthwiseWeightGradient::runChannelsLast(const float* dy, const float* x, float* dw, float* db) const {

@@ -1,14 +1,18 @@
 #pragma once
 
-// Note [Depthwise weight gradient]: oneDNN's depthwise kernel (jit_dw) computes the weight gradient of a 3x3
-// depthwise convolution only on maps of some size; on EfficientNetV2-S's 2x2 maps at 32x32 input (stages 4 and 5,
-// 512 and 960 channels) it falls back to "x64:gemm:jit", one GEMM per image and channel with an inner dimension of
-// four pixels: 14 convolutions took 22 of a 138 ms training step natively and 48 of 136 ms under the AVX2 cap
-// (batch 16, 2 threads, Zen 4). A depthwise weight gradient is small work (one kernel per channel, each tap a dot
-// product of dY's plane with a shifted X plane), so when oneDNN picks a GEMM for it the kernel runs this loop
-// instead: for each output channel and tap, the dot products over the batch of the rows the tap meets, in float
-// along a row and in double across rows (NCHW), or vectorised across a block of channels, summed in float over an
-// image and in double across images (NHWC). 2-D, one input channel per group (any channel multiplier).
+// Note [Depthwise weight gradient]: oneDNN's depthwise kernel (jit_dw) computes the weight gradient of a 3x3 depthwise
+// convolution only on maps of some size; on EfficientNetV2-S's 2x2 maps at 32x32 input (stages 4 and 5, 512 and 960
+// channels) it falls back to "x64:gemm:jit", one GEMM per image and channel with an inner dimension of four pixels: 14
+// convolutions took 22 of a 138 ms training step natively and 48 of 136 ms under the AVX2 cap (batch 16, 2 threads, Zen
+// 4); ConvNeXt's 7x7 depthwise convolutions go the same way on every map tried (2x2 to 56x56). A depthwise weight
+// gradient is small work (one kernel per channel, each tap a dot product of dY with a shifted X), so when oneDNN picks
+// a GEMM for it the kernel runs this loop instead, on NHWC data: for each block of 64 channels, image, output pixel and
+// tap, one vector multiply-add across the block, summed in float over an image and in double across images. NCHW
+// tensors are transposed into the scratchpad first: a loop over NCHW planes (one channel and tap at a time, along rows)
+// ran its rows of 2 to 56 elements as call and loop overhead, 3.5-6x slower than the copies plus this loop (ConvGrad
+// nodes, data gradient included: 0.71 -> 0.22 ms for 960 channels on 2x2 maps, 4.8 -> 0.8 ms for a 7x7 on 192 channels
+// of 8x8, 27 -> 7.3 ms on 96 channels of 56x56; batch 16, 16 and 4, Zen 4). 2-D, one input channel per group (any
+// channel multiplier).
 
 #include <cstdint>
 #include <optional>
@@ -25,16 +29,17 @@ class DepthwiseWeightGradient {
   static std::optional<DepthwiseWeightGradient> plan(const Shape& x, const Shape& w, std::int64_t group,
                                                      const WindowGeometry& geometry, bool channelsLast);
 
-  // dW [O, 1, kh, kw] (when not null) and dB [O] (when not null) from dY [N, O, outH, outW] and X.
-  void run(const float* dy, const float* x, float* dw, float* db) const;
+  // Scratchpad bytes run() needs: NHWC copies of an NCHW X and dY, or 0.
+  std::size_t scratchBytes() const;
+
+  // dW [O, 1, kh, kw] (when not null) and dB [O] (when not null) from dY [N, O, outH, outW] and X; `scratch` holds
+  // scratchBytes() bytes.
+  void run(const float* dy, const float* x, float* dw, float* db, char* scratch) const;
 
  private:
-  // The output positions [begin, end) along one dimension whose input position for tap `tap` lies in the map.
-  struct Span {
-    std::int64_t begin = 0, end = 0;
-  };
-  Span span(std::size_t dim, std::int64_t tap) const;
-  void runPlanes(const float* dy, const float* x, float* dw, float* db) const;
+  Shape xShape() const { return {images_, channels_, in_[0], in_[1]}; }
+  Shape dyShape() const { return {images_, outChannels_, out_[0], out_[1]}; }
+  // dW and dB from NHWC dY and X.
   void runChannelsLast(const float* dy, const float* x, float* dw, float* db) const;
 
   bool channelsLast_ = false;

@@ -310,7 +310,7 @@ class ConvGradKernel : public OpKernel {
                           db != nullptr ? db->data<float>() : nullptr, scratch);
     } else if ((dw != nullptr || db != nullptr) && depthwiseWeights_) {
       depthwiseWeights_->run(dy.data<float>(), ctx.input(static_cast<std::size_t>(io_.xIndex)).data<float>(), dwTarget,
-                             db != nullptr ? db->data<float>() : nullptr);
+                             db != nullptr ? db->data<float>() : nullptr, scratch + depthwiseOffset_);
     } else if (dw != nullptr || db != nullptr) {
       // Weights first: dY's blocked copy is then shared with the data pass, and X's region is reused for dX.
       memory& dyMem = dyWeights_.bind(dy, scratch, primBytes, true);
@@ -385,7 +385,7 @@ class ConvGradKernel : public OpKernel {
     std::size_t primBytes = 0;
     // Scratchpad regions after the primitives' own: dY's copy, then X's copy for the weights pass (reused for dX's
     // in the data pass, which runs after it), then the small weight copies.
-    std::size_t dyRegion = 0, activationRegion = 0, batchedEnd = 0;
+    std::size_t dyRegion = 0, activationRegion = 0, ownLoopEnd = 0;
     if (wantWeights) {
       dnnl::convolution_backward_weights::desc desc(dnnl::algorithm::convolution_direct, xConv, wAny, biasDesc, yConv,
                                                     strides, dilations, padBegin, padEnd);
@@ -430,7 +430,10 @@ class ConvGradKernel : public OpKernel {
     if (batched_) {  // its copies sit after the primitives' own scratchpads; no reorder runs beside them
       batchedWeights_.dyOffset = offset;
       batchedWeights_.columnOffset = offset + alignUp(batchedWeights_.dyBytes());
-      batchedEnd = batchedWeights_.columnOffset + alignUp(batchedWeights_.columnBytes());
+      ownLoopEnd = batchedWeights_.columnOffset + alignUp(batchedWeights_.columnBytes());
+    } else if (depthwiseWeights_) {  // the same for the depthwise loop's NHWC copies
+      depthwiseOffset_ = offset;
+      ownLoopEnd = offset + alignUp(depthwiseWeights_->scratchBytes());
     }
     dyWeights_.offset = dyData_.offset = offset;
     offset += dyRegion;
@@ -440,7 +443,7 @@ class ConvGradKernel : public OpKernel {
     offset += alignUp(dwWeights_.bytes);
     wData_.offset = offset;
     offset += alignUp(wData_.bytes);
-    planCroppedCopies(std::max(offset, batchedEnd));
+    planCroppedCopies(std::max(offset, ownLoopEnd));
   }
 
   // Places the dense cropped W (data pass) and dW (weights pass) of Note [Pruned taps] at `offset` in the
@@ -507,6 +510,7 @@ class ConvGradKernel : public OpKernel {
   bool batched_ = false;  // the weight gradient runs as batchedWeights_ instead of weightsPrimitive_
   BatchedWeightGradient batchedWeights_;
   std::optional<DepthwiseWeightGradient> depthwiseWeights_;  // set: the weight gradient runs as this loop
+  std::size_t depthwiseOffset_ = 0;                          // its scratchpad region
   std::string weightsImplementation_, dataImplementation_;
   bool shareDy_ = false;                         // both passes take dY in the same converted layout: convert it once
   LayoutCopy dyWeights_, xWeights_, dwWeights_;  // the weights pass
