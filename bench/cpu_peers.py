@@ -246,6 +246,9 @@ def ms(value):
 
 
 def main():
+    unknown = [name for name in args.models.split(",") if name not in CASES]
+    if unknown:
+        sys.exit(f"cpu_peers.py: unknown model(s) {', '.join(unknown)} in --models; known: {', '.join(CASES)}")
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
         peak, torch_peak, strata_peak = sgemm_peak_gflops(scratch)
