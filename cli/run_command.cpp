@@ -16,6 +16,7 @@
 #include "strata/graphs/channels_last.h"
 #include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
+#include "strata/graphs/matmul_bias_fusion.h"
 #include "strata/graphs/mish_fusion.h"
 #include "strata/graphs/relu_fusion.h"
 #include "strata/graphs/silu_fusion.h"
@@ -113,6 +114,7 @@ void run(const RunOptions& options) {
   int fusedSilus = 0;
   int fusedMishes = 0;
   int fusedRelus = 0;
+  int fusedBiases = 0;
   // Note [Batch norm folded into the convolution]: first, so that a Relu after the pair can fuse into the Conv.
   int foldedNorms = 0;
   Graph fused = fuseGelu(foldBatchNormIntoConv(specialised, &foldedNorms), &fusedGelus);
@@ -126,8 +128,9 @@ void run(const RunOptions& options) {
     int fusedClips = 0;  // a forward-only plan: Clip's gradient is never needed
     fused = fuseClipIntoConv(fused, &fusedClips);
     fusedRelus += fusedClips;
+    fused = fuseBiasIntoMatMul(fused, &fusedBiases);  // Note [MatMul bias fusion]: the CPU's MatMul takes the bias
   }
-  if (fusedGelus + fusedSilus + fusedMishes + fusedRelus > 0)
+  if (fusedGelus + fusedSilus + fusedMishes + fusedRelus + fusedBiases > 0)
     fused = specialize(fused, again);
   const Graph planned =
       channelsLastForInference(options.device, device, float32) ? specialize(channelsLast(fused), again) : fused;

@@ -5,6 +5,8 @@
 #include <memory>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "dnnl_context.h"
 #include "matmul_shape.h"
 #include "strata/thread_pool.h"
@@ -276,6 +278,14 @@ std::vector<TensorMeta> inferMatmul(const ShapeContext& ctx) {
     ctx.error("MatMul needs inputs A and B");
   try {
     MatmulSetup s = resolveMatmul(ctx.input(0).meta, ctx.input(1).meta);
+    if (ctx.hasInput(2)) {  // Note [MatMul bias fusion]: Strata's own third input
+      const TensorMeta& bias = ctx.input(2).meta;
+      if (bias.dtype != DType::Float32 || ctx.input(0).meta.dtype != DType::Float32 || numElements(s.batchB) != 1 ||
+          numElements(bias.shape) != s.n) {
+        ctx.error(fmt::format("a fused bias needs float32 operands, a 2-D B and {} bias values, got A {} and bias {}",
+                              s.n, ctx.input(0).meta.toString(), bias.toString()));
+      }
+    }
     return {TensorMeta{ctx.input(0).meta.dtype, s.output}};
   } catch (const Error& e) {
     ctx.error(e.what());
@@ -328,8 +338,12 @@ class MatmulKernel : public OpKernel {
   explicit MatmulKernel(const KernelInit& init) {
     setup_ = resolveMatmul(init.inputs.at(0).meta, init.inputs.at(1).meta);
     dtype_ = init.inputs[0].meta.dtype;
+    hasBias_ = init.inputs.size() > 2;
     const MatmulSetup& s = setup_;
     const std::int64_t batches = numElements(s.batch);
+    if (hasBias_ && (dtype_ != DType::Float32 || numElements(s.batchB) != 1 || batches * s.m * s.n * s.k == 0)) {
+      fail("{}: a fused bias (Note [MatMul bias fusion]) needs float32, a 2-D B and no empty dimension", init.nodeName);
+    }
     if (dtype_ != DType::Float32 || batches * s.m * s.n * s.k == 0)
       return;  // the loop handles these
     memory::dims aDims, bDims, yDims;
@@ -364,14 +378,19 @@ class MatmulKernel : public OpKernel {
     const memory::desc aDesc = plainDesc(std::vector<std::int64_t>(aDims.begin(), aDims.end()));
     const memory::desc bDesc = plainDesc(std::vector<std::int64_t>(bDims.begin(), bDims.end()));
     const memory::desc yDesc = plainDesc(std::vector<std::int64_t>(yDims.begin(), yDims.end()));
+    const memory::desc biasDesc({1, s.n}, memory::data_type::f32, memory::dims{s.n, 1});  // broadcast over rows
     withDnnlErrors(init.nodeName, "create the MatMul matmul", [&] {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(aDesc, bDesc, yDesc), userScratchpadAttr(), dnnlEngine());
+      const dnnl::matmul::desc desc =
+          hasBias_ ? dnnl::matmul::desc(aDesc, bDesc, biasDesc, yDesc) : dnnl::matmul::desc(aDesc, bDesc, yDesc);
+      dnnl::matmul::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine());
       primitive_ = dnnl::matmul(pd);
       implementation_ = "oneDNN " + std::string(pd.impl_info_str());
       scratchpadBytes_ = pd.scratchpad_desc().get_size();
       a_ = memory(aDesc, dnnlEngine(), nullptr);
       b_ = memory(bDesc, dnnlEngine(), nullptr);
       y_ = memory(yDesc, dnnlEngine(), nullptr);
+      if (hasBias_)
+        bias_ = memory(biasDesc, dnnlEngine(), nullptr);
     });
     useDnnl_ = true;
   }
@@ -405,6 +424,10 @@ class MatmulKernel : public OpKernel {
     bindDnnl(b_, ctx.input(1));
     bindDnnl(y_, y);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a_}, {DNNL_ARG_WEIGHTS, b_}, {DNNL_ARG_DST, y_}};
+    if (hasBias_) {
+      bindDnnl(bias_, ctx.input(2));
+      args[DNNL_ARG_BIAS] = bias_;
+    }
     executeDnnl(primitive_, args, scratchpadBytes_);
   }
 
@@ -412,10 +435,11 @@ class MatmulKernel : public OpKernel {
   std::string implementation_;  // empty when the direct loop runs
   MatmulSetup setup_;
   DType dtype_ = DType::Float32;
+  bool hasBias_ = false;  // Note [MatMul bias fusion]: a third input, added to every row
   bool useDnnl_ = false;
   dnnl::matmul primitive_;
   std::size_t scratchpadBytes_ = 0;
-  memory a_, b_, y_;
+  memory a_, b_, y_, bias_;
 };
 
 }  // namespace
