@@ -10,8 +10,7 @@ namespace {
 
 // Whether `bias` is a float32 constant of `columns` elements that broadcasts along the last axis of a product of rank
 // `rank` without growing it: shape [N] or [1, ..., 1, N].
-bool isBiasVector(const Value& bias, std::int64_t columns, std::size_t rank) {
-  const Tensor& c = bias.constant;
+bool isBiasVector(const Tensor& c, std::int64_t columns, std::size_t rank) {
   return c.defined() && c.dtype() == DType::Float32 && !c.shape().empty() && c.shape().size() <= rank &&
          c.shape().back() == columns && c.numel() == columns;
 }
@@ -49,19 +48,20 @@ Graph fuseBiasIntoMatMul(const Graph& graph, int* fused) {
     if (product.dtype != DType::Float32 || product.shape.size() < 2 || !b.constant.defined() ||
         b.constant.shape().size() != 2 || b.constant.numel() == 0)
       continue;
-    if (readers[y] != 1 || consumers[y].size() != 1)
-      continue;  // readers counts graph outputs too: one reader that is a node
-    const Node& add = graph.nodes[static_cast<std::size_t>(consumers[y][0])];
+    const int reader = soleNodeReader(readers, consumers, matmul.outputs[0]);
+    if (reader == kNoValue)
+      continue;
+    const Node& add = graph.nodes[static_cast<std::size_t>(reader)];
     if (add.opType != "Add" || !add.domain.empty() || add.inputs.size() != 2 || add.outputs.size() != 1 ||
         add.inputs[0] == add.inputs[1])
       continue;
     const int biasId = constantBehind(graph, add.inputs[0] == matmul.outputs[0] ? add.inputs[1] : add.inputs[0]);
-    if (biasId == kNoValue ||
-        !isBiasVector(graph.values[static_cast<std::size_t>(biasId)], b.constant.shape()[1], product.shape.size()))
+    if (biasId == kNoValue || !isBiasVector(graph.values[static_cast<std::size_t>(biasId)].constant,
+                                            b.constant.shape()[1], product.shape.size()))
       continue;
     matmul.inputs.push_back(biasId);
     matmul.outputs[0] = add.outputs[0];
-    dropped[static_cast<std::size_t>(consumers[y][0])] = true;
+    dropped[static_cast<std::size_t>(reader)] = true;
     ++count;
   }
   dropNodes(out, dropped);

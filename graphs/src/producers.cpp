@@ -26,6 +26,12 @@ std::vector<int> readerCounts(const Graph& graph) {
   return readers;
 }
 
+int soleNodeReader(const std::vector<int>& readers, const std::vector<std::vector<int>>& consumers, int id) {
+  const auto v = static_cast<std::size_t>(id);
+  // readers counts graph outputs too: one reader that is a node
+  return readers[v] == 1 && consumers[v].size() == 1 ? consumers[v][0] : kNoValue;
+}
+
 void dropNodes(Graph& graph, const std::vector<bool>& dropped) {
   std::vector<Node> kept;
   kept.reserve(graph.nodes.size());

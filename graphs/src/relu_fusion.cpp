@@ -72,10 +72,10 @@ Graph fuseClipIntoConv(const Graph& graph, int* fused) {
     if (conv.opType != "Conv" || !conv.domain.empty() || conv.outputs.size() != 1 ||
         conv.attrs.getInt("fused_relu", 0) != 0 || conv.attrs.getInt("fused_clip", 0) != 0)
       continue;
-    const auto y = static_cast<std::size_t>(conv.outputs[0]);
-    if (readers[y] != 1 || consumers[y].size() != 1 || graph.values[y].meta.dtype != DType::Float32)
-      continue;  // readers counts graph outputs too: one reader that is a node
-    const Node& clip = graph.nodes[static_cast<std::size_t>(consumers[y][0])];
+    const int reader = soleNodeReader(readers, consumers, conv.outputs[0]);
+    if (reader == kNoValue || graph.values[static_cast<std::size_t>(conv.outputs[0])].meta.dtype != DType::Float32)
+      continue;
+    const Node& clip = graph.nodes[static_cast<std::size_t>(reader)];
     if (clip.opType != "Clip" || !clip.domain.empty() || clip.outputs.size() != 1 || clip.inputs[0] != conv.outputs[0])
       continue;
     float lo = 0.0f, hi = 0.0f;
@@ -88,7 +88,7 @@ Graph fuseClipIntoConv(const Graph& graph, int* fused) {
     conv.attrs.set("clip_min", lo);
     conv.attrs.set("clip_max", hi);
     conv.outputs[0] = clip.outputs[0];
-    dropped[static_cast<std::size_t>(consumers[y][0])] = true;
+    dropped[static_cast<std::size_t>(reader)] = true;
     ++count;
   }
   dropNodes(out, dropped);
