@@ -10,6 +10,7 @@
 #include "cpu_layouts.h"
 #include "dnnl_context.h"
 #include "dnnl_layout_detour.h"
+#include "max_pool_pairs.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
@@ -133,7 +134,8 @@ void naivePool(const PoolSetup& s, const Tensor& x, Tensor& y, Tensor* indices) 
             const double v = static_cast<double>(p[offset]);
             sum += v;
             ++count;
-            if (v > best) {
+            // The first maximum or the first NaN (Note [Pooling backward]); a window of -inf picks its first.
+            if (bestIndex < 0 || (!(v <= best) && best == best)) {
               best = v;
               bestIndex = plane * inPlane + (s.storageOrder == 1 ? colOffset : offset);
             }
@@ -183,6 +185,11 @@ class PoolKernel : public OpKernel {
       return;
     }
     const WindowGeometry& g = setup_.geometry;
+    // Note [2x2 max pooling loop]; a node that also returns Indices runs the direct loop.
+    if (setup_.kind == PoolKind::Max && !channelsLast && init.outputs.size() == 1 && isMaxPool2x2(g, x.shape)) {
+      pairs_ = true;
+      return;
+    }
     const std::size_t n = g.kernel.size();
     const std::vector<std::int64_t> in(x.shape.begin() + 2, x.shape.end());
     memory::dims padEnd(n);
@@ -226,6 +233,8 @@ class PoolKernel : public OpKernel {
   std::string implementation() const override {
     if (planes_ > 0)
       return "vectorised mean per plane";
+    if (pairs_)
+      return "2x2 windows, vectorised loop";
     return useDnnl_ ? fmt::format("oneDNN {}{}", implementation_, detourNote(detour_)) : "direct loop";
   }
 
@@ -239,6 +248,10 @@ class PoolKernel : public OpKernel {
     Tensor& y = ctx.output(0);
     if (planes_ > 0) {
       globalMean(x.data<float>(), y.data<float>());
+      return;
+    }
+    if (pairs_) {
+      maxPool2x2(x.data<float>(), y.data<float>(), x.shape()[0] * x.shape()[1], x.shape()[2], x.shape()[3]);
       return;
     }
     Tensor* indices = ctx.hasOutput(1) ? &ctx.output(1) : nullptr;
@@ -286,6 +299,7 @@ class PoolKernel : public OpKernel {
   std::int64_t planes_ = 0;  // Note [Global mean loop]: set when the node runs it
   std::int64_t pixels_ = 0;
   bool empty_ = false;
+  bool pairs_ = false;  // Note [2x2 max pooling loop]
   bool useDnnl_ = false;
   dnnl::pooling_v2_forward primitive_;
   std::string implementation_;

@@ -9,6 +9,8 @@
 // on the bundled CNN's first pooling (batch 64, one thread), where the loop took 40% of the training step. oneDNN's
 // JIT pooling keeps the first maximum on ties (checked by MaxPoolGradTiesGoToFirstMaximum on every layout it picks);
 // a window with a NaN routes its gradient wherever oneDNN's comparison leaves it (the loss is NaN then anyway).
+// 2x2 windows at stride 2 (VGG's, most small CNNs') run Strata's vectorised loop instead (Note [2x2 max pooling
+// loop] in max_pool_pairs.h): one pass, no forward again, no reorders.
 // Float64, and geometry oneDNN has no JIT kernel for, run direct loops over one (n, c) plane per task, with the same
 // rule and a gradient to the first NaN of a window. AveragePoolGrad is a direct loop using the forward kernel's
 // divisor rule (count_include_pad counts explicit pads but never the extra ceil_mode positions) in float64; float32
@@ -24,6 +26,7 @@
 #include "cpu_layouts.h"
 #include "dnnl_layout_detour.h"
 #include "grad_nn_common.h"
+#include "max_pool_pairs.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu::grad_nn {
@@ -349,11 +352,15 @@ class PoolGradKernel : public OpKernel {
     // Float32 tries oneDNN (Note [Pooling backward]), except average pooling over the whole map, which the direct
     // kernel spreads in one fill (on channels-last nodes the direct loop cannot run at all).
     wholeMap_ = !isMax && windowIsWholeMap(setup_);
-    if (dtype_ == DType::Float32 && numElements(setup_.y) > 0 && x.size() <= 5 && (!wholeMap_ || channelsLast))
+    pairs_ = isMax && dtype_ == DType::Float32 && !channelsLast && isMaxPool2x2(setup_.geometry, setup_.x);
+    if (!pairs_ && dtype_ == DType::Float32 && numElements(setup_.y) > 0 && x.size() <= 5 &&
+        (!wholeMap_ || channelsLast))
       useDnnl_ = dnnl_.init(setup_, isMax, channelsLast);
   }
 
   std::string implementation() const override {
+    if (pairs_)
+      return "2x2 windows, vectorised loop";
     if (useDnnl_)
       return dnnl_.implementation();
     return wholeMap_ && dtype_ == DType::Float32 ? "whole-map spread (vectorised fill)" : "direct loop";
@@ -377,6 +384,9 @@ class PoolGradKernel : public OpKernel {
       } else {
         averagePoolGrad<double>(setup_, dy.data<double>(), dx.data<double>());
       }
+    } else if (pairs_) {
+      const Shape& x = setup_.x;
+      maxPool2x2Grad(dy.data<float>(), ctx.input(1).data<float>(), dx.data<float>(), x[0] * x[1], x[2], x[3]);
     } else if (useDnnl_) {
       dnnl_.run(dy, isMax_ ? &ctx.input(1) : nullptr, dx);
     } else if (isMax_) {
@@ -389,6 +399,7 @@ class PoolGradKernel : public OpKernel {
  private:
   bool isMax_;
   bool wholeMap_ = false;  // average pooling over the whole map (global pooling)
+  bool pairs_ = false;     // Note [2x2 max pooling loop]
   DType dtype_ = DType::Float32;
   PoolGradSetup setup_;
   bool useDnnl_ = false;

@@ -36,6 +36,11 @@ bool isJit(const std::string& implementation) {
   return implementation.find("jit") != std::string::npos || implementation.find("brg") != std::string::npos;
 }
 
+// Note [2x2 max pooling loop]: max pooling with 2x2 windows at stride 2 runs Strata's own vectorised loops.
+bool isPairLoop(const std::string& implementation) {
+  return implementation == "2x2 windows, vectorised loop";
+}
+
 TensorMeta f32(const Shape& shape) {
   return TensorMeta{DType::Float32, shape};
 }
@@ -58,7 +63,11 @@ TEST(LayoutDetourTest, PoolingRunsJitKernelsOnPlainActivations) {
                                       {"MaxPool", &stem},
                                       {"AveragePool", &average}}) {
       const std::string implementation = implementationOf(type, {f32({8, channels, 28, 28})}, *attrs);
-      EXPECT_TRUE(isJit(implementation)) << type << ": " << implementation;
+      if (attrs == &maxPool) {
+        EXPECT_TRUE(isPairLoop(implementation)) << type << ": " << implementation;
+      } else {
+        EXPECT_TRUE(isJit(implementation)) << type << ": " << implementation;
+      }
     }
     // Note [Global mean loop]: a vectorised mean per plane, no reorders.
     EXPECT_EQ(implementationOf("GlobalAveragePool", {f32({8, channels, 28, 28})}, none), "vectorised mean per plane");
@@ -104,8 +113,9 @@ Tensor toFloat32(const Tensor& t) {
   return out;
 }
 
-// Note [Pooling backward]: float32 MaxPoolGrad runs oneDNN's JIT forward_training and backward; it must route
-// every gradient as the float64 direct loop does: to the first maximum of its window. Inputs from {0, 1, 2} make
+// Note [Pooling backward]: float32 MaxPoolGrad runs oneDNN's JIT forward_training and backward (2x2 windows at
+// stride 2: Strata's loop, Note [2x2 max pooling loop]); it must route every gradient as the float64 direct loop
+// does: to the first maximum of its window. Inputs from {0, 1, 2} make
 // most windows tie (as after a ReLU); integer-valued gradients keep the sums exact.
 TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
   Attributes pairs;  // the bundled CNN's and VGG's
@@ -137,7 +147,9 @@ TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
       const Tensor x32 = toFloat32(x64);
       const Tensor dy32 = toFloat32(dy64);
       const std::string implementation = implementationOf("MaxPoolGrad", {dy32.meta(), x32.meta()}, *attrs);
-      if (attrs != &dilated) {
+      if (attrs == &pairs) {
+        EXPECT_TRUE(isPairLoop(implementation)) << implementation;
+      } else if (attrs != &dilated) {
         EXPECT_TRUE(isJit(implementation)) << implementation;
       }
       const Tensor expected = runOpEagerly("MaxPoolGrad", {&dy64, &x64}, *attrs).at(0);
@@ -152,9 +164,10 @@ TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
 }
 
 TEST(LayoutDetourTest, TheProfileSaysWhenAKernelReorders) {
-  Attributes maxPool;
-  maxPool.set("kernel_shape", Ints{2, 2});
+  Attributes maxPool;  // ResNet's stem (2x2 windows at stride 2 run Strata's loop)
+  maxPool.set("kernel_shape", Ints{3, 3});
   maxPool.set("strides", Ints{2, 2});
+  maxPool.set("pads", Ints{1, 1, 1, 1});
   const std::string implementation = implementationOf("MaxPool", {f32({8, 32, 28, 28})}, maxPool);
   ASSERT_EQ(implementation.rfind("oneDNN ", 0), 0u) << implementation;
   // Either oneDNN pools plain NCHW itself or the kernel says which layout it detours through.
