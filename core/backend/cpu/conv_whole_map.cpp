@@ -3,25 +3,25 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dnnl_layout_detour.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
 namespace {
 
-// For each (o, p) pair, the tap it meets as a flat index into the kernel's taps (row-major).
-std::vector<std::int64_t> pairTaps(const WholeMapConv& m) {
-  const WindowGeometry& g = m.geometry;
+// For each (o, p) pair, the tap it meets as a flat index into the kernel's taps (row-major), at o x P + p.
+std::vector<std::int64_t> pairTaps(const WindowGeometry& g, const std::vector<std::int64_t>& in, std::int64_t outPixels,
+                                   std::int64_t inPixels) {
   const std::size_t dims = g.kernel.size();
-  const Shape in(m.spreadWeight.begin() + 2, m.spreadWeight.end());
-  std::vector<std::int64_t> taps(static_cast<std::size_t>(m.outPixels * m.inPixels));
+  std::vector<std::int64_t> taps(static_cast<std::size_t>(outPixels * inPixels));
   std::vector<std::int64_t> o(dims, 0);
-  for (std::int64_t oi = 0; oi < m.outPixels; ++oi) {
+  for (std::int64_t oi = 0; oi < outPixels; ++oi) {
     std::vector<std::int64_t> p(dims, 0);
-    for (std::int64_t pi = 0; pi < m.inPixels; ++pi) {
+    for (std::int64_t pi = 0; pi < inPixels; ++pi) {
       std::int64_t tap = 0;
       for (std::size_t d = 0; d < dims; ++d)
         tap = tap * g.kernel[d] + p[d] - (o[d] * g.strides[d] - g.padBegin[d]);
-      taps[static_cast<std::size_t>(oi * m.inPixels + pi)] = tap;
+      taps[static_cast<std::size_t>(oi * inPixels + pi)] = tap;
       for (std::size_t d = dims; d-- > 0;) {
         if (++p[d] < in[d])
           break;
@@ -39,84 +39,136 @@ std::vector<std::int64_t> pairTaps(const WholeMapConv& m) {
 
 }  // namespace
 
-std::optional<WholeMapConv> WholeMapConv::plan(const Shape& x, const Shape& w, std::int64_t group,
-                                               const WindowGeometry& g, bool channelsLast, std::size_t maxBytes) {
+std::unique_ptr<WholeMapConv> WholeMapConv::plan(const Shape& x, const Shape& w, std::int64_t group,
+                                                 const WindowGeometry& g, bool bias, bool channelsLast,
+                                                 std::size_t maxBytes) {
   if (group != 1 || channelsLast || x.size() < 3)
-    return std::nullopt;
+    return nullptr;
   const std::size_t dims = g.kernel.size();
-  WholeMapConv m;
-  m.weight = w;
-  m.geometry = g;
-  m.images = x[0];
-  m.channels = x[1];
-  m.outPixels = 1;
-  m.inPixels = 1;
+  const std::vector<std::int64_t> in(x.begin() + 2, x.end());
+  std::int64_t outPixels = 1, inPixels = 1;
   for (std::size_t d = 0; d < dims; ++d) {
-    const std::int64_t in = x[2 + d];
     if (g.dilations[d] != 1)
-      return std::nullopt;
+      return nullptr;
     // Every window starts at or before 0 (the last one does) and ends at or after in - 1 (the first one does).
     const std::int64_t lastStart = (g.output[d] - 1) * g.strides[d] - g.padBegin[d];
-    if (lastStart > 0 || -g.padBegin[d] + g.kernel[d] - 1 < in - 1)
-      return std::nullopt;
-    m.outPixels *= g.output[d];
-    m.inPixels *= in;
+    if (lastStart > 0 || -g.padBegin[d] + g.kernel[d] - 1 < in[d] - 1)
+      return nullptr;
+    outPixels *= g.output[d];
+    inPixels *= in[d];
   }
-  if (m.outPixels == 1)
-    return std::nullopt;  // Note [Convolutions as one GEMM] takes it as it is
-  m.spreadWeight = {w[0] * m.outPixels, x[1]};
-  m.spreadWeight.insert(m.spreadWeight.end(), x.begin() + 2, x.end());
-  if (m.spreadBytes() > maxBytes)
-    return std::nullopt;
-  m.spreadGeometry.kernel.assign(x.begin() + 2, x.end());
-  m.spreadGeometry.strides.assign(dims, 1);
-  m.spreadGeometry.dilations.assign(dims, 1);
-  m.spreadGeometry.padBegin.assign(dims, 0);
-  m.spreadGeometry.padEnd.assign(dims, 0);
-  m.spreadGeometry.output.assign(dims, 1);
+  Shape spreadWeight{w[0] * outPixels, x[1]};
+  spreadWeight.insert(spreadWeight.end(), in.begin(), in.end());
+  const std::size_t spreadBytes = static_cast<std::size_t>(numElements(spreadWeight)) * sizeof(float);
+  if (outPixels == 1 || spreadBytes > maxBytes)
+    return nullptr;
+  WindowGeometry whole;  // the kernel is the input map: one output pixel
+  whole.kernel = in;
+  whole.strides.assign(dims, 1);
+  whole.dilations.assign(dims, 1);
+  whole.padBegin.assign(dims, 0);
+  whole.padEnd.assign(dims, 0);
+  whole.output.assign(dims, 1);
+  std::unique_ptr<ConvGemm> gemm = ConvGemm::plan(x, spreadWeight, 1, whole, bias, true);
+  if (gemm == nullptr)
+    return nullptr;
+  std::unique_ptr<WholeMapConv> m(new WholeMapConv());
+  m->weight_ = w;
+  m->geometry_ = g;
+  m->images_ = x[0];
+  m->channels_ = x[1];
+  m->outPixels_ = outPixels;
+  m->inPixels_ = inPixels;
+  m->taps_ = pairTaps(g, in, outPixels, inPixels);
+  const std::size_t inputBytes = static_cast<std::size_t>(numElements(x)) * sizeof(float);
+  m->xLast_ = alignUp(gemm->scratchBytes());
+  m->spread_ = m->xLast_ + alignUp(inputBytes);
+  m->bias_ = m->spread_ + alignUp(spreadBytes);
+  m->forwardBytes_ = m->bias_ + alignUp(static_cast<std::size_t>(spreadWeight[0]) * sizeof(float));
+  m->dxLast_ = m->forwardBytes_;
+  m->spreadGrad_ = m->dxLast_ + alignUp(inputBytes);
+  m->backwardBytes_ = m->spreadGrad_ + alignUp(spreadBytes);
+  m->gemm_ = std::move(gemm);
   return m;
 }
 
+std::string WholeMapConv::implementation() const {
+  return gemm_->implementation() + "; whole-map windows";
+}
+
+void WholeMapConv::forward(const float* x, const float* w, const float* b, float* y, char* scratch) const {
+  auto* xLast = reinterpret_cast<float*>(scratch + xLast_);
+  auto* spread = reinterpret_cast<float*>(scratch + spread_);
+  auto* biasRow = reinterpret_cast<float*>(scratch + bias_);
+  toChannelsLast(x, xLast);
+  spreadWeights(w, spread);
+  if (b != nullptr)
+    spreadBias(b, biasRow);
+  // Y [N, K x O] is Y's own NCHW bytes.
+  gemm_->forward(xLast, spread, b != nullptr ? biasRow : nullptr, y, scratch);
+}
+
+void WholeMapConv::backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                            char* scratch) const {
+  auto* xLast = reinterpret_cast<float*>(scratch + xLast_);
+  auto* dxLast = reinterpret_cast<float*>(scratch + dxLast_);
+  auto* spread = reinterpret_cast<float*>(scratch + spread_);
+  auto* spreadDw = reinterpret_cast<float*>(scratch + spreadGrad_);
+  auto* spreadDb = reinterpret_cast<float*>(scratch + bias_);
+  if (dw != nullptr)
+    toChannelsLast(x, xLast);
+  if (dx != nullptr)
+    spreadWeights(w, spread);
+  gemm_->backward(dy, dw != nullptr ? xLast : nullptr, dx != nullptr ? spread : nullptr,
+                  dx != nullptr ? dxLast : nullptr, dw != nullptr ? spreadDw : nullptr,
+                  db != nullptr ? spreadDb : nullptr, scratch);
+  if (dx != nullptr)
+    toChannelsFirst(dxLast, dx);
+  if (dw != nullptr)
+    foldWeightGradient(spreadDw, dw);
+  if (db != nullptr)
+    foldBiasGradient(spreadDb, db);
+}
+
 void WholeMapConv::toChannelsLast(const float* x, float* xLast) const {
-  parallelFor(0, images, 1, [&](std::int64_t begin, std::int64_t end) {
+  parallelFor(0, images_, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t n = begin; n < end; ++n) {
-      const float* in = x + n * channels * inPixels;
-      float* out = xLast + n * channels * inPixels;
-      for (std::int64_t c = 0; c < channels; ++c)
-        for (std::int64_t p = 0; p < inPixels; ++p)
-          out[p * channels + c] = in[c * inPixels + p];
+      const float* in = x + n * channels_ * inPixels_;
+      float* out = xLast + n * channels_ * inPixels_;
+      for (std::int64_t c = 0; c < channels_; ++c)
+        for (std::int64_t p = 0; p < inPixels_; ++p)
+          out[p * channels_ + c] = in[c * inPixels_ + p];
     }
   });
 }
 
 void WholeMapConv::toChannelsFirst(const float* xLast, float* x) const {
-  parallelFor(0, images, 1, [&](std::int64_t begin, std::int64_t end) {
+  parallelFor(0, images_, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t n = begin; n < end; ++n) {
-      const float* in = xLast + n * channels * inPixels;
-      float* out = x + n * channels * inPixels;
-      for (std::int64_t p = 0; p < inPixels; ++p)
-        for (std::int64_t c = 0; c < channels; ++c)
-          out[c * inPixels + p] = in[p * channels + c];
+      const float* in = xLast + n * channels_ * inPixels_;
+      float* out = x + n * channels_ * inPixels_;
+      for (std::int64_t p = 0; p < inPixels_; ++p)
+        for (std::int64_t c = 0; c < channels_; ++c)
+          out[c * inPixels_ + p] = in[p * channels_ + c];
     }
   });
 }
 
 void WholeMapConv::spreadWeights(const float* w, float* spread) const {
-  const std::vector<std::int64_t> taps = pairTaps(*this);
-  const std::int64_t filters = weight[0], kernel = numElements(weight) / (filters * channels);
+  const std::int64_t filters = weight_[0], kernel = numElements(weight_) / (filters * channels_);
   // Per filter: its [C, taps] block turned [taps, C] (small, in cache), then rows of W' as runs of C values.
   parallelFor(0, filters, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> byTap(static_cast<std::size_t>(kernel * channels));
+    std::vector<float> byTap(static_cast<std::size_t>(kernel * channels_));
     for (std::int64_t k = begin; k < end; ++k) {
-      const float* block = w + k * channels * kernel;
-      for (std::int64_t c = 0; c < channels; ++c)
+      const float* block = w + k * channels_ * kernel;
+      for (std::int64_t c = 0; c < channels_; ++c)
         for (std::int64_t t = 0; t < kernel; ++t)
-          byTap[static_cast<std::size_t>(t * channels + c)] = block[c * kernel + t];
-      for (std::int64_t o = 0; o < outPixels; ++o) {
-        float* row = spread + (k * outPixels + o) * inPixels * channels;
-        for (std::int64_t p = 0; p < inPixels; ++p) {
-          const float* run = byTap.data() + taps[static_cast<std::size_t>(o * inPixels + p)] * channels;
-          std::copy(run, run + channels, row + p * channels);
+          byTap[static_cast<std::size_t>(t * channels_ + c)] = block[c * kernel + t];
+      for (std::int64_t o = 0; o < outPixels_; ++o) {
+        float* row = spread + (k * outPixels_ + o) * inPixels_ * channels_;
+        for (std::int64_t p = 0; p < inPixels_; ++p) {
+          const float* run = byTap.data() + taps_[static_cast<std::size_t>(o * inPixels_ + p)] * channels_;
+          std::copy(run, run + channels_, row + p * channels_);
         }
       }
     }
@@ -124,40 +176,39 @@ void WholeMapConv::spreadWeights(const float* w, float* spread) const {
 }
 
 void WholeMapConv::spreadBias(const float* b, float* spread) const {
-  for (std::int64_t k = 0; k < weight[0]; ++k)
-    std::fill(spread + k * outPixels, spread + (k + 1) * outPixels, b[k]);
+  for (std::int64_t k = 0; k < weight_[0]; ++k)
+    std::fill(spread + k * outPixels_, spread + (k + 1) * outPixels_, b[k]);
 }
 
 void WholeMapConv::foldWeightGradient(const float* spread, float* dw) const {
-  const std::vector<std::int64_t> taps = pairTaps(*this);
-  const std::int64_t filters = weight[0], kernel = numElements(weight) / (filters * channels);
+  const std::int64_t filters = weight_[0], kernel = numElements(weight_) / (filters * channels_);
   // Per filter: runs of C values added into its [taps, C] sums, then turned back into [C, taps].
   parallelFor(0, filters, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> byTap(static_cast<std::size_t>(kernel * channels));
+    std::vector<float> byTap(static_cast<std::size_t>(kernel * channels_));
     for (std::int64_t k = begin; k < end; ++k) {
       std::fill(byTap.begin(), byTap.end(), 0.0f);
-      for (std::int64_t o = 0; o < outPixels; ++o) {
-        const float* row = spread + (k * outPixels + o) * inPixels * channels;
-        for (std::int64_t p = 0; p < inPixels; ++p) {
-          float* sum = byTap.data() + taps[static_cast<std::size_t>(o * inPixels + p)] * channels;
-          const float* run = row + p * channels;
-          for (std::int64_t c = 0; c < channels; ++c)
+      for (std::int64_t o = 0; o < outPixels_; ++o) {
+        const float* row = spread + (k * outPixels_ + o) * inPixels_ * channels_;
+        for (std::int64_t p = 0; p < inPixels_; ++p) {
+          float* sum = byTap.data() + taps_[static_cast<std::size_t>(o * inPixels_ + p)] * channels_;
+          const float* run = row + p * channels_;
+          for (std::int64_t c = 0; c < channels_; ++c)
             sum[c] += run[c];
         }
       }
-      float* block = dw + k * channels * kernel;
-      for (std::int64_t c = 0; c < channels; ++c)
+      float* block = dw + k * channels_ * kernel;
+      for (std::int64_t c = 0; c < channels_; ++c)
         for (std::int64_t t = 0; t < kernel; ++t)
-          block[c * kernel + t] = byTap[static_cast<std::size_t>(t * channels + c)];
+          block[c * kernel + t] = byTap[static_cast<std::size_t>(t * channels_ + c)];
     }
   });
 }
 
 void WholeMapConv::foldBiasGradient(const float* spread, float* db) const {
-  for (std::int64_t k = 0; k < weight[0]; ++k) {
+  for (std::int64_t k = 0; k < weight_[0]; ++k) {
     float sum = 0.0f;
-    for (std::int64_t o = 0; o < outPixels; ++o)
-      sum += spread[k * outPixels + o];
+    for (std::int64_t o = 0; o < outPixels_; ++o)
+      sum += spread[k * outPixels_ + o];
     db[k] = sum;
   }
 }

@@ -12,28 +12,37 @@
 // nodes, one group, no dilation; the weights are spread into the scratchpad on every run.
 
 #include <cstdint>
-#include <optional>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "conv_gemm.h"
 #include "dnnl_context.h"
 
 namespace strata::cpu {
 
-struct WholeMapConv {
-  Shape weight;                   // W [K, C, k...]
-  Shape spreadWeight;             // W' as a channels-last convolution's logical weights: [K x O, C, in...]
-  WindowGeometry geometry;        // the original window
-  WindowGeometry spreadGeometry;  // kernel = the input map, stride 1, no padding, one output pixel
-  std::int64_t images = 0, channels = 0, outPixels = 0, inPixels = 0;
+class WholeMapConv {
+ public:
+  // The whole-map GEMM of a convolution of X (logical shape `x`) with W (`bias`: with a bias input), or nullptr
+  // when some window misses part of the input, the convolution has one output pixel already (Note [Convolutions as
+  // one GEMM] takes it as it is), groups, dilation or channels-last operands, or W' would pass `maxBytes`.
+  static std::unique_ptr<WholeMapConv> plan(const Shape& x, const Shape& w, std::int64_t group,
+                                            const WindowGeometry& geometry, bool bias, bool channelsLast,
+                                            std::size_t maxBytes = std::size_t{64} << 20);
 
-  // The whole-map form of a convolution of X (logical shape `x`) with W, or nothing when some window misses part
-  // of the input, the convolution has one output pixel already, groups or dilation, or W' would pass `maxBytes`.
-  static std::optional<WholeMapConv> plan(const Shape& x, const Shape& w, std::int64_t group,
-                                          const WindowGeometry& geometry, bool channelsLast,
-                                          std::size_t maxBytes = std::size_t{64} << 20);
+  // Scratchpad bytes forward() and backward() need (64-byte aligned).
+  std::size_t forwardScratchBytes() const { return forwardBytes_; }
+  std::size_t backwardScratchBytes() const { return backwardBytes_; }
+  // "one GEMM over the batch (oneDNN brg:avx512_core); whole-map windows".
+  std::string implementation() const;
 
-  std::size_t spreadBytes() const { return static_cast<std::size_t>(numElements(spreadWeight)) * sizeof(float); }
-  // X's bytes (and X' 's).
-  std::size_t inputBytes() const { return static_cast<std::size_t>(images * channels * inPixels) * sizeof(float); }
+  // Y = conv(X, W) + B (`b` may be null).
+  void forward(const float* x, const float* w, const float* b, float* y, char* scratch) const;
+  // dX (needs `w`), dW (needs `x`) and dB, each when not null.
+  void backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db, char* scratch) const;
+
+ private:
+  WholeMapConv() = default;
   // X [N, C, P] -> X' [N, P, C], and dX' back.
   void toChannelsLast(const float* x, float* xLast) const;
   void toChannelsFirst(const float* xLast, float* x) const;
@@ -43,6 +52,16 @@ struct WholeMapConv {
   // dW from dW' (every element written, zero for taps no pair meets), dB from dB'.
   void foldWeightGradient(const float* spread, float* dw) const;
   void foldBiasGradient(const float* spread, float* db) const;
+
+  Shape weight_;             // W [K, C, k...]
+  WindowGeometry geometry_;  // W's window
+  std::int64_t images_ = 0, channels_ = 0, outPixels_ = 0, inPixels_ = 0;
+  std::vector<std::int64_t> taps_;  // the tap each (o, p) pair meets, at o x P + p
+  // Note [Convolutions as one GEMM] with W' as the weights [K x O, C, in...] of a channels-last convolution whose
+  // kernel is the whole map.
+  std::unique_ptr<ConvGemm> gemm_;
+  // Scratchpad: [the GEMM's | X' | W' | B' or dB' | dX' | dW'], the forward pass using the first four.
+  std::size_t xLast_ = 0, spread_ = 0, bias_ = 0, forwardBytes_ = 0, dxLast_ = 0, spreadGrad_ = 0, backwardBytes_ = 0;
 };
 
 }  // namespace strata::cpu

@@ -255,22 +255,13 @@ class ConvKernel : public OpKernel {
         weights_.get(*init.inputs[1].constant);
       return;
     }
-    // Note [Whole-map convolutions]: every window covers the whole map; the GEMM runs on W spread per output pixel.
-    if (!taps_.pruned)
-      wholeMap_ = WholeMapConv::plan(x.shape, w.shape, s.group, s.geometry, channelsLast);
-    if (wholeMap_) {
-      gemm_ = withDnnlErrors(init.nodeName, "plan the whole-map convolution as a GEMM", [&] {
-        return ConvGemm::plan(x.shape, wholeMap_->spreadWeight, 1, wholeMap_->spreadGeometry, hasBias_, true);
+    // Note [Whole-map convolutions]: every window covers the whole map; one GEMM on W spread per output pixel.
+    if (!taps_.pruned) {
+      wholeMap_ = withDnnlErrors(init.nodeName, "plan the whole-map convolution", [&] {
+        return WholeMapConv::plan(x.shape, w.shape, s.group, s.geometry, hasBias_, channelsLast);
       });
-      if (gemm_ != nullptr) {
-        xLastOffset_ = alignUp(gemm_->scratchBytes());
-        spreadOffset_ = xLastOffset_ + alignUp(wholeMap_->inputBytes());
-        spreadBiasOffset_ = spreadOffset_ + alignUp(wholeMap_->spreadBytes());
-        spreadScratchBytes_ =
-            spreadBiasOffset_ + alignUp(static_cast<std::size_t>(wholeMap_->spreadWeight[0]) * sizeof(float));
+      if (wholeMap_ != nullptr)
         return;
-      }
-      wholeMap_.reset();
     }
     // Note [Winograd convolutions]: 3x3, stride 1, with enough channels and pixels.
     if (!taps_.pruned) {
@@ -320,16 +311,10 @@ class ConvKernel : public OpKernel {
         activateInPlace(ctx.output(0).data<double>(), ctx.output(0).numel(), *activation_);
       return;
     }
-    if (wholeMap_) {
-      char* scratch = static_cast<char*>(dnnlScratchpad(spreadScratchBytes_));
-      auto* spread = reinterpret_cast<float*>(scratch + spreadOffset_);
-      auto* spreadBias = reinterpret_cast<float*>(scratch + spreadBiasOffset_);
-      wholeMap_->spreadWeights(ctx.input(1).data<float>(), spread);
-      if (hasBias_)
-        wholeMap_->spreadBias(ctx.input(2).data<float>(), spreadBias);
-      auto* xLast = reinterpret_cast<float*>(scratch + xLastOffset_);
-      wholeMap_->toChannelsLast(ctx.input(0).data<float>(), xLast);
-      gemm_->forward(xLast, spread, hasBias_ ? spreadBias : nullptr, ctx.output(0).data<float>(), scratch);
+    if (wholeMap_ != nullptr) {
+      wholeMap_->forward(ctx.input(0).data<float>(), ctx.input(1).data<float>(),
+                         hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
+                         static_cast<char*>(dnnlScratchpad(wholeMap_->forwardScratchBytes())));
       if (activation_)
         activateInPlace(ctx.output(0).data<float>(), ctx.output(0).numel(), *activation_);
       return;
@@ -363,7 +348,9 @@ class ConvKernel : public OpKernel {
     if (f64_ != nullptr)
       return fmt::format("float64 im2col GEMM{}", relu);
     if (gemm_ != nullptr)
-      return gemm_->implementation() + (wholeMap_ ? "; whole-map windows" : "") + tapNote_ + relu;
+      return gemm_->implementation() + tapNote_ + relu;
+    if (wholeMap_ != nullptr)
+      return wholeMap_->implementation() + relu;
     if (winograd_ != nullptr)
       return winograd_->implementation() + relu;
     return fmt::format("oneDNN {}{}{}{}{}", implementation_, perGroupGemmNote(implementation_, group_),
@@ -379,9 +366,8 @@ class ConvKernel : public OpKernel {
   Shape xShape_, wShape_;
   TapCrop taps_;
   std::string tapNote_;
-  std::unique_ptr<ConvGemm> gemm_;        // Note [Convolutions as one GEMM]: set instead of primitive_
-  std::optional<WholeMapConv> wholeMap_;  // Note [Whole-map convolutions]: gemm_ runs on the spread weights
-  std::size_t xLastOffset_ = 0, spreadOffset_ = 0, spreadBiasOffset_ = 0, spreadScratchBytes_ = 0;
+  std::unique_ptr<ConvGemm> gemm_;          // Note [Convolutions as one GEMM]: set instead of primitive_
+  std::unique_ptr<WholeMapConv> wholeMap_;  // Note [Whole-map convolutions]: set instead of primitive_
   std::unique_ptr<ConvWinograd> winograd_;  // Note [Winograd convolutions]: set instead of primitive_
   dnnl::convolution_forward primitive_;
   std::string implementation_;

@@ -227,24 +227,15 @@ class ConvGradKernel : public OpKernel {
       planCroppedCopies(alignUp(gemm_->scratchBytes()));
       return;
     }
-    // Note [Whole-map convolutions]: the GEMM on W spread per output pixel, dW and dB folded back.
-    if (!taps_.pruned)
-      wholeMap_ = WholeMapConv::plan(setup_.x, setup_.w, setup_.group, setup_.geometry, channelsLast_);
-    if (wholeMap_) {
-      gemm_ = withDnnlErrors(init.nodeName, "plan the whole-map convolution backward as a GEMM", [&] {
-        return ConvGemm::plan(setup_.x, wholeMap_->spreadWeight, 1, wholeMap_->spreadGeometry, false, true);
+    // Note [Whole-map convolutions]: one GEMM on W spread per output pixel, dW and dB folded back.
+    if (!taps_.pruned) {
+      wholeMap_ = withDnnlErrors(init.nodeName, "plan the whole-map convolution backward", [&] {
+        return WholeMapConv::plan(setup_.x, setup_.w, setup_.group, setup_.geometry, false, channelsLast_);
       });
-      if (gemm_ != nullptr) {
-        xLastOffset_ = alignUp(gemm_->scratchBytes());
-        dxLastOffset_ = xLastOffset_ + alignUp(wholeMap_->inputBytes());
-        spreadOffset_ = dxLastOffset_ + alignUp(wholeMap_->inputBytes());
-        spreadGradOffset_ = spreadOffset_ + alignUp(wholeMap_->spreadBytes());
-        spreadBiasOffset_ = spreadGradOffset_ + alignUp(wholeMap_->spreadBytes());
-        totalScratchBytes_ =
-            spreadBiasOffset_ + alignUp(static_cast<std::size_t>(wholeMap_->spreadWeight[0]) * sizeof(float));
+      if (wholeMap_ != nullptr) {
+        totalScratchBytes_ = wholeMap_->backwardScratchBytes();
         return;
       }
-      wholeMap_.reset();
     }
     // Note [Winograd convolutions]: the data pass of a 3x3 stride-1 convolution with enough channels and pixels.
     if (io_.dxOut >= 0 && !taps_.pruned) {
@@ -260,7 +251,9 @@ class ConvGradKernel : public OpKernel {
     if (setup_.dtype == DType::Float64)
       return "float64 im2col GEMM";
     if (gemm_ != nullptr)
-      return gemm_->implementation() + (wholeMap_ ? "; whole-map windows" : "") + tapNote(fullW_, taps_);
+      return gemm_->implementation() + tapNote(fullW_, taps_);
+    if (wholeMap_ != nullptr)
+      return wholeMap_->implementation();
     std::string out;
     if (!weightsImplementation_.empty())
       out = "weights: " + (ownWeightsLoop() ? weightsImplementation_
@@ -312,24 +305,12 @@ class ConvGradKernel : public OpKernel {
     // With pruned taps dW is computed into a dense cropped copy and scattered into the full dW afterwards.
     auto* croppedDw = reinterpret_cast<float*>(scratch + croppedDwOffset_);
     float* dwTarget = dw == nullptr ? nullptr : (taps_.pruned ? croppedDw : dw->data<float>());
-    if (wholeMap_) {
-      float* spread = reinterpret_cast<float*>(scratch + spreadOffset_);
-      if (dx != nullptr)
-        wholeMap_->spreadWeights(ctx.input(static_cast<std::size_t>(io_.wIndex)).data<float>(), spread);
-      float* spreadDw = dw != nullptr ? reinterpret_cast<float*>(scratch + spreadGradOffset_) : nullptr;
-      float* spreadDb = db != nullptr ? reinterpret_cast<float*>(scratch + spreadBiasOffset_) : nullptr;
-      auto* xLast = reinterpret_cast<float*>(scratch + xLastOffset_);
-      auto* dxLast = reinterpret_cast<float*>(scratch + dxLastOffset_);
-      if (dw != nullptr)
-        wholeMap_->toChannelsLast(ctx.input(static_cast<std::size_t>(io_.xIndex)).data<float>(), xLast);
-      gemm_->backward(dy.data<float>(), dw != nullptr ? xLast : nullptr, dx != nullptr ? spread : nullptr,
-                      dx != nullptr ? dxLast : nullptr, spreadDw, spreadDb, scratch);
-      if (dx != nullptr)
-        wholeMap_->toChannelsFirst(dxLast, dx->data<float>());
-      if (dw != nullptr)
-        wholeMap_->foldWeightGradient(spreadDw, dw->data<float>());
-      if (db != nullptr)
-        wholeMap_->foldBiasGradient(spreadDb, db->data<float>());
+    if (wholeMap_ != nullptr) {
+      wholeMap_->backward(dy.data<float>(),
+                          dw != nullptr ? ctx.input(static_cast<std::size_t>(io_.xIndex)).data<float>() : nullptr,
+                          dx != nullptr ? ctx.input(static_cast<std::size_t>(io_.wIndex)).data<float>() : nullptr,
+                          dx != nullptr ? dx->data<float>() : nullptr, dw != nullptr ? dw->data<float>() : nullptr,
+                          db != nullptr ? db->data<float>() : nullptr, scratch);
       return;
     }
     if (gemm_ != nullptr) {
@@ -556,13 +537,12 @@ class ConvGradKernel : public OpKernel {
   LayoutCopy dyWeights_, xWeights_, dwWeights_;  // the weights pass
   LayoutCopy dyData_, wData_, dxData_;           // the data pass
   memory dbMemory_;
-  std::size_t primitiveScratchBytes_ = 0;  // the largest scratchpad of the primitives and reorders
-  std::size_t totalScratchBytes_ = 0;      // plus the converted copies
-  bool channelsLast_ = false;              // Note [CPU channels-last]: operands NHWC and KRSC; setup_ logical
-  TapCrop taps_;                           // Note [Pruned taps]: setup_ then holds the cropped kernel
-  std::unique_ptr<ConvGemm> gemm_;         // Note [Convolutions as one GEMM]: set instead of the primitives
-  std::optional<WholeMapConv> wholeMap_;   // Note [Whole-map convolutions]: gemm_ runs on the spread weights
-  std::size_t xLastOffset_ = 0, dxLastOffset_ = 0, spreadOffset_ = 0, spreadGradOffset_ = 0, spreadBiasOffset_ = 0;
+  std::size_t primitiveScratchBytes_ = 0;       // the largest scratchpad of the primitives and reorders
+  std::size_t totalScratchBytes_ = 0;           // plus the converted copies
+  bool channelsLast_ = false;                   // Note [CPU channels-last]: operands NHWC and KRSC; setup_ logical
+  TapCrop taps_;                                // Note [Pruned taps]: setup_ then holds the cropped kernel
+  std::unique_ptr<ConvGemm> gemm_;              // Note [Convolutions as one GEMM]: set instead of the primitives
+  std::unique_ptr<WholeMapConv> wholeMap_;      // Note [Whole-map convolutions]: set instead of the primitives
   std::unique_ptr<ConvWinograd> winogradData_;  // Note [Winograd convolutions]: set instead of dataPrimitive_
   Shape fullW_;                                 // W's own shape
   std::size_t croppedWOffset_ = 0, croppedDwOffset_ = 0;
