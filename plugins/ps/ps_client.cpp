@@ -144,9 +144,15 @@ std::vector<Reply> PsClient::receive(const std::vector<std::size_t>& servers, st
       }
       continue;
     }
+    // Only the sockets still awaited: an answer from another server stays queued in its socket for the call that
+    // awaits it (Note [PS recovery]: a replay to a restarted server must not swallow another server's answer).
+    std::vector<std::size_t> polled;
     std::vector<zmq::pollitem_t> items;
-    for (zmq::socket_t& socket : sockets_) {
-      items.push_back({socket.handle(), 0, ZMQ_POLLIN, 0});
+    for (std::size_t s = 0; s < sockets_.size(); ++s) {
+      if (!done[s]) {
+        polled.push_back(s);
+        items.push_back({sockets_[s].handle(), 0, ZMQ_POLLIN, 0});
+      }
     }
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline - now, kSilence - (now - lastLook)));
@@ -158,8 +164,9 @@ std::vector<Reply> PsClient::receive(const std::vector<std::size_t>& servers, st
       }
       continue;
     }
-    for (std::size_t s = 0; s < sockets_.size(); ++s) {
-      if ((items[s].revents & ZMQ_POLLIN) == 0) {
+    for (std::size_t p = 0; p < polled.size(); ++p) {
+      const std::size_t s = polled[p];
+      if ((items[p].revents & ZMQ_POLLIN) == 0) {
         continue;
       }
       std::vector<zmq::message_t> frames = receiveMessage(sockets_[s]);
@@ -169,7 +176,7 @@ std::vector<Reply> PsClient::receive(const std::vector<std::size_t>& servers, st
       if (!header) {
         fail("ps: worker {}: a malformed answer from ps-server {} at {}: {}", worker_, s, endpoints_[s], why);
       }
-      if (done[s] || header->sequence != awaited_[s]) {
+      if (header->sequence != awaited_[s]) {
         continue;  // an answer to an older request (resent after a reconnect): already handled
       }
       if (header->kind == static_cast<std::uint16_t>(Kind::Error)) {

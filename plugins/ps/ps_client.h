@@ -37,6 +37,7 @@ class PsClient {
   // Waits for every server's answer to its last request. An Error reply, or a server silent for `timeout` that has
   // not been restarted, throws, naming it.
   std::vector<Reply> receiveAll(std::chrono::milliseconds timeout);
+  // Waits for server s alone; other servers' answers stay queued for the calls that await them.
   Reply receiveFrom(int server, std::chrono::milliseconds timeout);
   // Like receiveAll over `servers`, but returns as soon as one of them turns out restarted: the caller must replay
   // to it at once, since another server's answer may wait for a worker that waits for that replay (Note [PS
