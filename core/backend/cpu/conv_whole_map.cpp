@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "dnnl_layout_detour.h"
+#include "shape_ops_common.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
@@ -100,7 +101,7 @@ void WholeMapConv::forward(const float* x, const float* w, const float* b, float
   auto* xLast = reinterpret_cast<float*>(scratch + xLast_);
   auto* spread = reinterpret_cast<float*>(scratch + spread_);
   auto* biasRow = reinterpret_cast<float*>(scratch + bias_);
-  toChannelsLast(x, xLast);
+  swapInnerAxes(x, xLast, channels_, inPixels_);
   spreadWeights(w, spread);
   if (b != nullptr)
     spreadBias(b, biasRow);
@@ -116,42 +117,22 @@ void WholeMapConv::backward(const float* dy, const float* x, const float* w, flo
   auto* spreadDw = reinterpret_cast<float*>(scratch + spreadGrad_);
   auto* spreadDb = reinterpret_cast<float*>(scratch + bias_);
   if (dw != nullptr)
-    toChannelsLast(x, xLast);
+    swapInnerAxes(x, xLast, channels_, inPixels_);
   if (dx != nullptr)
     spreadWeights(w, spread);
   gemm_->backward(dy, dw != nullptr ? xLast : nullptr, dx != nullptr ? spread : nullptr,
                   dx != nullptr ? dxLast : nullptr, dw != nullptr ? spreadDw : nullptr,
                   db != nullptr ? spreadDb : nullptr, scratch);
   if (dx != nullptr)
-    toChannelsFirst(dxLast, dx);
+    swapInnerAxes(dxLast, dx, inPixels_, channels_);
   if (dw != nullptr)
     foldWeightGradient(spreadDw, dw);
   if (db != nullptr)
     foldBiasGradient(spreadDb, db);
 }
 
-void WholeMapConv::toChannelsLast(const float* x, float* xLast) const {
-  parallelFor(0, images_, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t n = begin; n < end; ++n) {
-      const float* in = x + n * channels_ * inPixels_;
-      float* out = xLast + n * channels_ * inPixels_;
-      for (std::int64_t c = 0; c < channels_; ++c)
-        for (std::int64_t p = 0; p < inPixels_; ++p)
-          out[p * channels_ + c] = in[c * inPixels_ + p];
-    }
-  });
-}
-
-void WholeMapConv::toChannelsFirst(const float* xLast, float* x) const {
-  parallelFor(0, images_, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t n = begin; n < end; ++n) {
-      const float* in = xLast + n * channels_ * inPixels_;
-      float* out = x + n * channels_ * inPixels_;
-      for (std::int64_t p = 0; p < inPixels_; ++p)
-        for (std::int64_t c = 0; c < channels_; ++c)
-          out[c * inPixels_ + p] = in[p * channels_ + c];
-    }
-  });
+void WholeMapConv::swapInnerAxes(const float* from, float* to, std::int64_t rows, std::int64_t columns) const {
+  shape_detail::transposeBytes(to, from, {images_, rows, columns}, {0, 2, 1}, sizeof(float));
 }
 
 void WholeMapConv::spreadWeights(const float* w, float* spread) const {

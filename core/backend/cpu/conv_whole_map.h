@@ -43,9 +43,8 @@ class WholeMapConv {
 
  private:
   WholeMapConv() = default;
-  // X [N, C, P] -> X' [N, P, C], and dX' back.
-  void toChannelsLast(const float* x, float* xLast) const;
-  void toChannelsFirst(const float* xLast, float* x) const;
+  // Per image, [rows, columns] -> [columns, rows]: X [N, C, P] -> X' [N, P, C], and dX' back.
+  void swapInnerAxes(const float* from, float* to, std::int64_t rows, std::int64_t columns) const;
   // W' from W, and B' [K x O] from B.
   void spreadWeights(const float* w, float* spread) const;
   void spreadBias(const float* b, float* spread) const;
