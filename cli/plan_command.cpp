@@ -157,7 +157,7 @@ struct Predicted {
   std::optional<StepTimePrediction> step;
 };
 
-void writeJson(const PlanOptions& options, const std::string& modelPath, int threads,
+void writeJson(const PlanOptions& options, const std::string& modelPath, int threads, double share,
                std::optional<std::int64_t> deviceMemory, const ComputeCalibration& compute,
                const std::optional<CollectiveCalibration>& collectives, const std::vector<Predicted>& rows) {
   using Json = nlohmann::ordered_json;
@@ -180,6 +180,7 @@ void writeJson(const PlanOptions& options, const std::string& modelPath, int thr
   calibration["collective_medians_s"] = collectives ? Json(collectives->measuredS) : Json(nullptr);
   calibration["collective_ranks"] = collectives ? Json(collectives->ranks) : Json(nullptr);
   calibration["transport"] = collectives ? Json("gloo tcp loopback") : Json(nullptr);
+  calibration["latency_share"] = share;
   Json configurations = Json::array();
   for (const Predicted& row : rows) {
     Json opts = Json::object();
@@ -265,6 +266,8 @@ void plan(const PlanOptions& options) {
                                    : std::optional(parseByteSize(options.deviceMemory, "plan --device-memory"));
   const int ranksPerNode = options.worldSize / options.nnodes;
   const int threads = options.threads > 0 ? options.threads : std::max(1, detail::availableCores() / ranksPerNode);
+  // Note [Step time and overlap]: the share of the collectives' latency a step pays when ranks outnumber the cores.
+  const double share = latencyShare(detail::availableCores(), ranksPerNode, threads);
   ModelOptions threading;
   threading.threads = threads;
   applyThreads(threading);
@@ -323,7 +326,7 @@ void plan(const PlanOptions& options) {
       row.atPeak[static_cast<std::size_t>(MemoryCategory::Other)] = dataBytes;
       row.peakBytes = memory.totalPeak + compute.workspaceBytes + dataBytes;
       if (collectives) {
-        row.step = predictStepTime(query, trainingPlan->parameters(), compute, *collectives);
+        row.step = predictStepTime(query, trainingPlan->parameters(), compute, *collectives, share);
       }
     }
   }
@@ -358,8 +361,9 @@ void plan(const PlanOptions& options) {
   }
   fmt::print(
       "  per rank, training steps (evaluation not included); peak: every category at once, workspace measured on "
-      "this machine, data batches ({}) included; step: one optimizer step, collectives not overlapped\n",
-      humanBytes(dataBytes));
+      "this machine, data batches ({}) included; step: one optimizer step, collectives not overlapped{}\n",
+      humanBytes(dataBytes),
+      share < 1 ? fmt::format(" (their latency at {:.0f}%: ranks x threads outnumber the cores)", 100 * share) : "");
   if (deviceMemory) {
     std::vector<std::string> fitting;
     for (const Predicted& row : rows) {
@@ -371,7 +375,7 @@ void plan(const PlanOptions& options) {
                fitting.empty() ? std::string("none") : fmt::format("{}", fmt::join(fitting, ", ")));
   }
   if (!options.jsonPath.empty()) {
-    writeJson(options, modelPath, threads, deviceMemory, compute, collectives, rows);
+    writeJson(options, modelPath, threads, share, deviceMemory, compute, collectives, rows);
   }
 }
 

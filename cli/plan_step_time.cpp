@@ -9,11 +9,26 @@
 namespace strata::cli {
 namespace {
 
-// Note [Step time without overlap]: collectives are added to the compute, not overlapped with it. DDP's bucket
+// Note [Step time and overlap]: collectives are added to the compute, not overlapped with it. DDP's bucket
 // all-reduces and FSDP's prefetched all-gathers and reduce-scatters run on Gloo's worker thread while backward
-// computes, but on the CPU that thread competes with the ranks' compute threads for the same cores, and most of a
-// small model's gradients become final at the end of backward; measured on the 2-core build machine the sum is
-// within the 20% target (docs/plan.md), where counting the overlap as free would not be.
+// computes, but on the CPU that thread competes with the ranks' compute threads for the same cores (moving bytes over
+// loopback TCP is CPU work itself), and most of a small model's gradients become final at the end of backward;
+// measured on the 2-core build machine the sum is within the 20% target where ranks x threads fit the cores
+// (docs/plan.md). Where they outnumber the cores, a rank that waits for a peer's message (a collective's latency)
+// holds no core and the other ranks compute meanwhile, so the latency part counts at the cores' share,
+// cores / (ranks per node x threads); the transfer part counts in full. Without that share FSDP's many small
+// collectives on 4 ranks over 2 cores were over-predicted by 24-57% (Experiment 1, docs/study.md).
+
+// One step's collectives, their latency and their transfer apart.
+struct CollectiveTime {
+  double latencyS = 0;
+  double transferS = 0;
+  void add(const CollectiveFit& fit, std::int64_t bytes, int times = 1) {
+    latencyS += times * fit.latencyS;
+    transferS += times * (fit.bytesPerS > 0 ? static_cast<double>(bytes) / fit.bytesPerS : 0.0);
+  }
+  double seconds(double latencyShare) const { return transferS + latencyShare * latencyS; }
+};
 
 double optionNumber(const MemoryQuery& query, const std::string& key, double fallback) {
   const auto it = query.options.find(key);
@@ -58,7 +73,7 @@ std::vector<std::int64_t> ddpBucketBytes(const MemoryQuery& query, const Paramet
 }
 
 StepTimePrediction fsdpStep(const MemoryQuery& query, const ParameterGroups& groups, const ComputeCalibration& compute,
-                            const CollectiveCalibration& c) {
+                            const CollectiveCalibration& c, double latencyShare) {
   const std::string shard = optionText(query, "shard", "full");
   const bool hybrid = shard == "hybrid";
   const int ranks = hybrid ? query.worldSize / std::max(1, query.nnodes) : query.worldSize;
@@ -68,6 +83,7 @@ StepTimePrediction fsdpStep(const MemoryQuery& query, const ParameterGroups& gro
   if (query.worldSize <= 1) {
     return p;
   }
+  CollectiveTime collectives;
   const bool reduceEveryMicroBatch = optionText(query, "accumulate", "local") == "sharded";
   const int reductions = reduceEveryMicroBatch ? query.gradAccum : 1;
   for (std::size_t g = 0; g < groups.groupCount(); ++g) {
@@ -75,16 +91,18 @@ StepTimePrediction fsdpStep(const MemoryQuery& query, const ParameterGroups& gro
     const std::int64_t shardElements = (flat.numel() + ranks - 1) / ranks;
     const auto bytes = static_cast<std::int64_t>(shardElements * ranks * dtypeSize(flat.dtype()));
     if (!sharded) {
-      p.communicationS += c.allReduce.seconds(bytes);
+      collectives.add(c.allReduce, bytes);
       continue;
     }
     // A unit is gathered for its forward of every micro-batch, and again for its backward under shard=full.
     const int gathers = query.gradAccum * (shard == "grad_op" ? 1 : 2);
-    p.communicationS += gathers * c.allGather.seconds(bytes) + reductions * c.reduceScatter.seconds(bytes);
+    collectives.add(c.allGather, bytes, gathers);
+    collectives.add(c.reduceScatter, bytes, reductions);
     if (hybrid) {
-      p.communicationS += c.allReduce.seconds(bytes / ranks);  // the shard, across nodes
+      collectives.add(c.allReduce, bytes / ranks);  // the shard, across nodes
     }
   }
+  p.communicationS = collectives.seconds(latencyShare);
   return p;
 }
 
@@ -120,9 +138,11 @@ StepTimePrediction psStep(const MemoryQuery& query, const ParameterGroups& group
 }  // namespace
 
 StepTimePrediction predictStepTime(const MemoryQuery& query, const ParameterGroups& groups,
-                                   const ComputeCalibration& compute, const CollectiveCalibration& collectives) {
+                                   const ComputeCalibration& compute, const CollectiveCalibration& collectives,
+                                   double latencyShare) {
+  STRATA_CHECK(latencyShare > 0 && latencyShare <= 1, "plan: latency share {} is not in (0, 1]", latencyShare);
   if (query.strategy == "fsdp") {
-    return fsdpStep(query, groups, compute, collectives);
+    return fsdpStep(query, groups, compute, collectives, latencyShare);
   }
   if (query.strategy == "ps") {
     return psStep(query, groups, compute, collectives);
@@ -132,11 +152,18 @@ StepTimePrediction predictStepTime(const MemoryQuery& query, const ParameterGrou
   StepTimePrediction p;
   p.computeS = query.gradAccum * compute.forwardBackwardS + compute.optimizerS;
   if (query.strategy == "ddp" && query.worldSize > 1) {
+    CollectiveTime buckets;
     for (std::int64_t bucket : ddpBucketBytes(query, groups)) {
-      p.communicationS += collectives.allReduce.seconds(bucket);
+      buckets.add(collectives.allReduce, bucket);
     }
+    p.communicationS = buckets.seconds(latencyShare);
   }
   return p;
+}
+
+double latencyShare(int cores, int ranksPerNode, int threadsPerRank) {
+  const double demand = static_cast<double>(std::max(1, ranksPerNode)) * std::max(1, threadsPerRank);
+  return std::min(1.0, std::max(1, cores) / demand);
 }
 
 }  // namespace strata::cli
