@@ -131,45 +131,6 @@ std::vector<TensorMeta> inferSliceGrad(const ShapeContext& ctx) {
   });
 }
 
-// Copies contiguous src of `shape` into a strided view of dst (the inverse of stridedCopy). Strides are in
-// elements and may be negative; the view must not overlap itself (true for slices).
-void stridedScatter(char* dst, const char* src, const Shape& shape, const std::vector<std::int64_t>& dstStrides,
-                    std::size_t elemSize) {
-  if (numElements(shape) == 0)
-    return;
-  if (shape.empty()) {
-    std::memcpy(dst, src, elemSize);
-    return;
-  }
-  const std::size_t outer = shape.size() - 1;
-  const std::int64_t n = shape.back();
-  const std::int64_t inner = dstStrides.back();
-  const std::size_t rowBytes = static_cast<std::size_t>(n) * elemSize;
-  const std::int64_t rows = numElements(shape) / n;
-  const auto es = static_cast<std::ptrdiff_t>(elemSize);
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(rowBytes));
-  parallelFor(0, rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t row = begin; row < end; ++row) {
-      std::int64_t rem = row;
-      std::int64_t offset = 0;
-      for (std::size_t k = outer; k-- > 0;) {
-        offset += (rem % shape[k]) * dstStrides[k];
-        rem /= shape[k];
-      }
-      const char* s = src + static_cast<std::size_t>(row) * rowBytes;
-      char* d = dst + static_cast<std::ptrdiff_t>(offset) * es;
-      if (inner == 1) {
-        std::memcpy(d, s, rowBytes);
-        continue;
-      }
-      for (std::int64_t i = 0; i < n; ++i) {
-        std::memcpy(d + static_cast<std::ptrdiff_t>(i * inner) * es, s + static_cast<std::size_t>(i) * elemSize,
-                    elemSize);
-      }
-    }
-  });
-}
-
 ComputeFn makeSliceGrad(const KernelInit& init) {
   const Attributes attrs = init.attrs;
   return [attrs](KernelContext& ctx) {
@@ -178,7 +139,7 @@ ComputeFn makeSliceGrad(const KernelInit& init) {
     const Tensor& dy = ctx.input(0);
     Tensor& dx = ctx.output(0);
     const std::size_t es = dtypeSize(dx.dtype());
-    std::memset(dx.rawData(), 0, dx.bytes());
+    zeroBytes(dx.rawData(), dx.bytes());
     const auto ops = sliceOperands(ctx.inputs, attrs);
     const SlicePlan plan = planSlice(dx.shape(), ops.starts, ops.ends, ops.axes, ops.steps);
     if (numElements(plan.outShape) == 0)

@@ -37,40 +37,108 @@ double asDouble(BFloat16Bits value) {
   return bfloat16ToFloat(value.bits);
 }
 
-// Copies `count` elements of E bytes (E == 0: elemSize bytes) from a strided source into contiguous dst.
-template <std::size_t E>
-void copyRowT(char* dst, const char* src, std::int64_t count, std::int64_t stride, std::size_t elemSize) {
+// Moves `count` elements of E bytes (E == 0: elemSize bytes) between a strided run and a contiguous one: from the
+// strided `src` into contiguous `dst` (Scatter false), or from contiguous `src` into the strided `dst` (Scatter true).
+template <bool Scatter, std::size_t E>
+void moveRowT(char* dst, const char* src, std::int64_t count, std::int64_t stride, std::size_t elemSize) {
   const std::size_t es = E != 0 ? E : elemSize;
   const std::ptrdiff_t step = static_cast<std::ptrdiff_t>(stride) * static_cast<std::ptrdiff_t>(es);
   for (std::int64_t i = 0; i < count; ++i) {
     std::memcpy(dst, src, es);
-    dst += es;
-    src += step;
+    dst += Scatter ? step : static_cast<std::ptrdiff_t>(es);
+    src += Scatter ? static_cast<std::ptrdiff_t>(es) : step;
   }
 }
 
-void copyRow(char* dst, const char* src, std::int64_t count, std::int64_t stride, std::size_t elemSize) {
+template <bool Scatter>
+void moveRow(char* dst, const char* src, std::int64_t count, std::int64_t stride, std::size_t elemSize) {
   if (stride == 1) {
     std::memcpy(dst, src, static_cast<std::size_t>(count) * elemSize);
     return;
   }
   switch (elemSize) {
     case 1:
-      copyRowT<1>(dst, src, count, stride, elemSize);
+      moveRowT<Scatter, 1>(dst, src, count, stride, elemSize);
       break;
     case 2:
-      copyRowT<2>(dst, src, count, stride, elemSize);
+      moveRowT<Scatter, 2>(dst, src, count, stride, elemSize);
       break;
     case 4:
-      copyRowT<4>(dst, src, count, stride, elemSize);
+      moveRowT<Scatter, 4>(dst, src, count, stride, elemSize);
       break;
     case 8:
-      copyRowT<8>(dst, src, count, stride, elemSize);
+      moveRowT<Scatter, 8>(dst, src, count, stride, elemSize);
       break;
     default:
-      copyRowT<0>(dst, src, count, stride, elemSize);
+      moveRowT<Scatter, 0>(dst, src, count, stride, elemSize);
       break;
   }
+}
+
+// stridedCopy (Scatter false) and stridedScatter (true): `strides` are the strided side's.
+template <bool Scatter>
+void moveStrided(char* dst, const char* src, const Shape& shape, const std::vector<std::int64_t>& stridedSide,
+                 std::size_t elemSize) {
+  // Drop unit axes and merge neighbours that are contiguous on the strided side (the other side is contiguous), so
+  // the innermost axis becomes as long a memcpy run as possible.
+  Shape dims;
+  std::vector<std::int64_t> strides;
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 0)
+      return;
+    if (shape[k] == 1)
+      continue;
+    if (!dims.empty() && strides.back() == stridedSide[k] * shape[k]) {
+      dims.back() *= shape[k];
+      strides.back() = stridedSide[k];
+    } else {
+      dims.push_back(shape[k]);
+      strides.push_back(stridedSide[k]);
+    }
+  }
+  if (dims.empty()) {
+    std::memcpy(dst, src, elemSize);
+    return;
+  }
+  const std::size_t outer = dims.size() - 1;
+  const std::int64_t n = dims.back();
+  const std::int64_t inner = strides.back();
+  const std::size_t rowBytes = static_cast<std::size_t>(n) * elemSize;
+  std::int64_t rows = 1;
+  for (std::size_t k = 0; k < outer; ++k)
+    rows *= dims[k];
+  if (rows == 1 && inner == 1) {
+    copyBytes(dst, src, rowBytes);
+    return;
+  }
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(rowBytes));
+  const auto es = static_cast<std::ptrdiff_t>(elemSize);
+  parallelFor(0, rows, grain, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<std::int64_t> idx(outer, 0);
+    std::int64_t rem = begin;
+    std::int64_t offset = 0;
+    for (std::size_t k = outer; k-- > 0;) {
+      idx[k] = rem % dims[k];
+      rem /= dims[k];
+      offset += idx[k] * strides[k];
+    }
+    for (std::int64_t row = begin; row < end; ++row) {
+      const std::size_t contiguous = static_cast<std::size_t>(row) * rowBytes;
+      const std::ptrdiff_t strided = static_cast<std::ptrdiff_t>(offset) * es;
+      if constexpr (Scatter) {
+        moveRow<true>(dst + strided, src + contiguous, n, inner, elemSize);
+      } else {
+        moveRow<false>(dst + contiguous, src + strided, n, inner, elemSize);
+      }
+      for (std::size_t k = outer; k-- > 0;) {
+        offset += strides[k];
+        if (++idx[k] < dims[k])
+          break;
+        offset -= strides[k] * dims[k];
+        idx[k] = 0;
+      }
+    }
+  });
 }
 
 // Transposes one tile: dst[ia * dstStrideA + ib] = src[ib * srcStrideB + ia] for ia in [a0, a1), ib in [b0, b1).
@@ -238,6 +306,20 @@ void copyBytes(void* dst, const void* src, std::size_t bytes) {
   });
 }
 
+void zeroBytes(void* dst, std::size_t bytes) {
+  constexpr auto kChunk = static_cast<std::size_t>(kParallelBytes);
+  if (bytes < 2 * kChunk) {
+    std::memset(dst, 0, bytes);
+    return;
+  }
+  const auto chunks = static_cast<std::int64_t>((bytes + kChunk - 1) / kChunk);
+  parallelFor(0, chunks, 1, [&](std::int64_t begin, std::int64_t end) {
+    const std::size_t from = static_cast<std::size_t>(begin) * kChunk;
+    const std::size_t to = std::min(bytes, static_cast<std::size_t>(end) * kChunk);
+    std::memset(static_cast<char*>(dst) + from, 0, to - from);
+  });
+}
+
 void fillElements(void* dst, const void* value, std::int64_t count, std::size_t elemSize) {
   if (count <= 0)
     return;
@@ -260,63 +342,12 @@ void fillElements(void* dst, const void* value, std::int64_t count, std::size_t 
 
 void stridedCopy(void* dst, const void* src, const Shape& shape, const std::vector<std::int64_t>& srcStrides,
                  std::size_t elemSize) {
-  // Drop unit axes and merge neighbours that are contiguous in src (dst is always contiguous), so the innermost
-  // axis becomes as long a memcpy run as possible.
-  Shape dims;
-  std::vector<std::int64_t> strides;
-  for (std::size_t k = 0; k < shape.size(); ++k) {
-    if (shape[k] == 0)
-      return;
-    if (shape[k] == 1)
-      continue;
-    if (!dims.empty() && strides.back() == srcStrides[k] * shape[k]) {
-      dims.back() *= shape[k];
-      strides.back() = srcStrides[k];
-    } else {
-      dims.push_back(shape[k]);
-      strides.push_back(srcStrides[k]);
-    }
-  }
-  auto* d = static_cast<char*>(dst);
-  const auto* s = static_cast<const char*>(src);
-  if (dims.empty()) {
-    std::memcpy(d, s, elemSize);
-    return;
-  }
-  const std::size_t outer = dims.size() - 1;
-  const std::int64_t n = dims.back();
-  const std::int64_t inner = strides.back();
-  const std::size_t rowBytes = static_cast<std::size_t>(n) * elemSize;
-  std::int64_t rows = 1;
-  for (std::size_t k = 0; k < outer; ++k)
-    rows *= dims[k];
-  if (rows == 1 && inner == 1) {
-    copyBytes(d, s, rowBytes);
-    return;
-  }
-  const std::int64_t grain = std::max<std::int64_t>(1, kParallelBytes / static_cast<std::int64_t>(rowBytes));
-  const auto es = static_cast<std::ptrdiff_t>(elemSize);
-  parallelFor(0, rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<std::int64_t> idx(outer, 0);
-    std::int64_t rem = begin;
-    std::int64_t offset = 0;
-    for (std::size_t k = outer; k-- > 0;) {
-      idx[k] = rem % dims[k];
-      rem /= dims[k];
-      offset += idx[k] * strides[k];
-    }
-    for (std::int64_t row = begin; row < end; ++row) {
-      copyRow(d + static_cast<std::size_t>(row) * rowBytes, s + static_cast<std::ptrdiff_t>(offset) * es, n, inner,
-              elemSize);
-      for (std::size_t k = outer; k-- > 0;) {
-        offset += strides[k];
-        if (++idx[k] < dims[k])
-          break;
-        offset -= strides[k] * dims[k];
-        idx[k] = 0;
-      }
-    }
-  });
+  moveStrided<false>(static_cast<char*>(dst), static_cast<const char*>(src), shape, srcStrides, elemSize);
+}
+
+void stridedScatter(void* dst, const void* src, const Shape& shape, const std::vector<std::int64_t>& dstStrides,
+                    std::size_t elemSize) {
+  moveStrided<true>(static_cast<char*>(dst), static_cast<const char*>(src), shape, dstStrides, elemSize);
 }
 
 void transposeBytes(void* dst, const void* src, const Shape& inShape, const std::vector<std::int64_t>& perm,

@@ -29,8 +29,9 @@ std::vector<std::int64_t> toInt64Vector(const Tensor& tensor);
 // Element i of a numeric tensor as double.
 double elementAsDouble(const Tensor& tensor, std::int64_t index = 0);
 
-// memcpy split over the thread pool when large.
+// memcpy and memset to zero, split over the thread pool when large.
 void copyBytes(void* dst, const void* src, std::size_t bytes);
+void zeroBytes(void* dst, std::size_t bytes);
 // Fills `count` elements of `elemSize` bytes at dst with the element at `value`.
 void fillElements(void* dst, const void* value, std::int64_t count, std::size_t elemSize);
 
@@ -38,6 +39,10 @@ void fillElements(void* dst, const void* value, std::int64_t count, std::size_t 
 // Strides are in elements and may be zero (broadcast) or negative (reversed slices).
 void stridedCopy(void* dst, const void* src, const Shape& shape, const std::vector<std::int64_t>& srcStrides,
                  std::size_t elemSize);
+// The inverse: contiguous src of `shape` into the strided view of dst (which must not overlap itself, as slices do
+// not). Both merge the axes that are contiguous on the strided side, so whole runs move with one memcpy.
+void stridedScatter(void* dst, const void* src, const Shape& shape, const std::vector<std::int64_t>& dstStrides,
+                    std::size_t elemSize);
 
 // Transposes contiguous src of inShape into contiguous dst: output axis i is input axis perm[i].
 void transposeBytes(void* dst, const void* src, const Shape& inShape, const std::vector<std::int64_t>& perm,

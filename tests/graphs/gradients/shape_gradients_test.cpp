@@ -379,6 +379,40 @@ TEST(ShapeGradientsTest, SliceGradKernelTakesInputsAndAnyDtype) {
   EXPECT_EQ(toVector<std::int64_t>(out[0]), (std::vector<std::int64_t>{0, 0, 0, 7, 0, 8, 9, 0, 10}));
 }
 
+// A channel slice (ShuffleNetV2's split) of a tensor large enough for the threaded paths: each image's slice is one
+// contiguous run, merged from the channel and spatial axes; and a strided spatial slice of the same tensor.
+TEST(ShapeGradientsTest, SliceGradKernelMovesMergedRunsOfLargeTensors) {
+  const std::int64_t n = 3, c = 64, h = 20, w = 20;
+  struct Case {
+    std::vector<std::int64_t> starts, ends, axes, steps;
+    Shape dyShape;
+  };
+  const std::vector<Case> cases = {{{16}, {48}, {1}, {1}, {n, 32, h, w}},
+                                   {{1, 0}, {20, 20}, {2, 3}, {2, 3}, {n, c, 10, 7}}};
+  for (const Case& k : cases) {
+    const Tensor dy = randomTensor(DType::Float32, k.dyShape, 61);
+    const auto out = runOpEagerly("SliceGrad", {&dy},
+                                  makeAttrs({{"starts", k.starts},
+                                             {"ends", k.ends},
+                                             {"axes", k.axes},
+                                             {"steps", k.steps},
+                                             {"shape", std::vector<std::int64_t>{n, c, h, w}}}));
+    ASSERT_EQ(out[0].shape(), (Shape{n, c, h, w}));
+    const std::vector<float> got = toVector<float>(out[0]);
+    const std::vector<float> from = toVector<float>(dy);
+    std::vector<float> expected(got.size(), 0.0F);
+    const Shape& d = k.dyShape;
+    const bool channels = k.axes.size() == 1;
+    for (std::int64_t i = 0; i < numElements(d); ++i) {
+      const std::int64_t x = i % d[3], y = i / d[3] % d[2], ch = i / (d[3] * d[2]) % d[1], b = i / (d[3] * d[2] * d[1]);
+      const std::int64_t to =
+          channels ? ((b * c + ch + 16) * h + y) * w + x : ((b * c + ch) * h + 1 + 2 * y) * w + 3 * x;
+      expected[static_cast<std::size_t>(to)] = from[static_cast<std::size_t>(i)];
+    }
+    EXPECT_EQ(got, expected) << (channels ? "channel slice" : "strided spatial slice");
+  }
+}
+
 TEST(ShapeGradientsTest, SliceGradKernelRejectsAMismatchedGradient) {
   const Tensor dy = values<float>({1, 2, 3}, {3});
   EXPECT_THROW(runOpEagerly("SliceGrad", {&dy},
