@@ -4,6 +4,8 @@
 Run it with the peers' interpreter (issue 18; docs/performance.md, "CPU against the current peers"):
     eval "$(../shared/tools/peer-ort.sh)"      # also installs PyTorch 2.15 (PEER_PY)
     "$PEER_PY" bench/cpu_peers.py --ort-python "$ORT_PY" [--isa avx2] [--models resnet18,...]
+The default models are issue 18's; seven held-out torchvision classifiers (MobileNetV2, MobileNetV3-Small,
+ShuffleNetV2, RegNetY-400MF, MNASNet 0.5, SqueezeNet 1.1, ResNeXt-50) can be named in --models.
 
 For each model: PyTorch builds it, exports a training-mode file (opset 17, no constant folding) and an eval-mode one.
 - Training step: `strata train --data synthetic` (SGD with momentum, median `step_time_ms` after two warm-up steps);
@@ -22,6 +24,7 @@ Strata / peer: below 1.0 means Strata is faster.
 Runtime has no such switch and keeps the host's ISA.
 """
 import argparse
+import collections
 import json
 import math
 import os
@@ -84,6 +87,14 @@ CASES = {
     "vgg16": (lambda: MODELS["vgg16"](64), (8, 3, 64, 64)),
     "efficientnet_v2_s": (lambda: MODELS["efficientnet_v2_s"](32), (16, 3, 32, 32)),
     "convnext_tiny": (lambda: MODELS["convnext_tiny"](32), (16, 3, 32, 32)),
+    # Held-out classifiers the project was not tuned on (bench/kernel_paths.py's), not in the default --models.
+    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(num_classes=10), (32, 3, 64, 64)),
+    "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(num_classes=10), (32, 3, 64, 64)),
+    "shufflenet_v2_x1_0": (lambda: torchvision.models.shufflenet_v2_x1_0(num_classes=10), (32, 3, 64, 64)),
+    "regnet_y_400mf": (lambda: torchvision.models.regnet_y_400mf(num_classes=10), (32, 3, 64, 64)),
+    "mnasnet0_5": (lambda: torchvision.models.mnasnet0_5(num_classes=10), (32, 3, 64, 64)),
+    "squeezenet1_1": (lambda: torchvision.models.squeezenet1_1(num_classes=10), (32, 3, 64, 64)),
+    "resnext50_32x4d": (lambda: torchvision.models.resnext50_32x4d(num_classes=10), (16, 3, 32, 32)),
 }
 
 
@@ -137,7 +148,9 @@ def sgemm_peak_gflops(work):
 
 def export(model, x, path, training):
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
-    state = {k: v.clone() for k, v in model.state_dict().items()}
+    current = model.state_dict()
+    state = collections.OrderedDict((k, v.clone()) for k, v in current.items())
+    state._metadata = getattr(current, "_metadata", None)  # module versions (MNASNet's loader checks its own)
     model.train(training)
     torch.onnx.export(model, x, path, opset_version=17, do_constant_folding=not training, training=mode,
                       input_names=["input"], output_names=["logits"], dynamo=False)
