@@ -78,6 +78,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from export_study_models import MODELS  # noqa: E402  (VGG16 below 224x224, no stochastic depth)
 import train_step  # noqa: E402
 from forward_latency import FashionCnn  # noqa: E402
+from held_out_models import held_out_cases  # noqa: E402
 
 CASES = {
     "fashion_cnn": (FashionCnn, (64, 1, 28, 28)),
@@ -87,14 +88,9 @@ CASES = {
     "vgg16": (lambda: MODELS["vgg16"](64), (8, 3, 64, 64)),
     "efficientnet_v2_s": (lambda: MODELS["efficientnet_v2_s"](32), (16, 3, 32, 32)),
     "convnext_tiny": (lambda: MODELS["convnext_tiny"](32), (16, 3, 32, 32)),
-    # Held-out classifiers the project was not tuned on (bench/kernel_paths.py's), not in the default --models.
-    "mobilenet_v2": (lambda: torchvision.models.mobilenet_v2(num_classes=10), (32, 3, 64, 64)),
-    "mobilenet_v3_small": (lambda: torchvision.models.mobilenet_v3_small(num_classes=10), (32, 3, 64, 64)),
-    "shufflenet_v2_x1_0": (lambda: torchvision.models.shufflenet_v2_x1_0(num_classes=10), (32, 3, 64, 64)),
-    "regnet_y_400mf": (lambda: torchvision.models.regnet_y_400mf(num_classes=10), (32, 3, 64, 64)),
-    "mnasnet0_5": (lambda: torchvision.models.mnasnet0_5(num_classes=10), (32, 3, 64, 64)),
-    "squeezenet1_1": (lambda: torchvision.models.squeezenet1_1(num_classes=10), (32, 3, 64, 64)),
-    "resnext50_32x4d": (lambda: torchvision.models.resnext50_32x4d(num_classes=10), (16, 3, 32, 32)),
+    # Held-out classifiers the project was not tuned on (bench/held_out_models.py), not in the default --models:
+    # batch 32 at 64x64, 16 at 32x32 as the study's models above.
+    **held_out_cases(lambda size: 32 if size == 64 else 16),
 }
 
 

@@ -54,6 +54,11 @@ def check_json(prediction, labels, calibrated):
         if calibrated and not (isinstance(value, float) and value >= 0):
             print(f"calibration.{field} is {value}")
             ok = False
+    # Note [Step time and overlap]: the share of the collectives' latency the step pays, in (0, 1].
+    share = prediction["calibration"].get("latency_share")
+    if not (isinstance(share, (int, float)) and 0 < share <= 1):
+        print(f"calibration.latency_share is {share}")
+        ok = False
     got = [c["label"] for c in prediction["configurations"]]
     if got != labels:
         print(f"labels {got}, expected {labels}")
