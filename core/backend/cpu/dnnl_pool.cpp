@@ -10,6 +10,7 @@
 #include "cpu_layouts.h"
 #include "dnnl_context.h"
 #include "dnnl_layout_detour.h"
+#include "max_pool_3x3.h"
 #include "max_pool_pairs.h"
 #include "strata/thread_pool.h"
 
@@ -186,8 +187,13 @@ class PoolKernel : public OpKernel {
     }
     const WindowGeometry& g = setup_.geometry;
     // Note [2x2 max pooling loop]; a node that also returns Indices runs the direct loop.
-    if (setup_.kind == PoolKind::Max && !channelsLast && init.outputs.size() == 1 && isMaxPool2x2(g, x.shape)) {
+    const bool plainMax = setup_.kind == PoolKind::Max && !channelsLast && init.outputs.size() == 1;
+    if (plainMax && isMaxPool2x2(g, x.shape)) {
       pairs_ = true;
+      return;
+    }
+    if (plainMax && isMaxPool3x3Stride2(g, x.shape)) {  // Note [3x3 max pooling loop]
+      overlapping3x3_ = true;
       return;
     }
     const std::size_t n = g.kernel.size();
@@ -235,6 +241,8 @@ class PoolKernel : public OpKernel {
       return "vectorised mean per plane";
     if (pairs_)
       return "2x2 windows, vectorised loop";
+    if (overlapping3x3_)
+      return "3x3 windows at stride 2, vectorised loop";
     return useDnnl_ ? fmt::format("oneDNN {}{}", implementation_, detourNote(detour_)) : "direct loop";
   }
 
@@ -252,6 +260,10 @@ class PoolKernel : public OpKernel {
     }
     if (pairs_) {
       maxPool2x2(x.data<float>(), y.data<float>(), x.shape()[0] * x.shape()[1], x.shape()[2], x.shape()[3]);
+      return;
+    }
+    if (overlapping3x3_) {
+      maxPool3x3(x.data<float>(), y.data<float>(), maxPool3x3Shape(setup_.geometry, x.shape()));
       return;
     }
     Tensor* indices = ctx.hasOutput(1) ? &ctx.output(1) : nullptr;
@@ -299,7 +311,8 @@ class PoolKernel : public OpKernel {
   std::int64_t planes_ = 0;  // Note [Global mean loop]: set when the node runs it
   std::int64_t pixels_ = 0;
   bool empty_ = false;
-  bool pairs_ = false;  // Note [2x2 max pooling loop]
+  bool pairs_ = false;           // Note [2x2 max pooling loop]
+  bool overlapping3x3_ = false;  // Note [3x3 max pooling loop]
   bool useDnnl_ = false;
   dnnl::pooling_v2_forward primitive_;
   std::string implementation_;

@@ -9,8 +9,9 @@
 // on the bundled CNN's first pooling (batch 64, one thread), where the loop took 40% of the training step. oneDNN's
 // JIT pooling keeps the first maximum on ties (checked by MaxPoolGradTiesGoToFirstMaximum on every layout it picks);
 // a window with a NaN routes its gradient wherever oneDNN's comparison leaves it (the loss is NaN then anyway).
-// 2x2 windows at stride 2 (VGG's, most small CNNs') run Strata's vectorised loop instead (Note [2x2 max pooling
-// loop] in max_pool_pairs.h): one pass, no forward again, no reorders.
+// 2x2 windows at stride 2 (VGG's, most small CNNs') and 3x3 windows at stride 2 (ResNet's stem, SqueezeNet) run
+// Strata's vectorised loops instead (Note [2x2 max pooling loop] in max_pool_pairs.h, Note [3x3 max pooling loop] in
+// max_pool_3x3.h): no forward again, no reorders.
 // Float64, and geometry oneDNN has no JIT kernel for, run direct loops over one (n, c) plane per task, with the same
 // rule and a gradient to the first NaN of a window. AveragePoolGrad is a direct loop using the forward kernel's
 // divisor rule (count_include_pad counts explicit pads but never the extra ceil_mode positions) in float64; float32
@@ -26,6 +27,7 @@
 #include "cpu_layouts.h"
 #include "dnnl_layout_detour.h"
 #include "grad_nn_common.h"
+#include "max_pool_3x3.h"
 #include "max_pool_pairs.h"
 #include "strata/thread_pool.h"
 
@@ -106,49 +108,63 @@ DimWindows dimWindows(const Window3& g, int dim) {
 // windows are computed once per dim, not per output: this loop ran at 4.5 ns per input element with the ranges
 // recomputed per output (40% of the bundled CNN's training step).
 template <typename T>
-void maxPoolGrad(const PoolGradSetup& s, const T* dy, const T* x, T* dx) {
-  const Window3 g = promoteWindow(s.geometry, s.x);
-  const std::int64_t inVolume = g.inVolume(), outVolume = g.outVolume();
-  const DimWindows wd = dimWindows(g, 0), wh = dimWindows(g, 1), ww = dimWindows(g, 2);
-  const std::int64_t rowStride = g.in[2], depthStride = g.in[1] * g.in[2];
-  const std::int64_t dd = g.dilation[0] * depthStride, dh = g.dilation[1] * rowStride, dw = g.dilation[2];
-  parallelFor(0, s.x[0] * s.x[1], 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t plane = begin; plane < end; ++plane) {
-      const T* in = x + plane * inVolume;
-      const T* grad = dy + plane * outVolume;
-      T* out = dx + plane * inVolume;
-      std::fill(out, out + inVolume, T{0});
-      for (std::int64_t od = 0; od < g.out[0]; ++od) {
-        const std::int64_t nd = wd.count[od];
-        for (std::int64_t oh = 0; oh < g.out[1]; ++oh) {
-          const std::int64_t nh = wh.count[oh];
-          const std::int64_t rowBase = wd.first[od] * depthStride + wh.first[oh] * rowStride;
-          for (std::int64_t ow = 0; ow < g.out[2]; ++ow) {
-            const std::int64_t nw = ww.count[ow];
-            if (nd == 0 || nh == 0 || nw == 0)
-              continue;
-            const std::int64_t origin = rowBase + ww.first[ow];
-            std::int64_t best = origin;
-            T bestValue = in[origin];
-            for (std::int64_t kd = 0; kd < nd; ++kd) {
-              for (std::int64_t kh = 0; kh < nh; ++kh) {
-                const std::int64_t row = origin + kd * dd + kh * dh;
-                for (std::int64_t kw = 0; kw < nw; ++kw) {
-                  const std::int64_t index = row + kw * dw;
-                  const T v = in[index];
-                  // Greater, or a NaN after a number; nothing replaces a NaN (it compares equal to itself never).
-                  if (!(v <= bestValue) && bestValue == bestValue) {
-                    best = index;
-                    bestValue = v;
-                  }
+class MaxPoolGradLoop {
+ public:
+  explicit MaxPoolGradLoop(const PoolGradSetup& s)
+      : g_(promoteWindow(s.geometry, s.x)), wd_(dimWindows(g_, 0)), wh_(dimWindows(g_, 1)), ww_(dimWindows(g_, 2)) {}
+
+  // dX's plane `plane` (one (n, c) pair), overwritten.
+  void plane(std::int64_t plane, const T* dy, const T* x, T* dx) const {
+    const std::int64_t inVolume = g_.inVolume(), outVolume = g_.outVolume();
+    const std::int64_t rowStride = g_.in[2], depthStride = g_.in[1] * g_.in[2];
+    const std::int64_t dd = g_.dilation[0] * depthStride, dh = g_.dilation[1] * rowStride, dw = g_.dilation[2];
+    const T* in = x + plane * inVolume;
+    const T* grad = dy + plane * outVolume;
+    T* out = dx + plane * inVolume;
+    std::fill(out, out + inVolume, T{0});
+    for (std::int64_t od = 0; od < g_.out[0]; ++od) {
+      const std::int64_t nd = wd_.count[od];
+      for (std::int64_t oh = 0; oh < g_.out[1]; ++oh) {
+        const std::int64_t nh = wh_.count[oh];
+        const std::int64_t rowBase = wd_.first[od] * depthStride + wh_.first[oh] * rowStride;
+        for (std::int64_t ow = 0; ow < g_.out[2]; ++ow) {
+          const std::int64_t nw = ww_.count[ow];
+          if (nd == 0 || nh == 0 || nw == 0)
+            continue;
+          const std::int64_t origin = rowBase + ww_.first[ow];
+          std::int64_t best = origin;
+          T bestValue = in[origin];
+          for (std::int64_t kd = 0; kd < nd; ++kd) {
+            for (std::int64_t kh = 0; kh < nh; ++kh) {
+              const std::int64_t row = origin + kd * dd + kh * dh;
+              for (std::int64_t kw = 0; kw < nw; ++kw) {
+                const std::int64_t index = row + kw * dw;
+                const T v = in[index];
+                // Greater, or a NaN after a number; nothing replaces a NaN (it compares equal to itself never).
+                if (!(v <= bestValue) && bestValue == bestValue) {
+                  best = index;
+                  bestValue = v;
                 }
               }
             }
-            out[best] += grad[(od * g.out[1] + oh) * g.out[2] + ow];
           }
+          out[best] += grad[(od * g_.out[1] + oh) * g_.out[2] + ow];
         }
       }
     }
+  }
+
+ private:
+  Window3 g_;
+  DimWindows wd_, wh_, ww_;
+};
+
+template <typename T>
+void maxPoolGrad(const PoolGradSetup& s, const T* dy, const T* x, T* dx) {
+  const MaxPoolGradLoop<T> loop(s);
+  parallelFor(0, s.x[0] * s.x[1], 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t plane = begin; plane < end; ++plane)
+      loop.plane(plane, dy, x, dx);
   });
 }
 
@@ -352,8 +368,10 @@ class PoolGradKernel : public OpKernel {
     // Float32 tries oneDNN (Note [Pooling backward]), except average pooling over the whole map, which the direct
     // kernel spreads in one fill (on channels-last nodes the direct loop cannot run at all).
     wholeMap_ = !isMax && windowIsWholeMap(setup_);
-    pairs_ = isMax && dtype_ == DType::Float32 && !channelsLast && isMaxPool2x2(setup_.geometry, setup_.x);
-    if (!pairs_ && dtype_ == DType::Float32 && numElements(setup_.y) > 0 && x.size() <= 5 &&
+    const bool plainMax = isMax && dtype_ == DType::Float32 && !channelsLast;
+    pairs_ = plainMax && isMaxPool2x2(setup_.geometry, setup_.x);
+    overlapping3x3_ = plainMax && isMaxPool3x3Stride2(setup_.geometry, setup_.x);
+    if (!pairs_ && !overlapping3x3_ && dtype_ == DType::Float32 && numElements(setup_.y) > 0 && x.size() <= 5 &&
         (!wholeMap_ || channelsLast))
       useDnnl_ = dnnl_.init(setup_, isMax, channelsLast);
   }
@@ -361,6 +379,8 @@ class PoolGradKernel : public OpKernel {
   std::string implementation() const override {
     if (pairs_)
       return "2x2 windows, vectorised loop";
+    if (overlapping3x3_)
+      return "3x3 windows at stride 2, vectorised loop";
     if (useDnnl_)
       return dnnl_.implementation();
     return wholeMap_ && dtype_ == DType::Float32 ? "whole-map spread (vectorised fill)" : "direct loop";
@@ -387,6 +407,11 @@ class PoolGradKernel : public OpKernel {
     } else if (pairs_) {
       const Shape& x = setup_.x;
       maxPool2x2Grad(dy.data<float>(), ctx.input(1).data<float>(), dx.data<float>(), x[0] * x[1], x[2], x[3]);
+    } else if (overlapping3x3_) {
+      const float* x = ctx.input(1).data<float>();
+      const MaxPoolGradLoop<float> direct(setup_);
+      maxPool3x3Grad(dy.data<float>(), x, dx.data<float>(), maxPool3x3Shape(setup_.geometry, setup_.x),
+                     [&](std::int64_t plane) { direct.plane(plane, dy.data<float>(), x, dx.data<float>()); });
     } else if (useDnnl_) {
       dnnl_.run(dy, isMax_ ? &ctx.input(1) : nullptr, dx);
     } else if (isMax_) {
@@ -398,8 +423,9 @@ class PoolGradKernel : public OpKernel {
 
  private:
   bool isMax_;
-  bool wholeMap_ = false;  // average pooling over the whole map (global pooling)
-  bool pairs_ = false;     // Note [2x2 max pooling loop]
+  bool wholeMap_ = false;        // average pooling over the whole map (global pooling)
+  bool pairs_ = false;           // Note [2x2 max pooling loop]
+  bool overlapping3x3_ = false;  // Note [3x3 max pooling loop]
   DType dtype_ = DType::Float32;
   PoolGradSetup setup_;
   bool useDnnl_ = false;

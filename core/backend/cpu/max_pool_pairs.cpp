@@ -3,64 +3,18 @@
 #include <algorithm>
 #include <cstring>
 
-#include <immintrin.h>
-
+#include "max_pool_simd.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
 namespace {
 
-// Eight windows at a time (the core library is built for x86-64-v3: AVX2 on every host); a row's last windows are
-// masked loads and stores, since small maps (7 windows a row on a 14x14 map) would otherwise run mostly scalar.
-// GCC leaves a scalar version of these loops scalar (the stride-2 loads).
+using namespace pool_simd;
+
 struct Windows8 {
   __m256 best;
   __m256 picked[4];  // all ones in the lanes where a, b, c, d (upper row, then lower) is the pick
 };
-
-// Lanes [0, count) of eight, all ones; count is clamped to [0, 8].
-inline __m256i laneMask(std::int64_t count) {
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::clamp<std::int64_t>(count, 0, 8))), lanes);
-}
-
-// The even and odd elements of the first 2 * count of 16 consecutive floats (count <= 8; lanes past it are zero).
-inline void deinterleave(const float* p, std::int64_t count, __m256& even, __m256& odd) {
-  __m256 lo, hi;
-  if (count == 8) {
-    lo = _mm256_loadu_ps(p);
-    hi = _mm256_loadu_ps(p + 8);
-  } else {
-    lo = _mm256_maskload_ps(p, laneMask(2 * count));
-    hi = _mm256_maskload_ps(p + 8, laneMask(2 * count - 8));
-  }
-  const auto gather = [](__m256 shuffled) {
-    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(shuffled), _MM_SHUFFLE(3, 1, 2, 0)));
-  };
-  even = gather(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
-  odd = gather(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-// Stores the first `count` (< 16) floats of lo, hi. Through a copy, not masked stores: those cost about 10 cycles
-// each on AMD's cores, and on 14x14 maps every row ends in them.
-inline void storePart(float* p, std::int64_t count, __m256 lo, __m256 hi = _mm256_setzero_ps()) {
-  alignas(32) float staged[16];
-  _mm256_store_ps(staged, lo);
-  _mm256_store_ps(staged + 8, hi);
-  std::memcpy(p, staged, static_cast<std::size_t>(count) * sizeof(float));
-}
-
-// Stores the first `count` lanes of even and odd interleaved, as 2 * count consecutive floats.
-inline void interleave(float* p, std::int64_t count, __m256 even, __m256 odd) {
-  const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
-  const __m256 first = _mm256_permute2f128_ps(lo, hi, 0x20), second = _mm256_permute2f128_ps(lo, hi, 0x31);
-  if (count == 8) {
-    _mm256_storeu_ps(p, first);
-    _mm256_storeu_ps(p + 8, second);
-  } else {
-    storePart(p, 2 * count, first, second);
-  }
-}
 
 // Each window's first maximum or first NaN (Note [Pooling backward]): a later value wins when it is greater or a
 // NaN, unless the best so far is already a NaN. The windows are columns [0, count) of rows `upper` and `lower`.
@@ -72,19 +26,13 @@ inline Windows8 firstMaximum8(const float* upper, const float* lower, std::int64
   w.best = v[0];
   w.picked[0] = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
   for (int i = 1; i < 4; ++i) {
-    const __m256 wins =
-        _mm256_andnot_ps(_mm256_cmp_ps(v[i], w.best, _CMP_LE_OQ), _mm256_cmp_ps(w.best, w.best, _CMP_EQ_OQ));
+    const __m256 wins = replacesBest(v[i], w.best);
     w.best = _mm256_blendv_ps(w.best, v[i], wins);
     for (int k = 0; k < i; ++k)
       w.picked[k] = _mm256_andnot_ps(wins, w.picked[k]);
     w.picked[i] = wins;
   }
   return w;
-}
-
-// Planes per task: at least 16K input elements, so a task outweighs its dispatch.
-std::int64_t planeGrain(std::int64_t h, std::int64_t w) {
-  return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(1, h * w));
 }
 
 }  // namespace

@@ -41,6 +41,11 @@ bool isPairLoop(const std::string& implementation) {
   return implementation == "2x2 windows, vectorised loop";
 }
 
+// Note [3x3 max pooling loop]: so does max pooling with 3x3 windows at stride 2.
+bool isThreeByThreeLoop(const std::string& implementation) {
+  return implementation == "3x3 windows at stride 2, vectorised loop";
+}
+
 TensorMeta f32(const Shape& shape) {
   return TensorMeta{DType::Float32, shape};
 }
@@ -53,6 +58,9 @@ TEST(LayoutDetourTest, PoolingRunsJitKernelsOnPlainActivations) {
   stem.set("kernel_shape", Ints{3, 3});
   stem.set("strides", Ints{2, 2});
   stem.set("pads", Ints{1, 1, 1, 1});
+  Attributes strideOne;  // Inception's: oneDNN's
+  strideOne.set("kernel_shape", Ints{3, 3});
+  strideOne.set("pads", Ints{1, 1, 1, 1});
   Attributes average;  // DenseNet's transitions
   average.set("kernel_shape", Ints{2, 2});
   average.set("strides", Ints{2, 2});
@@ -61,10 +69,13 @@ TEST(LayoutDetourTest, PoolingRunsJitKernelsOnPlainActivations) {
     SCOPED_TRACE(channels);
     for (const auto& [type, attrs] : {std::pair<std::string, const Attributes*>{"MaxPool", &maxPool},
                                       {"MaxPool", &stem},
+                                      {"MaxPool", &strideOne},
                                       {"AveragePool", &average}}) {
       const std::string implementation = implementationOf(type, {f32({8, channels, 28, 28})}, *attrs);
       if (attrs == &maxPool) {
         EXPECT_TRUE(isPairLoop(implementation)) << type << ": " << implementation;
+      } else if (attrs == &stem) {
+        EXPECT_TRUE(isThreeByThreeLoop(implementation)) << type << ": " << implementation;
       } else {
         EXPECT_TRUE(isJit(implementation)) << type << ": " << implementation;
       }
@@ -113,10 +124,10 @@ Tensor toFloat32(const Tensor& t) {
   return out;
 }
 
-// Note [Pooling backward]: float32 MaxPoolGrad runs oneDNN's JIT forward_training and backward (2x2 windows at
-// stride 2: Strata's loop, Note [2x2 max pooling loop]); it must route every gradient as the float64 direct loop
-// does: to the first maximum of its window. Inputs from {0, 1, 2} make
-// most windows tie (as after a ReLU); integer-valued gradients keep the sums exact.
+// Note [Pooling backward]: float32 MaxPoolGrad runs oneDNN's JIT forward_training and backward (2x2 and 3x3 windows
+// at stride 2: Strata's loops, Note [2x2 max pooling loop], Note [3x3 max pooling loop]); it must route every gradient
+// as the float64 direct loop does: to the first maximum of its window. Inputs from {0, 1, 2} make most windows tie (as
+// after a ReLU); integer-valued gradients keep the sums exact.
 TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
   Attributes pairs;  // the bundled CNN's and VGG's
   pairs.set("kernel_shape", Ints{2, 2});
@@ -125,10 +136,13 @@ TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
   stem.set("kernel_shape", Ints{3, 3});
   stem.set("strides", Ints{2, 2});
   stem.set("pads", Ints{1, 1, 1, 1});
+  Attributes strideOne;  // overlapping windows on oneDNN
+  strideOne.set("kernel_shape", Ints{3, 3});
+  strideOne.set("pads", Ints{1, 1, 1, 1});
   Attributes dilated;  // oneDNN 2.6 has no JIT kernel for it: the direct loop, same rule
   dilated.set("kernel_shape", Ints{2, 2});
   dilated.set("dilations", Ints{2, 2});
-  for (const Attributes* attrs : {&pairs, &stem, &dilated}) {
+  for (const Attributes* attrs : {&pairs, &stem, &strideOne, &dilated}) {
     for (std::int64_t channels : {3, 32}) {
       const Shape xShape{4, channels, 11, 12};
       Tensor x64 = Tensor::empty(DType::Float64, xShape);
@@ -149,6 +163,8 @@ TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
       const std::string implementation = implementationOf("MaxPoolGrad", {dy32.meta(), x32.meta()}, *attrs);
       if (attrs == &pairs) {
         EXPECT_TRUE(isPairLoop(implementation)) << implementation;
+      } else if (attrs == &stem) {
+        EXPECT_TRUE(isThreeByThreeLoop(implementation)) << implementation;
       } else if (attrs != &dilated) {
         EXPECT_TRUE(isJit(implementation)) << implementation;
       }
@@ -164,9 +180,8 @@ TEST(LayoutDetourTest, MaxPoolGradRunsJitKernelsAndKeepsTheFirstMaximum) {
 }
 
 TEST(LayoutDetourTest, TheProfileSaysWhenAKernelReorders) {
-  Attributes maxPool;  // ResNet's stem (2x2 windows at stride 2 run Strata's loop)
+  Attributes maxPool;  // 3x3 at stride 1 (windows at stride 2 run Strata's loops)
   maxPool.set("kernel_shape", Ints{3, 3});
-  maxPool.set("strides", Ints{2, 2});
   maxPool.set("pads", Ints{1, 1, 1, 1});
   const std::string implementation = implementationOf("MaxPool", {f32({8, 32, 28, 28})}, maxPool);
   ASSERT_EQ(implementation.rfind("oneDNN ", 0), 0u) << implementation;

@@ -11,49 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "graphs/gradient_check.h"
-#include "strata/attributes.h"
-#include "strata/op_registry.h"
+#include "max_pool_test_values.h"
 
 namespace strata {
 namespace {
 
-using Ints = std::vector<std::int64_t>;
-
-Attributes poolAttrs(Ints kernel, Ints strides, Ints pads = {0, 0, 0, 0}, std::int64_t ceilMode = 0) {
-  Attributes a;
-  a.set("kernel_shape", kernel);
-  a.set("strides", strides);
-  a.set("pads", pads);
-  a.set("ceil_mode", ceilMode);
-  return a;
-}
-
-// Values on a grid of quarters, so that windows hold ties; `nanEvery` > 0 puts a NaN at every such flat index.
-Tensor quantised64(const Shape& shape, unsigned seed, std::int64_t nanEvery = 0) {
-  Tensor t = testing::randomTensor(DType::Float64, shape, seed, -2.0, 2.0);
-  double* v = t.data<double>();
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    v[i] = std::round(v[i] * 4.0) / 4.0;
-    if (nanEvery > 0 && i % nanEvery == 3)
-      v[i] = std::numeric_limits<double>::quiet_NaN();
-  }
-  return t;
-}
-
-// Equal element by element, NaN equal to NaN.
-void expectSameValues(const Tensor& expected64, const Tensor& actual32) {
-  ASSERT_EQ(expected64.shape(), actual32.shape());
-  for (std::int64_t i = 0; i < expected64.numel(); ++i) {
-    const double e = expected64.data<double>()[i];
-    const double a = actual32.data<float>()[i];
-    if (std::isnan(e)) {
-      EXPECT_TRUE(std::isnan(a)) << "at flat index " << i << ": expected NaN, got " << a;
-    } else {
-      EXPECT_EQ(a, e) << "at flat index " << i;
-    }
-  }
-}
+using testing::expectSameValues;
+using testing::poolAttrs;
+using testing::quantised64;
 
 const std::vector<Shape>& pairShapes() {
   static const std::vector<Shape> shapes{
@@ -67,38 +32,12 @@ const std::vector<Shape>& pairShapes() {
   return shapes;
 }
 
-void expectPairPoolingMatchesFloat64(std::int64_t nanEvery) {
-  const Attributes attrs = poolAttrs({2, 2}, {2, 2});
-  unsigned seed = 40;
-  for (const Shape& shape : pairShapes()) {
-    SCOPED_TRACE(shapeToString(shape));
-    const Tensor x64 = quantised64(shape, seed++, nanEvery);
-    const Tensor x32 = testing::toFloat32(x64);
-    const Tensor y64 = runOpEagerly("MaxPool", {&x64}, attrs).at(0);
-    const Tensor y32 = runOpEagerly("MaxPool", {&x32}, attrs).at(0);
-    expectSameValues(y64, y32);
-    const Tensor dy64 = testing::randomTensor(DType::Float64, y64.shape(), seed++);
-    const Tensor dy32 = testing::toFloat32(dy64);
-    // dY in float32 first, so that routing it is exact in both.
-    const Tensor dy64Exact = runOpEagerly("Cast", {&dy32},
-                                          [] {
-                                            Attributes a;
-                                            a.set("to", std::int64_t{11});
-                                            return a;
-                                          }())
-                                 .at(0);
-    const Tensor dx64 = runOpEagerly("MaxPoolGrad", {&dy64Exact, &x64}, attrs).at(0);
-    const Tensor dx32 = runOpEagerly("MaxPoolGrad", {&dy32, &x32}, attrs).at(0);
-    expectSameValues(dx64, dx32);
-  }
-}
-
 TEST(MaxPoolPairsTest, ForwardAndGradientMatchFloat64WithTies) {
-  expectPairPoolingMatchesFloat64(0);
+  testing::expectMaxPoolMatchesFloat64(poolAttrs({2, 2}, {2, 2}), pairShapes(), 0, 40);
 }
 
 TEST(MaxPoolPairsTest, ForwardAndGradientFollowTheFirstNaN) {
-  expectPairPoolingMatchesFloat64(5);
+  testing::expectMaxPoolMatchesFloat64(poolAttrs({2, 2}, {2, 2}), pairShapes(), 5, 40);
 }
 
 TEST(MaxPoolPairsTest, ALoneNaNAndInfinitiesInAWindow) {
@@ -122,26 +61,14 @@ TEST(MaxPoolPairsTest, ALoneNaNAndInfinitiesInAWindow) {
 
 TEST(MaxPoolPairsTest, OnlyTwoByTwoWindowsAtStrideTwoTakeTheLoop) {
   const Tensor x = testing::toFloat32(quantised64({2, 8, 12, 12}, 7));
-  struct Case {
-    const char* name;
-    Attributes attrs;
-    bool loop;
-  };
-  const std::vector<Case> cases{
-      {"2x2 stride 2", poolAttrs({2, 2}, {2, 2}), true},
-      {"3x3 stride 2", poolAttrs({3, 3}, {2, 2}), false},
-      {"2x2 stride 1", poolAttrs({2, 2}, {1, 1}), false},
-      {"2x2 stride 2 padded", poolAttrs({2, 2}, {2, 2}, {1, 1, 1, 1}), false},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    const Tensor y = runOpEagerly("MaxPool", {&x}, c.attrs).at(0);
-    for (const auto& [op, inputs] : {std::pair<std::string, std::vector<const Tensor*>>{"MaxPool", {&x}},
-                                     std::pair<std::string, std::vector<const Tensor*>>{"MaxPoolGrad", {&y, &x}}}) {
-      const std::string implementation = testing::cpuKernelImplementation(op, inputs, c.attrs, 1);
-      EXPECT_EQ(implementation.find("2x2 windows") != std::string::npos, c.loop) << op << ": " << implementation;
-    }
-  }
+  testing::expectLoopTaken(x,
+                           {
+                               {"2x2 stride 2", poolAttrs({2, 2}, {2, 2}), true},
+                               {"3x3 stride 2", poolAttrs({3, 3}, {2, 2}), false},
+                               {"2x2 stride 1", poolAttrs({2, 2}, {1, 1}), false},
+                               {"2x2 stride 2 padded", poolAttrs({2, 2}, {2, 2}, {1, 1, 1, 1}), false},
+                           },
+                           "2x2 windows");
   // Odd maps in ceil mode have partial windows: not the loop's geometry.
   const Tensor odd = testing::toFloat32(quantised64({1, 8, 7, 7}, 8));
   EXPECT_EQ(testing::cpuKernelImplementation("MaxPool", {&odd}, poolAttrs({2, 2}, {2, 2}, {0, 0, 0, 0}, 1), 1)
