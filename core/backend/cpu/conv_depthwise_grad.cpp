@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include <immintrin.h>
+
 #include "dnnl_layout_detour.h"
 #include "shape_ops_common.h"
 #include "strata/thread_pool.h"
@@ -20,9 +22,17 @@ std::size_t bytesOf(std::int64_t floats) {
 std::optional<DepthwiseWeightGradient> DepthwiseWeightGradient::plan(const Shape& x, const Shape& w, std::int64_t group,
                                                                      const WindowGeometry& geometry,
                                                                      bool channelsLast) {
-  if (x.size() != 4 || w.size() != 4 || w[1] != 1 || group != x[1] || group < 2 || w[0] % group != 0)
+  if (x.size() != 4 || w.size() != 4 || group < 2 || x[1] % group != 0)
+    return std::nullopt;
+  const std::int64_t perGroup = x[1] / group;
+  const bool depthwise = perGroup == 1 && w[1] == 1 && w[0] % group == 0;
+  // Note [Small-group weight gradient]: as many outputs as inputs per group, groups that tile eight lanes.
+  const bool smallGroups =
+      (perGroup == 2 || perGroup == 4 || perGroup == 8) && w[1] == perGroup && w[0] == x[1] && w[0] % 8 == 0;
+  if (!depthwise && !smallGroups)
     return std::nullopt;
   DepthwiseWeightGradient d;
+  d.perGroup_ = perGroup;
   d.channelsLast_ = channelsLast;
   d.images_ = x[0];
   d.channels_ = x[1];
@@ -36,6 +46,10 @@ std::optional<DepthwiseWeightGradient> DepthwiseWeightGradient::plan(const Shape
     d.padBegin_[i] = geometry.padBegin[i];
   }
   return d;
+}
+
+std::string DepthwiseWeightGradient::name() const {
+  return perGroup_ == 1 ? "depthwise loop" : fmt::format("small-group loop ({} channels per group)", perGroup_);
 }
 
 std::size_t DepthwiseWeightGradient::scratchBytes() const {
@@ -56,6 +70,19 @@ void DepthwiseWeightGradient::run(const float* dy, const float* x, float* dw, fl
 }
 
 void DepthwiseWeightGradient::runChannelsLast(const float* dy, const float* x, float* dw, float* db) const {
+  switch (perGroup_) {
+    case 2:
+      runSmallGroups<2>(dy, x, dw, db);
+      return;
+    case 4:
+      runSmallGroups<4>(dy, x, dw, db);
+      return;
+    case 8:
+      runSmallGroups<8>(dy, x, dw, db);
+      return;
+    default:
+      break;
+  }
   constexpr std::int64_t kBlock = 64;  // channels per task: one row of accumulators per tap
   const std::int64_t multiplier = outChannels_ / channels_;
   const std::int64_t taps = kernel_[0] * kernel_[1];
@@ -108,6 +135,80 @@ void DepthwiseWeightGradient::runChannelsLast(const float* dy, const float* x, f
         }
         if (db != nullptr)
           db[o0 + k] = static_cast<float>(total[static_cast<std::size_t>(taps * kBlock + k)]);
+      }
+    }
+  });
+}
+
+// Note [Small-group weight gradient]: eight output channels at a time (8 / PerGroup whole groups, whose input
+// channels are the same eight), one tap at a time with PerGroup accumulators in registers: dW[o, c', tap] sums
+// dY[o] x X[first input of o's group + c'] over an image's pixels, the X vector permuted so that each lane holds its
+// group's input c'. Summed in float over an image and in double across images, as the depthwise loop.
+template <int PerGroup>
+void DepthwiseWeightGradient::runSmallGroups(const float* dy, const float* x, float* dw, float* db) const {
+  const std::int64_t taps = kernel_[0] * kernel_[1];
+  const std::int64_t blocks = outChannels_ / 8;
+  __m256i pick[PerGroup];
+  for (int c = 0; c < PerGroup; ++c) {
+    alignas(32) std::int32_t lanes[8];
+    for (int l = 0; l < 8; ++l)
+      lanes[l] = (l / PerGroup) * PerGroup + c;
+    pick[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
+  }
+  parallelFor(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<double> total(static_cast<std::size_t>((taps * PerGroup + 1) * 8));  // [tap][c'][lane], then dB's
+    for (std::int64_t block = begin; block < end; ++block) {
+      const std::int64_t o0 = block * 8;
+      std::fill(total.begin(), total.end(), 0.0);
+      const auto addToTotal = [&](std::int64_t row, __m256 sums) {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, sums);
+        for (int l = 0; l < 8; ++l)
+          total[static_cast<std::size_t>(row * 8 + l)] += lanes[l];
+      };
+      for (std::int64_t n = 0; n < images_; ++n) {
+        const float* image = dy + n * out_[0] * out_[1] * outChannels_ + o0;
+        __m256 bias = _mm256_setzero_ps();
+        for (std::int64_t p = 0; p < out_[0] * out_[1]; ++p)
+          bias = _mm256_add_ps(bias, _mm256_loadu_ps(image + p * outChannels_));
+        addToTotal(taps * PerGroup, bias);
+        for (std::int64_t i = 0; i < kernel_[0]; ++i) {
+          for (std::int64_t j = 0; j < kernel_[1]; ++j) {
+            __m256 sums[PerGroup];
+            for (int c = 0; c < PerGroup; ++c)
+              sums[c] = _mm256_setzero_ps();
+            for (std::int64_t oh = 0; oh < out_[0]; ++oh) {
+              const std::int64_t ih = oh * stride_[0] + i * dilation_[0] - padBegin_[0];
+              if (ih < 0 || ih >= in_[0])
+                continue;
+              for (std::int64_t ow = 0; ow < out_[1]; ++ow) {
+                const std::int64_t iw = ow * stride_[1] + j * dilation_[1] - padBegin_[1];
+                if (iw < 0 || iw >= in_[1])
+                  continue;
+                const __m256 g = _mm256_loadu_ps(image + (oh * out_[1] + ow) * outChannels_);
+                const __m256 pixel = _mm256_loadu_ps(x + ((n * in_[0] + ih) * in_[1] + iw) * channels_ + o0);
+                for (int c = 0; c < PerGroup; ++c)
+                  sums[c] = _mm256_fmadd_ps(g, _mm256_permutevar8x32_ps(pixel, pick[c]), sums[c]);
+              }
+            }
+            for (int c = 0; c < PerGroup; ++c)
+              addToTotal((i * kernel_[1] + j) * PerGroup + c, sums[c]);
+          }
+        }
+      }
+      for (std::int64_t l = 0; l < 8; ++l) {
+        const std::int64_t o = o0 + l;
+        if (dw != nullptr) {
+          for (std::int64_t t = 0; t < taps; ++t) {
+            for (std::int64_t c = 0; c < PerGroup; ++c) {
+              // OIHW, or with channels-last weights OHWI (Note [CPU channels-last]).
+              const std::int64_t at = channelsLast_ ? (o * taps + t) * PerGroup + c : (o * PerGroup + c) * taps + t;
+              dw[at] = static_cast<float>(total[static_cast<std::size_t>((t * PerGroup + c) * 8 + l)]);
+            }
+          }
+        }
+        if (db != nullptr)
+          db[o] = static_cast<float>(total[static_cast<std::size_t>(taps * PerGroup * 8 + l)]);
       }
     }
   });

@@ -418,8 +418,8 @@ class ConvGradKernel : public OpKernel {
         weightsImplementation_ =
             setup_.group > 1 ? "batched im2col + oneDNN sgemm per group" : "batched im2col + oneDNN sgemm";
       } else if (planDepthwiseWeights(weightsImplementation_)) {
-        // Note [Depthwise weight gradient]: nor here.
-        weightsImplementation_ = "depthwise loop";
+        // Note [Depthwise weight gradient], Note [Small-group weight gradient]: nor here.
+        weightsImplementation_ = depthwiseWeights_->name();
       } else {
         primBytes = std::max(primBytes, pd.scratchpad_desc().get_size());
         primBytes = std::max(primBytes, dyWeights_.init(yPlain, pd.diff_dst_desc(), true));

@@ -1,5 +1,6 @@
 // Note [Depthwise weight gradient] (core/backend/cpu/conv_depthwise_grad.h): the weight gradient of a depthwise
-// convolution runs as Strata's loop where oneDNN offers only a GEMM per image and channel (small maps). The float64
+// convolution runs as Strata's loop where oneDNN offers only a GEMM per image and channel (small maps); so does that of
+// a grouped convolution with 2, 4 or 8 channels per group (Note [Small-group weight gradient]). The float64
 // kernels are the reference: dX, dW and dB together and apart must agree, and the kernels must say which path they
 // took. The same tests run as avx2.* under ONEDNN_MAX_CPU_ISA=AVX2.
 
@@ -68,16 +69,29 @@ std::vector<DepthwiseCase> depthwiseCases() {
        {16, 1, 3, 3},
        depthwiseAttrs({group(16), {"pads", Ints{1, 1, 1, 1}}}),
        false},
-      {"grouped with two channels per group: not depthwise",
+      {"grouped with two channels per group on 2x2: one GEMM per group",
        {2, 8, 2, 2},
        {8, 2, 3, 3},
        depthwiseAttrs({group(4), {"pads", Ints{1, 1, 1, 1}}}),
        false},
+      {"four channels per group, stride 2, uneven pads",
+       {2, 32, 11, 9},
+       {32, 4, 3, 3},
+       depthwiseAttrs({group(8), {"pads", Ints{1, 0, 2, 1}}, {"strides", Ints{2, 2}}}),
+       true},
+      {"four channels per group, dilated",
+       {2, 16, 8, 8},
+       {16, 4, 3, 3},
+       depthwiseAttrs({group(4), {"pads", Ints{2, 2, 2, 2}}, {"dilations", Ints{2, 2}}}),
+       true},
   };
 }
 
+// The depthwise loop or its small-group form (Note [Small-group weight gradient]).
 void expectLoop(const std::string& implementation, bool loop) {
-  EXPECT_EQ(implementation.find("weights: depthwise loop") != std::string::npos, loop) << implementation;
+  const bool taken = implementation.find("weights: depthwise loop") != std::string::npos ||
+                     implementation.find("weights: small-group loop") != std::string::npos;
+  EXPECT_EQ(taken, loop) << implementation;
 }
 
 // Every gradient kernel against float64, and whether ConvGrad and ConvGradWeight took the loop.
@@ -96,8 +110,9 @@ TEST(DepthwiseWeightGradientTest, GradientsMatchFloat64) {
 }
 
 // Grouped convolutions with several channels per group (Note [Batched weight gradient], grad_nn_conv.cpp): where
-// oneDNN offers its GEMM per image and group, small maps run one GEMM per group over the batch instead; larger ones
-// keep oneDNN's, and the profile says which.
+// oneDNN offers its GEMM per image and group, small maps run one GEMM per group over the batch instead, larger ones
+// with 2, 4 or 8 channels per group the small-group loop (Note [Small-group weight gradient]), and the profile says
+// which.
 struct GroupedCase {
   const char* name;
   Shape x, w;
@@ -105,7 +120,7 @@ struct GroupedCase {
   std::string weights;  // the start of what implementation() must say
 };
 
-TEST(DepthwiseWeightGradientTest, GroupedConvolutionsOnSmallMapsRunOneGemmPerGroup) {
+TEST(DepthwiseWeightGradientTest, GroupedConvolutionsRunOneGemmPerGroupOrTheSmallGroupLoop) {
   const std::vector<GroupedCase> cases{
       {"RegNetY's last stage: 3x3 on 2x2, 8 channels per group",
        {4, 32, 2, 2},
@@ -121,7 +136,17 @@ TEST(DepthwiseWeightGradientTest, GroupedConvolutionsOnSmallMapsRunOneGemmPerGro
        {2, 16, 8, 8},
        {16, 4, 3, 3},
        4,
-       "weights: oneDNN x64:gemm:jit (a GEMM per image and group)"},
+       "weights: small-group loop (4 channels per group)"},
+      {"two channels per group on 6x5",
+       {3, 16, 6, 5},
+       {16, 2, 3, 3},
+       8,
+       "weights: small-group loop (2 channels per group)"},
+      {"four channels per group, a 5x5 kernel on 9x9",
+       {2, 24, 9, 9},
+       {24, 4, 5, 5},
+       6,
+       "weights: small-group loop (4 channels per group)"},
   };
   unsigned seed = 1700;
   for (const GroupedCase& c : cases) {
@@ -135,7 +160,8 @@ TEST(DepthwiseWeightGradientTest, GroupedConvolutionsOnSmallMapsRunOneGemmPerGro
   }
 }
 
-// Note [CPU channels-last]: X and dY [N, H, W, C], W [O, kh, kw, 1]; the loop runs across blocks of 64 channels.
+// Note [CPU channels-last]: X and dY [N, H, W, C], W [O, kh, kw, C / group]; the depthwise loop runs across blocks of
+// 64 channels, the small-group loop across 8.
 std::vector<DepthwiseCase> channelsLastCases() {
   const auto group = [](std::int64_t g) { return std::pair<const char*, AttributeValue>{"group", g}; };
   const std::pair<const char*, AttributeValue> channelsLast{"channels_last", std::int64_t{1}};
@@ -159,6 +185,16 @@ std::vector<DepthwiseCase> channelsLastCases() {
        {2, 4, 3, 16},
        {16, 5, 5, 1},
        depthwiseAttrs({group(16), {"pads", Ints{2, 2, 2, 2}}, {"strides", Ints{2, 1}}, channelsLast}),
+       true},
+      {"four channels per group on 8x8 (weights OHWI)",
+       {2, 8, 8, 16},
+       {16, 3, 3, 4},
+       depthwiseAttrs({group(4), {"pads", Ints{1, 1, 1, 1}}, channelsLast}),
+       true},
+      {"two channels per group, stride 2",
+       {2, 7, 9, 16},
+       {16, 3, 3, 2},
+       depthwiseAttrs({group(8), {"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}, channelsLast}),
        true},
   };
 }
