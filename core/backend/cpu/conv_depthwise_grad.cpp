@@ -7,6 +7,7 @@
 
 #include "dnnl_layout_detour.h"
 #include "shape_ops_common.h"
+#include "small_group_lanes.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cpu {
@@ -24,12 +25,9 @@ std::optional<DepthwiseWeightGradient> DepthwiseWeightGradient::plan(const Shape
                                                                      bool channelsLast) {
   if (x.size() != 4 || w.size() != 4 || group < 2 || x[1] % group != 0)
     return std::nullopt;
-  const std::int64_t perGroup = x[1] / group;
-  const bool depthwise = perGroup == 1 && w[1] == 1 && w[0] % group == 0;
-  // Note [Small-group weight gradient]: as many outputs as inputs per group, groups that tile eight lanes.
-  const bool smallGroups =
-      (perGroup == 2 || perGroup == 4 || perGroup == 8) && w[1] == perGroup && w[0] == x[1] && w[0] % 8 == 0;
-  if (!depthwise && !smallGroups)
+  const bool depthwise = x[1] == group && w[1] == 1 && w[0] % group == 0;
+  const std::int64_t perGroup = depthwise ? 1 : smallGroupSize(x, w, group);  // Note [Small-group weight gradient]
+  if (perGroup == 0)
     return std::nullopt;
   DepthwiseWeightGradient d;
   d.perGroup_ = perGroup;
@@ -37,14 +35,7 @@ std::optional<DepthwiseWeightGradient> DepthwiseWeightGradient::plan(const Shape
   d.images_ = x[0];
   d.channels_ = x[1];
   d.outChannels_ = w[0];
-  for (std::size_t i = 0; i < 2; ++i) {
-    d.in_[i] = x[2 + i];
-    d.out_[i] = geometry.output[i];
-    d.kernel_[i] = w[2 + i];
-    d.stride_[i] = geometry.strides[i];
-    d.dilation_[i] = geometry.dilations[i];
-    d.padBegin_[i] = geometry.padBegin[i];
-  }
+  d.window_ = PlaneWindow::of(x, w, geometry);
   return d;
 }
 
@@ -85,7 +76,7 @@ void DepthwiseWeightGradient::runChannelsLast(const float* dy, const float* x, f
   }
   constexpr std::int64_t kBlock = 64;  // channels per task: one row of accumulators per tap
   const std::int64_t multiplier = outChannels_ / channels_;
-  const std::int64_t taps = kernel_[0] * kernel_[1];
+  const std::int64_t taps = window_.kernel[0] * window_.kernel[1];
   const std::int64_t blocks = (outChannels_ + kBlock - 1) / kBlock;
   parallelFor(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> image(static_cast<std::size_t>((taps + 1) * kBlock));  // one image's sums; the last row dB's
@@ -96,22 +87,22 @@ void DepthwiseWeightGradient::runChannelsLast(const float* dy, const float* x, f
       for (std::int64_t n = 0; n < images_; ++n) {
         std::fill(image.begin(), image.end(), 0.0f);
         float* biasSums = image.data() + taps * kBlock;
-        for (std::int64_t oh = 0; oh < out_[0]; ++oh) {
-          for (std::int64_t ow = 0; ow < out_[1]; ++ow) {
-            const float* g = dy + ((n * out_[0] + oh) * out_[1] + ow) * outChannels_ + o0;
+        for (std::int64_t oh = 0; oh < window_.out[0]; ++oh) {
+          for (std::int64_t ow = 0; ow < window_.out[1]; ++ow) {
+            const float* g = dy + ((n * window_.out[0] + oh) * window_.out[1] + ow) * outChannels_ + o0;
 #pragma omp simd
             for (std::int64_t k = 0; k < width; ++k)
               biasSums[k] += g[k];
-            for (std::int64_t i = 0; i < kernel_[0]; ++i) {
-              const std::int64_t ih = oh * stride_[0] + i * dilation_[0] - padBegin_[0];
-              if (ih < 0 || ih >= in_[0])
+            for (std::int64_t i = 0; i < window_.kernel[0]; ++i) {
+              const std::int64_t ih = oh * window_.stride[0] + i * window_.dilation[0] - window_.padBegin[0];
+              if (ih < 0 || ih >= window_.in[0])
                 continue;
-              for (std::int64_t j = 0; j < kernel_[1]; ++j) {
-                const std::int64_t iw = ow * stride_[1] + j * dilation_[1] - padBegin_[1];
-                if (iw < 0 || iw >= in_[1])
+              for (std::int64_t j = 0; j < window_.kernel[1]; ++j) {
+                const std::int64_t iw = ow * window_.stride[1] + j * window_.dilation[1] - window_.padBegin[1];
+                if (iw < 0 || iw >= window_.in[1])
                   continue;
-                const float* pixel = x + ((n * in_[0] + ih) * in_[1] + iw) * channels_;
-                float* sums = image.data() + (i * kernel_[1] + j) * kBlock;
+                const float* pixel = x + ((n * window_.in[0] + ih) * window_.in[1] + iw) * channels_;
+                float* sums = image.data() + (i * window_.kernel[1] + j) * kBlock;
                 if (multiplier == 1) {
                   const float* xc = pixel + o0;
 #pragma omp simd
@@ -146,15 +137,8 @@ void DepthwiseWeightGradient::runChannelsLast(const float* dy, const float* x, f
 // group's input c'. Summed in float over an image and in double across images, as the depthwise loop.
 template <int PerGroup>
 void DepthwiseWeightGradient::runSmallGroups(const float* dy, const float* x, float* dw, float* db) const {
-  const std::int64_t taps = kernel_[0] * kernel_[1];
+  const std::int64_t taps = window_.kernel[0] * window_.kernel[1];
   const std::int64_t blocks = outChannels_ / 8;
-  __m256i pick[PerGroup];
-  for (int c = 0; c < PerGroup; ++c) {
-    alignas(32) std::int32_t lanes[8];
-    for (int l = 0; l < 8; ++l)
-      lanes[l] = (l / PerGroup) * PerGroup + c;
-    pick[c] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lanes));
-  }
   parallelFor(0, blocks, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<double> total(static_cast<std::size_t>((taps * PerGroup + 1) * 8));  // [tap][c'][lane], then dB's
     for (std::int64_t block = begin; block < end; ++block) {
@@ -167,32 +151,33 @@ void DepthwiseWeightGradient::runSmallGroups(const float* dy, const float* x, fl
           total[static_cast<std::size_t>(row * 8 + l)] += lanes[l];
       };
       for (std::int64_t n = 0; n < images_; ++n) {
-        const float* image = dy + n * out_[0] * out_[1] * outChannels_ + o0;
+        const float* image = dy + n * window_.out[0] * window_.out[1] * outChannels_ + o0;
         __m256 bias = _mm256_setzero_ps();
-        for (std::int64_t p = 0; p < out_[0] * out_[1]; ++p)
+        for (std::int64_t p = 0; p < window_.out[0] * window_.out[1]; ++p)
           bias = _mm256_add_ps(bias, _mm256_loadu_ps(image + p * outChannels_));
         addToTotal(taps * PerGroup, bias);
-        for (std::int64_t i = 0; i < kernel_[0]; ++i) {
-          for (std::int64_t j = 0; j < kernel_[1]; ++j) {
+        for (std::int64_t i = 0; i < window_.kernel[0]; ++i) {
+          for (std::int64_t j = 0; j < window_.kernel[1]; ++j) {
             __m256 sums[PerGroup];
             for (int c = 0; c < PerGroup; ++c)
               sums[c] = _mm256_setzero_ps();
-            for (std::int64_t oh = 0; oh < out_[0]; ++oh) {
-              const std::int64_t ih = oh * stride_[0] + i * dilation_[0] - padBegin_[0];
-              if (ih < 0 || ih >= in_[0])
+            for (std::int64_t oh = 0; oh < window_.out[0]; ++oh) {
+              const std::int64_t ih = oh * window_.stride[0] + i * window_.dilation[0] - window_.padBegin[0];
+              if (ih < 0 || ih >= window_.in[0])
                 continue;
-              for (std::int64_t ow = 0; ow < out_[1]; ++ow) {
-                const std::int64_t iw = ow * stride_[1] + j * dilation_[1] - padBegin_[1];
-                if (iw < 0 || iw >= in_[1])
+              for (std::int64_t ow = 0; ow < window_.out[1]; ++ow) {
+                const std::int64_t iw = ow * window_.stride[1] + j * window_.dilation[1] - window_.padBegin[1];
+                if (iw < 0 || iw >= window_.in[1])
                   continue;
-                const __m256 g = _mm256_loadu_ps(image + (oh * out_[1] + ow) * outChannels_);
-                const __m256 pixel = _mm256_loadu_ps(x + ((n * in_[0] + ih) * in_[1] + iw) * channels_ + o0);
+                const __m256 g = _mm256_loadu_ps(image + (oh * window_.out[1] + ow) * outChannels_);
+                const __m256 pixel =
+                    _mm256_loadu_ps(x + ((n * window_.in[0] + ih) * window_.in[1] + iw) * channels_ + o0);
                 for (int c = 0; c < PerGroup; ++c)
-                  sums[c] = _mm256_fmadd_ps(g, _mm256_permutevar8x32_ps(pixel, pick[c]), sums[c]);
+                  sums[c] = _mm256_fmadd_ps(g, groupLane<PerGroup>(pixel, c), sums[c]);
               }
             }
             for (int c = 0; c < PerGroup; ++c)
-              addToTotal((i * kernel_[1] + j) * PerGroup + c, sums[c]);
+              addToTotal((i * window_.kernel[1] + j) * PerGroup + c, sums[c]);
           }
         }
       }

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "conv_small_groups.h"
 #include "dnnl_context.h"
 
 namespace strata::cpu {
@@ -48,8 +49,8 @@ class DepthwiseWeightGradient {
   void run(const float* dy, const float* x, float* dw, float* db, char* scratch) const;
 
  private:
-  Shape xShape() const { return {images_, channels_, in_[0], in_[1]}; }
-  Shape dyShape() const { return {images_, outChannels_, out_[0], out_[1]}; }
+  Shape xShape() const { return {images_, channels_, window_.in[0], window_.in[1]}; }
+  Shape dyShape() const { return {images_, outChannels_, window_.out[0], window_.out[1]}; }
   // dW and dB from NHWC dY and X.
   void runChannelsLast(const float* dy, const float* x, float* dw, float* db) const;
   // Note [Small-group weight gradient].
@@ -60,8 +61,7 @@ class DepthwiseWeightGradient {
   std::int64_t perGroup_ = 1;  // input (and, above 1, output) channels per group
 
   std::int64_t images_ = 0, channels_ = 0, outChannels_ = 0;
-  std::int64_t in_[2] = {0, 0}, out_[2] = {0, 0}, kernel_[2] = {0, 0};
-  std::int64_t stride_[2] = {1, 1}, dilation_[2] = {1, 1}, padBegin_[2] = {0, 0};
+  PlaneWindow window_;
 };
 
 }  // namespace strata::cpu

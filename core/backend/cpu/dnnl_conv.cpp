@@ -9,6 +9,7 @@
 
 #include "conv_gemm.h"
 #include "conv_geometry.h"
+#include "conv_small_groups.h"
 #include "conv_taps.h"
 #include "conv_whole_map.h"
 #include "conv_winograd.h"
@@ -298,6 +299,9 @@ class ConvKernel : public OpKernel {
       if (init.inputs[1].constant != nullptr)
         weights_.get(*init.inputs[1].constant);
     });
+    // Note [Small-group convolutions]: where oneDNN's choice is its GEMM per image and group.
+    if (!taps_.pruned && implementation_.find("gemm") != std::string::npos)
+      smallGroups_ = SmallGroupConv::plan(x.shape, w.shape, s.group, s.geometry, channelsLast);
   }
 
   void compute(KernelContext& ctx) override {
@@ -334,6 +338,14 @@ class ConvKernel : public OpKernel {
           activation_ ? std::optional<std::pair<float, float>>({activation_->lo, activation_->hi}) : std::nullopt);
       return;
     }
+    if (smallGroups_) {
+      smallGroups_->forward(ctx.input(0).data<float>(), ctx.input(1).data<float>(),
+                            hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
+                            static_cast<char*>(dnnlScratchpad(smallGroups_->scratchBytes())));
+      if (activation_)
+        activateInPlace(ctx.output(0).data<float>(), ctx.output(0).numel(), *activation_);
+      return;
+    }
     weightMemory_.set_data_handle(weights_.get(ctx.input(1)));
     std::unordered_map<int, memory> args{{DNNL_ARG_WEIGHTS, weightMemory_}};
     if (hasBias_) {
@@ -353,6 +365,8 @@ class ConvKernel : public OpKernel {
       return wholeMap_->implementation() + relu;
     if (winograd_ != nullptr)
       return winograd_->implementation() + relu;
+    if (smallGroups_)
+      return smallGroups_->implementation() + relu;
     return fmt::format("oneDNN {}{}{}{}{}", implementation_, perGroupGemmNote(implementation_, group_),
                        detourNote(detour_), tapNote_, relu);
   }
@@ -366,9 +380,10 @@ class ConvKernel : public OpKernel {
   Shape xShape_, wShape_;
   TapCrop taps_;
   std::string tapNote_;
-  std::unique_ptr<ConvGemm> gemm_;          // Note [Convolutions as one GEMM]: set instead of primitive_
-  std::unique_ptr<WholeMapConv> wholeMap_;  // Note [Whole-map convolutions]: set instead of primitive_
-  std::unique_ptr<ConvWinograd> winograd_;  // Note [Winograd convolutions]: set instead of primitive_
+  std::unique_ptr<ConvGemm> gemm_;             // Note [Convolutions as one GEMM]: set instead of primitive_
+  std::unique_ptr<WholeMapConv> wholeMap_;     // Note [Whole-map convolutions]: set instead of primitive_
+  std::unique_ptr<ConvWinograd> winograd_;     // Note [Winograd convolutions]: set instead of primitive_
+  std::optional<SmallGroupConv> smallGroups_;  // Note [Small-group convolutions]: set: runs instead of primitive_
   dnnl::convolution_forward primitive_;
   std::string implementation_;
   LayoutDetour detour_;

@@ -1,6 +1,7 @@
 // Conv gradients: ConvGradInput (dY, W -> dX), ConvGradWeight (dY, X -> dW [, dB]) and the fused ConvGrad
 // (dY, X, W -> dX, dW [, dB]). Float32 runs oneDNN's convolution_backward_data / convolution_backward_weights (or
-// Strata's loops where oneDNN has only a poor GEMM: Notes [Batched weight gradient], [Depthwise weight gradient]),
+// Strata's loops where oneDNN has only a poor GEMM: Notes [Batched weight gradient], [Depthwise weight gradient],
+// [Small-group weight gradient], [Small-group convolutions]),
 // float64 im2col GEMMs (conv_f64_grad.cpp).
 
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "conv_f64.h"
 #include "conv_gemm.h"
 #include "conv_geometry.h"
+#include "conv_small_groups.h"
 #include "conv_taps.h"
 #include "conv_whole_map.h"
 #include "conv_winograd.h"
@@ -261,6 +263,8 @@ class ConvGradKernel : public OpKernel {
                                                   perGroupGemmNote(weightsImplementation_, setup_.group));
     if (winogradData_ != nullptr)
       out += (out.empty() ? "" : "; ") + std::string("data: ") + winogradData_->implementation();
+    else if (smallGroupData_)
+      out += (out.empty() ? "" : "; ") + std::string("data: ") + smallGroupData_->implementation();
     else if (!dataImplementation_.empty())
       out += (out.empty() ? "" : "; ") + std::string("data: oneDNN ") + dataImplementation_ +
              perGroupGemmNote(dataImplementation_, setup_.group);
@@ -360,6 +364,10 @@ class ConvGradKernel : public OpKernel {
       // Its own scratchpad: nothing of the weights pass is needed any more.
       winogradData_->run(dy.data<float>(), ctx.input(static_cast<std::size_t>(io_.wIndex)).data<float>(), nullptr,
                          dx->data<float>(), static_cast<char*>(dnnlScratchpad(winogradData_->scratchBytes())));
+    } else if (dx != nullptr && smallGroupData_) {
+      smallGroupData_->dataGradient(dy.data<float>(), ctx.input(static_cast<std::size_t>(io_.wIndex)).data<float>(),
+                                    dx->data<float>(),
+                                    static_cast<char*>(dnnlScratchpad(smallGroupData_->scratchBytes())));
     } else if (dx != nullptr) {
       memory* dyMem = nullptr;
       if (shareDy_ && dyConverted) {
@@ -437,6 +445,9 @@ class ConvGradKernel : public OpKernel {
       dnnl::convolution_backward_data::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine(), fwdPd);
       dataPrimitive_ = dnnl::convolution_backward_data(pd);
       dataImplementation_ = pd.impl_info_str();
+      // Note [Small-group convolutions]: where oneDNN's choice is its GEMM per image and group.
+      if (!taps_.pruned && dataImplementation_.find("gemm") != std::string::npos)
+        smallGroupData_ = SmallGroupConv::plan(s.x, s.w, s.group, s.geometry, channelsLast_);
       primBytes = std::max(primBytes, pd.scratchpad_desc().get_size());
       primBytes = std::max(primBytes, dyData_.init(yPlain, pd.diff_dst_desc(), true));
       primBytes = std::max(primBytes, wData_.init(wPlain, pd.weights_desc(), true));
@@ -531,6 +542,7 @@ class ConvGradKernel : public OpKernel {
   bool batched_ = false;  // the weight gradient runs as batchedWeights_ instead of weightsPrimitive_
   BatchedWeightGradient batchedWeights_;
   std::optional<DepthwiseWeightGradient> depthwiseWeights_;  // set: the weight gradient runs as this loop
+  std::optional<SmallGroupConv> smallGroupData_;             // set: the data gradient runs as this loop
   std::size_t depthwiseOffset_ = 0;                          // its scratchpad region
   std::string weightsImplementation_, dataImplementation_;
   bool shareDy_ = false;                         // both passes take dY in the same converted layout: convert it once
