@@ -12,13 +12,7 @@
 
 namespace strata::cpu {
 
-namespace {
-
-std::size_t bytesOf(std::int64_t floats) {
-  return alignUp(static_cast<std::size_t>(floats) * sizeof(float));
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::optional<DepthwiseWeightGradient> DepthwiseWeightGradient::plan(const Shape& x, const Shape& w, std::int64_t group,
                                                                      const WindowGeometry& geometry,
@@ -44,7 +38,7 @@ std::string DepthwiseWeightGradient::name() const {
 }
 
 std::size_t DepthwiseWeightGradient::scratchBytes() const {
-  return channelsLast_ ? 0 : bytesOf(numElements(xShape())) + bytesOf(numElements(dyShape()));
+  return channelsLast_ ? 0 : floatRegionBytes(numElements(xShape())) + floatRegionBytes(numElements(dyShape()));
 }
 
 void DepthwiseWeightGradient::run(const float* dy, const float* x, float* dw, float* db, char* scratch) const {
@@ -53,7 +47,7 @@ void DepthwiseWeightGradient::run(const float* dy, const float* x, float* dw, fl
     return;
   }
   auto* xRows = reinterpret_cast<float*>(scratch);
-  auto* dyRows = reinterpret_cast<float*>(scratch + bytesOf(numElements(xShape())));
+  auto* dyRows = reinterpret_cast<float*>(scratch + floatRegionBytes(numElements(xShape())));
   const std::vector<std::int64_t> toChannelsLast = {0, 2, 3, 1};
   shape_detail::transposeBytes(xRows, x, xShape(), toChannelsLast, sizeof(float));
   shape_detail::transposeBytes(dyRows, dy, dyShape(), toChannelsLast, sizeof(float));
@@ -94,12 +88,12 @@ void DepthwiseWeightGradient::runChannelsLast(const float* dy, const float* x, f
             for (std::int64_t k = 0; k < width; ++k)
               biasSums[k] += g[k];
             for (std::int64_t i = 0; i < window_.kernel[0]; ++i) {
-              const std::int64_t ih = oh * window_.stride[0] + i * window_.dilation[0] - window_.padBegin[0];
-              if (ih < 0 || ih >= window_.in[0])
+              const std::int64_t ih = window_.inputAt(0, oh, i);
+              if (ih < 0)
                 continue;
               for (std::int64_t j = 0; j < window_.kernel[1]; ++j) {
-                const std::int64_t iw = ow * window_.stride[1] + j * window_.dilation[1] - window_.padBegin[1];
-                if (iw < 0 || iw >= window_.in[1])
+                const std::int64_t iw = window_.inputAt(1, ow, j);
+                if (iw < 0)
                   continue;
                 const float* pixel = x + ((n * window_.in[0] + ih) * window_.in[1] + iw) * channels_;
                 float* sums = image.data() + (i * window_.kernel[1] + j) * kBlock;
@@ -162,12 +156,12 @@ void DepthwiseWeightGradient::runSmallGroups(const float* dy, const float* x, fl
             for (int c = 0; c < PerGroup; ++c)
               sums[c] = _mm256_setzero_ps();
             for (std::int64_t oh = 0; oh < window_.out[0]; ++oh) {
-              const std::int64_t ih = oh * window_.stride[0] + i * window_.dilation[0] - window_.padBegin[0];
-              if (ih < 0 || ih >= window_.in[0])
+              const std::int64_t ih = window_.inputAt(0, oh, i);
+              if (ih < 0)
                 continue;
               for (std::int64_t ow = 0; ow < window_.out[1]; ++ow) {
-                const std::int64_t iw = ow * window_.stride[1] + j * window_.dilation[1] - window_.padBegin[1];
-                if (iw < 0 || iw >= window_.in[1])
+                const std::int64_t iw = window_.inputAt(1, ow, j);
+                if (iw < 0)
                   continue;
                 const __m256 g = _mm256_loadu_ps(image + (oh * window_.out[1] + ow) * outChannels_);
                 const __m256 pixel =
@@ -186,9 +180,8 @@ void DepthwiseWeightGradient::runSmallGroups(const float* dy, const float* x, fl
         if (dw != nullptr) {
           for (std::int64_t t = 0; t < taps; ++t) {
             for (std::int64_t c = 0; c < PerGroup; ++c) {
-              // OIHW, or with channels-last weights OHWI (Note [CPU channels-last]).
-              const std::int64_t at = channelsLast_ ? (o * taps + t) * PerGroup + c : (o * PerGroup + c) * taps + t;
-              dw[at] = static_cast<float>(total[static_cast<std::size_t>((t * PerGroup + c) * 8 + l)]);
+              dw[groupedWeightAt(o, c, t, taps, PerGroup, channelsLast_)] =
+                  static_cast<float>(total[static_cast<std::size_t>((t * PerGroup + c) * 8 + l)]);
             }
           }
         }

@@ -13,10 +13,6 @@
 namespace strata::cpu {
 namespace {
 
-std::size_t bytesOf(std::int64_t floats) {
-  return alignUp(static_cast<std::size_t>(floats) * sizeof(float));
-}
-
 const std::vector<std::int64_t> kToChannelsLast{0, 2, 3, 1};
 const std::vector<std::int64_t> kToChannelsFirst{0, 3, 1, 2};
 
@@ -66,7 +62,7 @@ std::size_t SmallGroupConv::scratchBytes() const {
   const std::int64_t packed = window_.kernel[0] * window_.kernel[1] * perGroup_ * channels_;
   const std::int64_t activations =
       channelsLast_ ? 0 : images_ * channels_ * (window_.in[0] * window_.in[1] + window_.out[0] * window_.out[1]);
-  return bytesOf(packed) + bytesOf(activations);
+  return floatRegionBytes(packed) + floatRegionBytes(activations);
 }
 
 void SmallGroupConv::forward(const float* x, const float* w, const float* bias, float* y, char* scratch) const {
@@ -87,8 +83,7 @@ void SmallGroupConv::pack(Pass pass, const float* w, float* packed) const {
         const std::int64_t groupStart = lane / perGroup_ * perGroup_;
         const std::int64_t o = pass == Pass::Forward ? lane : groupStart + c;
         const std::int64_t i = pass == Pass::Forward ? c : lane - groupStart;
-        const std::int64_t at = channelsLast_ ? (o * taps + t) * perGroup_ + i : (o * perGroup_ + i) * taps + t;
-        packed[(t * perGroup_ + c) * channels_ + lane] = w[at];
+        packed[(t * perGroup_ + c) * channels_ + lane] = w[groupedWeightAt(o, i, t, taps, perGroup_, channelsLast_)];
       }
     }
   }
@@ -105,8 +100,8 @@ void SmallGroupConv::runPass(Pass pass, const float* source, const float* w, con
   const float* from = source;
   float* to = target;
   if (!channelsLast_) {
-    auto* sourceRows =
-        reinterpret_cast<float*>(scratch + bytesOf(window_.kernel[0] * window_.kernel[1] * perGroup_ * channels_));
+    auto* sourceRows = reinterpret_cast<float*>(
+        scratch + floatRegionBytes(window_.kernel[0] * window_.kernel[1] * perGroup_ * channels_));
     to = sourceRows + numElements(sourceShape);
     shape_detail::transposeBytes(sourceRows, source, sourceShape, kToChannelsLast, sizeof(float));
     from = sourceRows;
@@ -138,16 +133,8 @@ void SmallGroupConv::run(Pass pass, const float* source, const float* packed, co
   const std::int64_t* targetSize = forward ? window_.out : window_.in;
   const std::int64_t blocks = channels_ / 8;
   // The source coordinate along `dim` for target coordinate `t` and tap `k`, or -1.
-  const auto sourceOf = [&](int dim, std::int64_t t, std::int64_t k) -> std::int64_t {
-    if (forward) {
-      const std::int64_t s = t * window_.stride[dim] + k * window_.dilation[dim] - window_.padBegin[dim];
-      return s >= 0 && s < sourceSize[dim] ? s : -1;
-    }
-    const std::int64_t shifted = t + window_.padBegin[dim] - k * window_.dilation[dim];
-    if (shifted < 0 || shifted % window_.stride[dim] != 0)
-      return -1;
-    const std::int64_t s = shifted / window_.stride[dim];
-    return s < sourceSize[dim] ? s : -1;
+  const auto sourceOf = [&](int dim, std::int64_t t, std::int64_t k) {
+    return forward ? window_.inputAt(dim, t, k) : window_.outputAt(dim, t, k);
   };
   parallelFor(0, images_ * targetSize[0], 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t row = begin; row < end; ++row) {

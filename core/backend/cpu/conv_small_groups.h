@@ -27,7 +27,28 @@ struct PlaneWindow {
   std::int64_t stride[2] = {1, 1}, dilation[2] = {1, 1}, padBegin[2] = {0, 0};
   // From x [N, C, H, W], w [O, I, kh, kw] and the resolved window.
   static PlaneWindow of(const Shape& x, const Shape& w, const WindowGeometry& geometry);
+
+  // The input coordinate along `dim` that output coordinate `o` reads at tap `k`, or -1 where that is padding.
+  std::int64_t inputAt(int dim, std::int64_t o, std::int64_t k) const {
+    const std::int64_t i = o * stride[dim] + k * dilation[dim] - padBegin[dim];
+    return i >= 0 && i < in[dim] ? i : -1;
+  }
+  // The output coordinate along `dim` whose tap `k` reads input coordinate `i`, or -1 where none does.
+  std::int64_t outputAt(int dim, std::int64_t i, std::int64_t k) const {
+    const std::int64_t shifted = i + padBegin[dim] - k * dilation[dim];
+    if (shifted < 0 || shifted % stride[dim] != 0)
+      return -1;
+    const std::int64_t o = shifted / stride[dim];
+    return o < out[dim] ? o : -1;
+  }
 };
+
+// Where W[o, i, tap] of a grouped convolution with `perGroup` inputs per group and `taps` taps lies: OIHW, or OHWI for
+// channels-last weights (Note [CPU channels-last]).
+inline std::int64_t groupedWeightAt(std::int64_t o, std::int64_t i, std::int64_t tap, std::int64_t taps,
+                                    std::int64_t perGroup, bool channelsLast) {
+  return channelsLast ? (o * taps + tap) * perGroup + i : (o * perGroup + i) * taps + tap;
+}
 
 // Channels per group (2, 4 or 8) of a 4-D convolution x [N, C, H, W], w [C, C / group, kh, kw] with C a multiple of
 // 8 that the small-group loops take, or 0.

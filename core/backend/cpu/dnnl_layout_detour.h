@@ -91,6 +91,11 @@ inline std::size_t alignUp(std::size_t bytes) {
   return (bytes + 63) / 64 * 64;
 }
 
+// A scratchpad region of `floats` float32 values, aligned as alignUp.
+inline std::size_t floatRegionBytes(std::int64_t floats) {
+  return alignUp(static_cast<std::size_t>(floats) * sizeof(float));
+}
+
 // One operand of a kernel with several (the gradient kernels): a tensor in Strata's plain layout and, when the
 // primitive wants another layout, its copy at `offset` in the shared scratchpad, which the kernel lays out.
 struct LayoutCopy {

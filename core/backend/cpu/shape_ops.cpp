@@ -17,6 +17,7 @@
 #include "data_movement_plan.h"
 #include "shape_ops_common.h"
 #include "strata/thread_pool.h"
+#include "strided_axes.h"
 
 #include <fmt/format.h>
 
@@ -79,23 +80,10 @@ void moveRow(char* dst, const char* src, std::int64_t count, std::int64_t stride
 template <bool Scatter>
 void moveStrided(char* dst, const char* src, const Shape& shape, const std::vector<std::int64_t>& stridedSide,
                  std::size_t elemSize) {
-  // Drop unit axes and merge neighbours that are contiguous on the strided side (the other side is contiguous), so
-  // the innermost axis becomes as long a memcpy run as possible.
   Shape dims;
   std::vector<std::int64_t> strides;
-  for (std::size_t k = 0; k < shape.size(); ++k) {
-    if (shape[k] == 0)
-      return;
-    if (shape[k] == 1)
-      continue;
-    if (!dims.empty() && strides.back() == stridedSide[k] * shape[k]) {
-      dims.back() *= shape[k];
-      strides.back() = stridedSide[k];
-    } else {
-      dims.push_back(shape[k]);
-      strides.push_back(stridedSide[k]);
-    }
-  }
+  if (!mergeStridedAxes(shape, stridedSide, dims, strides))
+    return;
   if (dims.empty()) {
     std::memcpy(dst, src, elemSize);
     return;

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../../cpu/strided_axes.h"
 #include "data_movement_device.cuh"
 
 namespace strata::cuda::dm {
@@ -161,29 +162,6 @@ __global__ void rangeFloatKernel(T* dst, const T* start, const T* delta, std::in
   }
 }
 
-// Drops unit axes and merges neighbours that are contiguous in the strided side (the other side is contiguous).
-// Returns false when the view is empty.
-bool coalesce(const Shape& shape, const Strides& strides, Shape& dims, Strides& outStrides) {
-  dims.clear();
-  outStrides.clear();
-  for (std::size_t k = 0; k < shape.size(); ++k) {
-    if (shape[k] == 0) {
-      return false;
-    }
-    if (shape[k] == 1) {
-      continue;
-    }
-    if (!dims.empty() && outStrides.back() == strides[k] * shape[k]) {
-      dims.back() *= shape[k];
-      outStrides.back() = strides[k];
-    } else {
-      dims.push_back(shape[k]);
-      outStrides.push_back(strides[k]);
-    }
-  }
-  return true;
-}
-
 // Widens elements to words when the innermost axis is contiguous and every offset stays word-aligned; rescales
 // dims and strides to words. Returns the word size.
 std::size_t widen(Shape& dims, Strides& strides, std::size_t elemSize, const void* a, const void* b) {
@@ -211,7 +189,7 @@ void stridedMove(void* dst, const void* src, const Shape& shape, const Strides& 
                  bool scatter, cudaStream_t stream) {
   Shape dims;
   Strides viewStrides;
-  if (!coalesce(shape, strides, dims, viewStrides)) {
+  if (!cpu::mergeStridedAxes(shape, strides, dims, viewStrides)) {
     return;
   }
   if (dims.empty()) {
