@@ -50,6 +50,16 @@ std::string percentError(const nlohmann::json& prediction, const char* key) {
   return fmt::format("{:+.1f}%", 100.0 * prediction[key].get<double>());
 }
 
+// A rank's communication threads' CPU seconds as a share of one core over the training time; null without figures.
+nlohmann::json communicationCpuShare(const nlohmann::json& r) {
+  const nlohmann::json cpu = r.value("communication_cpu_s", nlohmann::json());
+  const nlohmann::json time = r.value("train_time_s", nlohmann::json());
+  if (!cpu.is_number() || !time.is_number() || time.get<double>() <= 0) {
+    return nullptr;
+  }
+  return cpu.get<double>() / time.get<double>();
+}
+
 bool done(const nlohmann::json& r) {
   return r["status"] == "done";
 }
@@ -141,14 +151,18 @@ std::vector<Table> tables(const nlohmann::json& results) {
     out.push_back(t);
   }
   {
-    Table t("Every configuration",
-            "Peak: the most any rank held during training steps (Strata's allocator, by category below). "
-            "Comm.: the mean time a rank waited for communication; hidden: the share of the collectives' "
-            "running time that overlapped compute. Predicted: `strata plan` before the run, with its error "
-            "against the measurement (step time: the median logged step after the first log point).");
-    t.headers = {"model",      "configuration",       "status",        "time (s)",  "samples/s", "step (ms)",
-                 "final loss", "test acc. %",         "peak/rank MiB", "comm. (s)", "hidden",    "predicted MiB",
-                 "mem. error", "predicted step (ms)", "step error"};
+    Table t(
+        "Every configuration",
+        "Peak: the most any rank held during training steps (Strata's allocator, by category below). "
+        "Comm.: the mean time a rank waited for communication; hidden: the share of the collectives' "
+        "running time that overlapped compute; comm. CPU: the CPU a rank's communication threads used, as a share of "
+        "one core over the training time (on the CPU they share the cores with the compute). Predicted: `strata plan` "
+        "before the run, with its error against the measurement (step time: the median logged step after the first "
+        "log point).");
+    t.headers = {"model",     "configuration", "status",        "time (s)",      "samples/s",
+                 "step (ms)", "final loss",    "test acc. %",   "peak/rank MiB", "comm. (s)",
+                 "hidden",    "comm. CPU",     "predicted MiB", "mem. error",    "predicted step (ms)",
+                 "step error"};
     for (const nlohmann::json& r : results) {
       const nlohmann::json& p = r["prediction"];
       t.rows.push_back(
@@ -160,6 +174,7 @@ std::vector<Table> tables(const nlohmann::json& results) {
            orDash(r.value("training_peak_memory_bytes", nlohmann::json()), "{:.1f}", 1.0 / (1 << 20)),
            orDash(r.value("communication_s", nlohmann::json()), "{:.2f}"),
            orDash(r.value("hidden_communication", nlohmann::json()), "{:.0f}%", 100.0),
+           orDash(communicationCpuShare(r), "{:.0f}%", 100.0),
            p.is_object() ? orDash(p["peak_memory_bytes"], "{:.1f}", 1.0 / (1 << 20)) : "-",
            percentError(p, "memory_error"), p.is_object() ? orDash(p["step_time_s"], "{:.1f}", 1000.0) : "-",
            percentError(p, "step_time_error")});
@@ -502,7 +517,8 @@ std::string csv(const nlohmann::json& results) {
                                             "compute_s",
                                             "communication_s",
                                             "collective_s",
-                                            "hidden_communication"};
+                                            "hidden_communication",
+                                            "communication_cpu_s"};
   std::string out = fmt::format("{},predicted_peak_memory_bytes,memory_error,predicted_step_time_s,step_time_error",
                                 fmt::join(columns, ","));
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {

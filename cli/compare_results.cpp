@@ -105,6 +105,7 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
     double communication = 0;
     double collective = 0;
     double compute = 0;
+    double communicationCpu = 0;
     for (const nlohmann::json& rank : summary->value("ranks", nlohmann::json::array())) {
       ranks.push_back({{"rank", rank.value("rank", 0)},
                        {"peak_memory_bytes", rank.value("peak_memory_bytes", 0)},
@@ -114,12 +115,14 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
                        {"compute_s", number(rank, "compute_s")},
                        {"communication_s", number(rank, "communication_s")},
                        {"collective_s", number(rank, "collective_s")},
+                       {"communication_cpu_s", number(rank, "communication_cpu_s")},
                        {"gpu_utilization_mean", rank.value("gpu_utilization_mean", nlohmann::json(nullptr))}});
       peak = std::max(peak, number(rank, "peak_memory_bytes"));
       trainingPeak = std::max(trainingPeak, number(rank, "training_peak_memory_bytes"));
       communication += number(rank, "communication_s");
       collective += number(rank, "collective_s");
       compute += number(rank, "compute_s");
+      communicationCpu += number(rank, "communication_cpu_s");
     }
     const double n = std::max<double>(1.0, static_cast<double>(ranks.size()));
     r["ranks"] = ranks;
@@ -128,6 +131,7 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
     r["compute_s"] = compute / n;
     r["communication_s"] = communication / n;
     r["collective_s"] = collective / n;
+    r["communication_cpu_s"] = communicationCpu / n;  // what moving the bytes cost in CPU (Note [Thread names])
     // communication_s is the time a rank waited; collective_s the time the collectives ran (strategies that
     // overlap report both): what ran and was not waited for was hidden behind compute.
     r["hidden_communication"] =

@@ -3,12 +3,15 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "strata/allocator.h"
 #include "strata/error.h"
 #include "strata/memory_category.h"
+#include "strata/thread_names.h"
 
 namespace strata::cli {
 namespace {
@@ -34,6 +37,11 @@ std::int64_t residentBytes() {
 
 }  // namespace
 
+double ResourceSampler::communicationUtilization(double communicationCpuS, double wallS) const {
+  // A communication thread that ended since the last sample takes its seconds with it: never below 0.
+  return wallS > 0 ? std::max(0.0, 100.0 * (communicationCpuS - lastCommunicationCpuS_) / wallS) : 0.0;
+}
+
 ResourceSampler::ResourceSampler(Options options) : options_(std::move(options)) {
   std::filesystem::create_directories(options_.file.parent_path());
   out_.open(options_.file, std::ios::app);
@@ -42,7 +50,9 @@ ResourceSampler::ResourceSampler(Options options) : options_(std::move(options))
   }
   start_ = lastWall_ = std::chrono::steady_clock::now();
   lastCpuS_ = processCpuSeconds();
+  lastCommunicationCpuS_ = cpuSecondsOfThreadsNamed(kCommunicationThread);
   thread_ = std::thread([this] {
+    nameThisThread("strata-sampler");
     std::unique_lock lock(mutex_);
     while (!stop_.wait_for(lock, options_.period, [this] { return stopping_; })) {
       sample();
@@ -64,6 +74,7 @@ void ResourceSampler::sample() {
   try {
     const auto now = std::chrono::steady_clock::now();
     const double cpuS = processCpuSeconds();
+    const double communicationCpuS = cpuSecondsOfThreadsNamed(kCommunicationThread);
     const double wallS = std::chrono::duration<double>(now - lastWall_).count();
     const MemorySnapshot memory = allocatorFor(options_.device).stats().snapshot();
     nlohmann::json byCategory = nlohmann::json::object();
@@ -78,6 +89,7 @@ void ResourceSampler::sample() {
                            {"reserved_bytes", memory.reserved},
                            {"rss_bytes", residentBytes()},
                            {"cpu_utilization", wallS > 0 ? 100.0 * (cpuS - lastCpuS_) / wallS : 0.0},
+                           {"communication_cpu_utilization", communicationUtilization(communicationCpuS, wallS)},
                            {"gpu_utilization", nullptr}};
     if (options_.gpu) {
       if (const std::optional<GpuReading> gpu = options_.gpu()) {
@@ -88,6 +100,7 @@ void ResourceSampler::sample() {
     out_ << line.dump() << '\n' << std::flush;
     lastWall_ = now;
     lastCpuS_ = cpuS;
+    lastCommunicationCpuS_ = communicationCpuS;
   } catch (const std::exception& e) {  // a time series must never end a run
     spdlog::warn("rank {}: a resource sample was lost: {}", options_.rank, e.what());
   }

@@ -25,9 +25,10 @@ struct GpuReading {
 // `strata train` samples itself from a thread of its own every `period` (0.5 s by default, `--sample-every`) and
 // appends one JSON line to RUN_DIR/timeseries/rank-<r>.jsonl: seconds since the start, the step, the allocator's
 // current bytes by category (Strata's own accounting: what the plan holds, not what the heap keeps), the
-// process's resident memory, its CPU use over the interval (100 = one core busy) and, on a GPU, NVML's
-// utilisation. A sample costs a few reads of /proc and counters, so it stays on by default. Between two samples
-// a short-lived peak is missed: summary.json's peaks are exact, the curve is for its shape.
+// process's resident memory, its CPU use over the interval (100 = one core busy), the part of it its
+// communication threads used (Note [Thread names]: what moving collectives' bytes costs beside the compute) and,
+// on a GPU, NVML's utilisation. A sample costs a few reads of /proc and counters, so it stays on by default. Between
+// two samples a short-lived peak is missed: summary.json's peaks are exact, the curve is for its shape.
 class ResourceSampler {
  public:
   struct Options {
@@ -49,6 +50,8 @@ class ResourceSampler {
 
  private:
   void sample();
+  // Percent of a core the communication threads (Note [Thread names]) used since the last sample.
+  double communicationUtilization(double communicationCpuS, double wallS) const;
 
   Options options_;
   std::ofstream out_;
@@ -56,6 +59,7 @@ class ResourceSampler {
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point lastWall_;
   double lastCpuS_ = 0.0;
+  double lastCommunicationCpuS_ = 0.0;
   std::mutex mutex_;
   std::condition_variable stop_;
   bool stopping_ = false;

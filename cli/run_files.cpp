@@ -12,6 +12,7 @@
 #include "strata/comm/departures.h"
 #include "strata/error.h"
 #include "strata/memory_category.h"
+#include "strata/thread_names.h"
 #ifdef STRATA_HAS_CUDA
 #include "strata/cuda/gpu_monitor.h"
 #endif
@@ -144,18 +145,21 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
     const auto it = mine.strategyFigures.find(key);
     return it == mine.strategyFigures.end() ? 0.0 : it->second;
   };
-  nlohmann::json rankFigures = {{"rank", mine.rank},
-                                {"peak_memory_bytes", mine.memory.totalPeak},
-                                {"memory_breakdown", categoriesJson(mine.memory.peak)},
-                                // Without evaluation, which holds the full weights even under a sharded strategy.
-                                {"training_peak_memory_bytes", mine.trainingMemory.totalPeak},
-                                {"training_memory_breakdown", categoriesJson(mine.trainingMemory.peak)},
-                                // What the training peak was made of (each category's own peak may come elsewhere).
-                                {"training_memory_at_peak", categoriesJson(mine.trainingMemory.atTotalPeak)},
-                                {"compute_s", mine.computeS},
-                                {"communication_s", figure("communication_s")},
-                                {"collective_s", figure("collective_s")},
-                                {"reserved_memory_bytes", mine.memory.reserved}};
+  nlohmann::json rankFigures = {
+      {"rank", mine.rank},
+      {"peak_memory_bytes", mine.memory.totalPeak},
+      {"memory_breakdown", categoriesJson(mine.memory.peak)},
+      // Without evaluation, which holds the full weights even under a sharded strategy.
+      {"training_peak_memory_bytes", mine.trainingMemory.totalPeak},
+      {"training_memory_breakdown", categoriesJson(mine.trainingMemory.peak)},
+      // What the training peak was made of (each category's own peak may come elsewhere).
+      {"training_memory_at_peak", categoriesJson(mine.trainingMemory.atTotalPeak)},
+      {"compute_s", mine.computeS},
+      {"communication_s", figure("communication_s")},
+      {"collective_s", figure("collective_s")},
+      // CPU seconds of the process's communication threads since it started (Note [Thread names]).
+      {"communication_cpu_s", cpuSecondsOfThreadsNamed(kCommunicationThread)},
+      {"reserved_memory_bytes", mine.memory.reserved}};
   if (setup_.restarts > 0) {
     rankFigures["restarts"] = setup_.restarts;  // compute_s and the peaks are the last process's
   }

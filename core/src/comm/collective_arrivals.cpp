@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "strata/thread_names.h"
+
 namespace strata {
 
 namespace {
@@ -81,6 +83,7 @@ std::string heartbeatKey(const std::string& prefix, int rank) {
 Heartbeat::Heartbeat(std::shared_ptr<Store> store, std::string prefix, int rank, std::chrono::milliseconds period)
     : store_(std::move(store)), key_(heartbeatKey(prefix, rank)), period_(period) {
   thread_ = std::thread([this] {
+    nameThisThread("strata-heartbt");
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
       lock.unlock();

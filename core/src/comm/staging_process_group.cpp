@@ -6,6 +6,7 @@
 #include "strata/comm/collective_arrivals.h"
 #include "strata/device_backend.h"
 #include "strata/error.h"
+#include "strata/thread_names.h"
 
 namespace strata {
 
@@ -80,7 +81,10 @@ struct StagingProcessGroup::Job {
 
 StagingProcessGroup::StagingProcessGroup(std::unique_ptr<ProcessGroup> inner)
     : CheckedProcessGroup(rulesFor(*inner)), inner_(std::move(inner)), rank_(inner_->rank()), size_(inner_->size()) {
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this] {
+    nameThisThread(kCommunicationThread);
+    workerLoop();
+  });
 }
 
 StagingProcessGroup::~StagingProcessGroup() {

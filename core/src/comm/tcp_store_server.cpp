@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "strata/error.h"
+#include "strata/thread_names.h"
 
 namespace strata::detail {
 
@@ -40,7 +41,10 @@ TcpStoreServer::TcpStoreServer(std::uint16_t port) {
     ::close(listenFd_);
     fail("store server: pipe failed: {}", std::strerror(err));
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    nameThisThread(kCommunicationThread);  // every collective records its arrival here
+    run();
+  });
 }
 
 TcpStoreServer::~TcpStoreServer() {

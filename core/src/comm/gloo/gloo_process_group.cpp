@@ -1,6 +1,8 @@
 #include "strata/comm/gloo_process_group.h"
 
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,6 +20,7 @@
 #include "ring_reduce_scatter.h"
 #include "strata/comm/collective_arrivals.h"
 #include "strata/error.h"
+#include "strata/thread_names.h"
 
 namespace strata {
 
@@ -79,7 +82,20 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
     } else {
       attr.hostname = glooOptions.hostname;
     }
-    auto device = gloo::transport::tcp::CreateDevice(attr);
+    // Gloo's event loop thread takes the name of the thread that creates the device (Note [Thread names]).
+    std::shared_ptr<gloo::transport::Device> device;
+    std::exception_ptr deviceError;
+    std::thread([&] {
+      nameThisThread(kCommunicationThread);
+      try {
+        device = gloo::transport::tcp::CreateDevice(attr);
+      } catch (...) {
+        deviceError = std::current_exception();
+      }
+    }).join();
+    if (deviceError) {
+      std::rethrow_exception(deviceError);
+    }
     auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     context->setTimeout(options_.timeout);
     detail::GlooStoreAdapter adapter(store_, prefix_, options_.timeout);
@@ -91,7 +107,10 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   }
   heartbeatPeriod_ = heartbeatPeriodFor(options_.timeout);
   heartbeat_ = std::make_unique<Heartbeat>(store_, prefix_, rank_, heartbeatPeriod_);
-  worker_ = std::thread([this] { workerLoop(); });
+  worker_ = std::thread([this] {
+    nameThisThread(kCommunicationThread);
+    workerLoop();
+  });
 }
 
 GlooProcessGroup::~GlooProcessGroup() {
