@@ -123,6 +123,9 @@ def main():
             same(float(rows[name][key]), float(summary[key]), f"{name} results.csv {key}")
         same(r["world_size"], summary["world_size"], f"{name} world_size")
         same(r["strategy"], summary["strategy"], f"{name} strategy")
+        communication_cpu = sum(rank["communication_cpu_s"] for rank in summary["ranks"]) / len(summary["ranks"])
+        same(r["communication_cpu_s"], communication_cpu, f"{name} communication_cpu_s (mean of the ranks)")
+        same(float(rows[name]["communication_cpu_s"]), communication_cpu, f"{name} results.csv communication_cpu_s")
         peak = max(rank["training_peak_memory_bytes"] for rank in summary["ranks"])
         same(r["training_peak_memory_bytes"], float(peak), f"{name} peak")
         same(float(rows[name]["training_peak_memory_bytes"]), float(peak), f"{name} results.csv peak")
@@ -130,6 +133,7 @@ def main():
             mine = r["ranks"][rank["rank"]]
             same(mine["training_peak_memory_bytes"], rank["training_peak_memory_bytes"], f"{name} rank peak")
             same(mine["communication_s"], rank["communication_s"], f"{name} rank communication_s")
+            same(mine["communication_cpu_s"], rank["communication_cpu_s"], f"{name} rank communication_cpu_s")
             series = pathlib.Path(r["run_dir"]) / "timeseries" / f"rank-{rank['rank']}.jsonl"
             samples = [json.loads(line) for line in series.read_text().splitlines()]
             if len(samples) < 2:
