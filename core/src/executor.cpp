@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "strata/comm/communication_in_flight.h"
 #include "strata/error.h"
 #include "strata/op_registry.h"
 
@@ -25,7 +26,8 @@ Executor::Executor(Program program, Device device)
     : program_(std::move(program)),
       device_(device),
       stream_(&defaultStream(device)),
-      syncEachNode_(device.type != DeviceType::CPU && syncEachNodeFromEnvironment()) {}
+      syncEachNode_(device.type != DeviceType::CPU && syncEachNodeFromEnvironment()),
+      givesWay_(device.type == DeviceType::CPU) {}
 
 std::vector<Tensor> Executor::runEagerly(const std::vector<Tensor>& inputs) {
   return runNodes(inputs, runCount_++);
@@ -91,6 +93,9 @@ std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::u
   ctx.stream = stream_;
   for (std::size_t s = 0; s < program_.steps.size(); ++s) {
     ProgramStep& step = program_.steps[s];
+    if (givesWay_) {
+      giveWayToCommunication();
+    }
     if (!beforeHooks_.empty()) {
       fire(beforeHooks_, s);
     }

@@ -106,6 +106,9 @@ class Executor {
   Device device_;
   Stream* stream_;
   bool syncEachNode_ = false;  // STRATA_SYNC_EACH_NODE=1 on a device: errors name their node
+  // On the CPU the executor yields between nodes while a collective is in flight (Note [Giving way to
+  // communication]); a device's host thread only launches kernels, and a yield would add to each launch.
+  bool givesWay_ = false;
   std::uint64_t runCount_ = 0;
   std::vector<std::pair<int, NodeHook>> beforeHooks_;
   std::vector<std::pair<int, NodeHook>> afterHooks_;

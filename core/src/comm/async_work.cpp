@@ -1,11 +1,20 @@
 #include "strata/comm/async_work.h"
 
+#include "strata/comm/communication_in_flight.h"
 #include "strata/error.h"
 
 namespace strata {
 
 AsyncWork::AsyncWork(std::string description, DescribePending describePending)
-    : description_(std::move(description)), describePending_(std::move(describePending)) {}
+    : description_(std::move(description)), describePending_(std::move(describePending)) {
+  beginCommunication();
+}
+
+AsyncWork::~AsyncWork() {
+  if (!completed_) {  // abandoned (its group shut down): no longer in flight
+    endCommunication();
+  }
+}
 
 void AsyncWork::wait(std::chrono::milliseconds timeout) {
   const auto start = std::chrono::steady_clock::now();
@@ -46,6 +55,9 @@ double AsyncWork::runSeconds() const {
 void AsyncWork::markCompleted(double runSeconds) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!completed_) {
+      endCommunication();
+    }
     completed_ = true;
     runSeconds_ = runSeconds;
   }
@@ -55,6 +67,9 @@ void AsyncWork::markCompleted(double runSeconds) {
 void AsyncWork::markFailed(std::string message) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!completed_) {
+      endCommunication();
+    }
     completed_ = true;
     error_ = std::move(message);
   }

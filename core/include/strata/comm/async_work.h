@@ -12,12 +12,16 @@ namespace strata {
 
 // A Work completed by another thread (a process group's worker). wait() rethrows the failure message as Error; a
 // wait that times out throws Error naming the operation plus what `describePending` reports (the ranks that have
-// not joined), and leaves the work pending so that a later wait() may still succeed.
+// not joined), and leaves the work pending so that a later wait() may still succeed. From construction to completion
+// it counts as a collective in flight (Note [Giving way to communication]).
 class AsyncWork final : public Work {
  public:
   using DescribePending = std::function<std::string()>;
 
   explicit AsyncWork(std::string description, DescribePending describePending = {});
+  ~AsyncWork() override;
+  AsyncWork(const AsyncWork&) = delete;
+  AsyncWork& operator=(const AsyncWork&) = delete;
 
   void wait(std::chrono::milliseconds timeout) override;
   bool isCompleted() const override;
