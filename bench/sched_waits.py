@@ -3,9 +3,9 @@
 
 Reads a `perf sched record` file (root, or kernel.perf_event_paranoid <= -1) taken while `strata train` runs, and
 prints for each CPU its idle share, and for each thread name (`strata-comm` for the communication threads, Note
-[Thread names]; `exe` for the ranks' compute threads) how many times it woke, how long in all it stayed runnable
-before it ran, and how much of that the other CPUs sat idle: time the scheduler left a runnable thread queued behind
-a busy core. Note [Giving way to communication] came from this reading.
+[Thread names]; `exe` for the ranks' compute threads) how many times it waited to run (woken, preempted or
+yielding), how long in all it stayed runnable without running, and how much of that the other CPUs sat idle: time
+the scheduler left a runnable thread queued behind a busy core. Note [Giving way to communication] came from this reading.
 
   perf sched record -o /tmp/sched.data -- sleep 3     # during training
   python3 bench/sched_waits.py /tmp/sched.data
@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 EVENT = re.compile(r"\s*\[(\d+)\]\s+([\d.]+):\s+sched:(\w+):\s+(.*)")
+SWITCH_PREV = re.compile(r"prev_pid=(\d+) prev_prio=\d+ prev_state=(\S+)")
 SWITCH_NEXT = re.compile(r"next_comm=(.*) next_pid=(\d+)")
 WAKING = re.compile(r"comm=(.*) pid=(\d+) prio=")
 
@@ -63,6 +64,14 @@ def main():
     waits = []  # (runnable from, ran at, cpu, thread name)
     for cpu, time, event, trace in read_events(args.data):
         if event == "sched_switch":
+            previous = SWITCH_PREV.search(trace)
+            previous_pid = int(previous[1])
+            if previous_pid == 0:  # the idle task
+                pass
+            elif previous[2].startswith("R"):  # preempted or yielded: runnable from now on
+                woken[previous_pid] = time
+            else:  # went to sleep: a wake-up seen while it still ran is void
+                woken.pop(previous_pid, None)
             match = SWITCH_NEXT.search(trace)
             name, pid = match[1], int(match[2])
             switches[cpu].append((time, pid))
@@ -86,11 +95,13 @@ def main():
     idle_elsewhere = {cpu: union([iv for other, ivs in idle.items() if other != cpu for iv in ivs]) for cpu in idle}
     count, runnable, stranded = collections.Counter(), collections.Counter(), collections.Counter()
     for start, end, cpu, name in waits:
+        if name.startswith("perf"):  # the recorder itself
+            continue
         key = name.split("/")[0] if name.startswith(("ksoftirqd", "kworker", "migration")) else name
         count[key] += 1
         runnable[key] += end - start
         stranded[key] += overlap(start, end, idle_elsewhere[cpu])
-    print(f"{'thread':<18} {'wake-ups':>9} {'runnable s':>11} {'of it, another cpu idle s':>26}")
+    print(f"{'thread':<18} {'waits':>9} {'runnable s':>11} {'of it, another cpu idle s':>26}")
     for key, seconds in runnable.most_common(8):
         print(f"{key:<18} {count[key]:>9} {seconds:>11.3f} {stranded[key]:>26.3f}")
 

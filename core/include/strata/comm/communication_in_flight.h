@@ -6,7 +6,7 @@ namespace strata {
 // A process group's collectives run on its own threads (the worker, Gloo's event loop), which share the cores with
 // the compute threads. A communication thread that wakes on a core a compute thread holds may wait for the rest of
 // that thread's time slice (milliseconds) while the peer that needs its bytes idles: FSDP's EfficientNetV2-S on 2
-// ranks x 1 thread on 2 cores had its communication threads runnable but queued for 1 s of every 3 s with the other
+// ranks x 1 thread on 2 cores had its communication threads runnable but queued for 1.5 s of every 3 s with the other
 // core idle (`perf sched`, bench/sched_waits.py; docs/plan.md, "Giving way to communication"). So a CPU executor
 // yields its core between nodes, with sched_yield(), while this process has a collective in flight: a queued
 // communication thread runs at the next node boundary, and with none runnable the yield returns at once (0.55 us).
