@@ -66,9 +66,7 @@ def main():
         if event == "sched_switch":
             previous = SWITCH_PREV.search(trace)
             previous_pid = int(previous[1])
-            if previous_pid == 0:  # the idle task
-                pass
-            elif previous[2].startswith("R"):  # preempted or yielded: runnable from now on
+            if previous[2].startswith("R") and previous_pid != 0:  # preempted or yielded (not the idle task)
                 woken[previous_pid] = time
             else:  # went to sleep: a wake-up seen while it still ran is void
                 woken.pop(previous_pid, None)
