@@ -8,6 +8,7 @@ alternate and the ratio, not the times, is the figure. The old binary needs its 
 (copy build/cli and build/plugins before rebuilding).
 
   python3 bench/ab_step.py --old /tmp/old/cli/strata --new build/cli/strata model.onnx --batch-size 32 [--isa avx2]
+  python3 bench/ab_step.py --old build/cli/strata --new build/cli/strata --new-args "--channels-last on" model.onnx
 """
 
 import argparse
@@ -19,11 +20,11 @@ import sys
 import tempfile
 
 
-def median_step_ms(binary, model, args, env):
+def median_step_ms(binary, extra, model, args, env):
     with tempfile.TemporaryDirectory() as out:
         command = [binary, "train", model, "--data", "synthetic", "--synthetic-samples",
                    str(args.batch_size * args.steps), "--batch-size", str(args.batch_size), "--max-steps",
-                   str(args.steps), "--threads", str(args.threads), "--out", out, "--log-every", "1"]
+                   str(args.steps), "--threads", str(args.threads), "--out", out, "--log-every", "1"] + extra.split()
         result = subprocess.run(command, capture_output=True, text=True, env=env)
         if result.returncode != 0:
             sys.exit(f"{binary} failed ({result.returncode}):\n{result.stderr[-2000:]}")
@@ -40,6 +41,8 @@ def main():
     parser.add_argument("model")
     parser.add_argument("--old", required=True, help="the strata binary before the change")
     parser.add_argument("--new", required=True, help="the strata binary after it")
+    parser.add_argument("--old-args", default="", help="extra `strata train` options for the old side")
+    parser.add_argument("--new-args", default="", help="extra `strata train` options for the new side")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=14)
@@ -55,8 +58,8 @@ def main():
         env["ONEDNN_MAX_CPU_ISA"] = "AVX2"
     old, new = [], []
     for _ in range(args.rounds):
-        old.append(median_step_ms(args.old, args.model, args, env))
-        new.append(median_step_ms(args.new, args.model, args, env))
+        old.append(median_step_ms(args.old, args.old_args, args.model, args, env))
+        new.append(median_step_ms(args.new, args.new_args, args.model, args, env))
     ratios = [b / a for a, b in zip(old, new)]
     print(f"{os.path.basename(args.model)} {args.isa}: old {statistics.median(old):.1f} ms, new "
           f"{statistics.median(new):.1f} ms; rounds new/old " + " ".join(f"{r:.2f}" for r in ratios) +

@@ -1,6 +1,8 @@
 #include "cpu_allocator.h"
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "strata/error.h"
@@ -14,7 +16,41 @@ std::size_t roundUp(std::size_t bytes) {
   return (bytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
+bool coloured(std::size_t blockBytes) {
+  return blockBytes >= kColourMinBytes;
+}
+
+// The bytes asked of the system for a block.
+std::size_t rawBytes(std::size_t blockBytes) {
+  return coloured(blockBytes) ? blockBytes + kColourPadding : blockBytes;
+}
+
+void* allocateBlock(std::size_t blockBytes) {
+  void* raw = std::aligned_alloc(kAlignment, rawBytes(blockBytes));
+  if (raw == nullptr || !coloured(blockBytes)) {
+    return raw;
+  }
+  void* block = static_cast<char*>(raw) +
+                (colouredAddress(reinterpret_cast<std::uintptr_t>(raw)) - reinterpret_cast<std::uintptr_t>(raw));
+  std::memcpy(static_cast<char*>(block) - sizeof(void*), &raw, sizeof(void*));
+  return block;
+}
+
+void freeBlock(void* block, std::size_t blockBytes) {
+  if (!coloured(blockBytes)) {
+    std::free(block);
+    return;
+  }
+  void* raw = nullptr;
+  std::memcpy(&raw, static_cast<char*>(block) - sizeof(void*), sizeof(void*));
+  std::free(raw);
+}
+
 }  // namespace
+
+std::uintptr_t colouredAddress(std::uintptr_t raw) {
+  return raw + kAlignment + ((raw >> 28) % kColours) * kColourStep;
+}
 
 CpuAllocator::~CpuAllocator() {
   emptyCache();
@@ -32,12 +68,12 @@ void* CpuAllocator::allocate(std::size_t bytes, MemoryCategory category) {
     }
   }
   if (ptr == nullptr) {
-    ptr = std::aligned_alloc(kAlignment, blockBytes);
+    ptr = allocateBlock(blockBytes);
     if (ptr == nullptr) {
       fail("out of host memory allocating {} bytes for {}", bytes, memoryCategoryName(category));
     }
     std::lock_guard lock(mutex_);
-    reservedBytes_ += static_cast<std::int64_t>(blockBytes);
+    reservedBytes_ += static_cast<std::int64_t>(rawBytes(blockBytes));
     stats_.setReserved(reservedBytes_);
   }
   stats_.onAllocate(category, bytes);
@@ -56,8 +92,8 @@ void CpuAllocator::deallocate(void* ptr, std::size_t bytes, MemoryCategory categ
 void CpuAllocator::emptyCache() {
   std::lock_guard lock(mutex_);
   for (auto& [size, ptr] : freeBlocks_) {
-    std::free(ptr);
-    reservedBytes_ -= static_cast<std::int64_t>(size);
+    freeBlock(ptr, size);
+    reservedBytes_ -= static_cast<std::int64_t>(rawBytes(size));
   }
   freeBlocks_.clear();
   stats_.setReserved(reservedBytes_);

@@ -13,24 +13,68 @@ namespace {
 
 constexpr std::int64_t kGrain = 1 << 15;
 
+// Note [Vectorised updates]: the update loops are chosen once per call (momentum or not, first step, Nesterov,
+// decoupled weight decay) and run on restrict pointers, so the compiler vectorises SGD's (Adam's stays scalar: its
+// sqrt may set errno). With those branches inside, SGD's loop was scalar, two scalar stores an element: 17 ms a
+// step for EfficientNetV2-S's 20M parameters against 9 ms now, and 275 ms where the parameter and momentum buffers
+// aliased in L1 (Note [Coloured large blocks] in cpu_allocator.h).
+template <typename T, bool Momentum, bool FirstStep, bool Nesterov>
+void sgdRange(T* __restrict p, const T* __restrict g, T* __restrict buf, std::int64_t begin, std::int64_t end, T wd,
+              T mom, T damp, T rate, T scale) {
+  for (std::int64_t i = begin; i < end; ++i) {
+    T d = g[i] * scale + wd * p[i];
+    if constexpr (Momentum) {
+      const T b = FirstStep ? d : mom * buf[i] + damp * d;
+      buf[i] = b;
+      d = Nesterov ? d + mom * b : b;
+    }
+    p[i] -= rate * d;
+  }
+}
+
 template <typename T>
 void sgdUpdate(T* p, T* g, T* buf, std::int64_t n, const OptimizerOptions& o, double lr, double gradScale,
                bool firstStep) {
-  parallelFor(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    const T wd = static_cast<T>(o.weightDecay);
-    const T mom = static_cast<T>(o.momentum);
-    const T damp = static_cast<T>(1.0 - o.dampening);
-    const T rate = static_cast<T>(lr);
-    const T scale = static_cast<T>(gradScale);
-    for (std::int64_t i = begin; i < end; ++i) {
-      T d = g[i] * scale + wd * p[i];
-      if (buf != nullptr) {
-        buf[i] = firstStep ? d : mom * buf[i] + damp * d;
-        d = o.nesterov ? d + mom * buf[i] : buf[i];
-      }
-      p[i] -= rate * d;
+  const T wd = static_cast<T>(o.weightDecay);
+  const T mom = static_cast<T>(o.momentum);
+  const T damp = static_cast<T>(1.0 - o.dampening);
+  const T rate = static_cast<T>(lr);
+  const T scale = static_cast<T>(gradScale);
+  using Range = void (*)(T*, const T*, T*, std::int64_t, std::int64_t, T, T, T, T, T);
+  Range range = &sgdRange<T, false, false, false>;
+  if (buf != nullptr) {
+    if (firstStep) {
+      range = o.nesterov ? &sgdRange<T, true, true, true> : &sgdRange<T, true, true, false>;
+    } else {
+      range = o.nesterov ? &sgdRange<T, true, false, true> : &sgdRange<T, true, false, false>;
     }
-  });
+  }
+  parallelFor(0, n, kGrain,
+              [&](std::int64_t begin, std::int64_t end) { range(p, g, buf, begin, end, wd, mom, damp, rate, scale); });
+}
+
+template <typename T>
+struct AdamScalars {
+  T b1, b2, wd, stepSize, sqrtCorrection2, eps, decay, scale;
+};
+
+template <typename T, bool Decoupled>
+void adamRange(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restrict v, std::int64_t begin,
+               std::int64_t end, const AdamScalars<T>& k) {
+  for (std::int64_t i = begin; i < end; ++i) {
+    T d = g[i] * k.scale;
+    T weight = p[i];
+    if constexpr (Decoupled) {
+      weight *= k.decay;
+    } else {
+      d += k.wd * weight;
+    }
+    const T mi = k.b1 * m[i] + (T(1) - k.b1) * d;
+    const T vi = k.b2 * v[i] + (T(1) - k.b2) * d * d;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = weight - k.stepSize * mi / (std::sqrt(vi) / k.sqrtCorrection2 + k.eps);
+  }
 }
 
 template <typename T>
@@ -38,28 +82,16 @@ void adamUpdate(T* p, T* g, T* m, T* v, std::int64_t n, const OptimizerOptions& 
                 std::int64_t step) {
   const double correction1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
   const double correction2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
-  const bool decoupled = o.kind == OptimizerKind::AdamW;
-  parallelFor(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    const T b1 = static_cast<T>(o.beta1);
-    const T b2 = static_cast<T>(o.beta2);
-    const T wd = static_cast<T>(o.weightDecay);
-    const T stepSize = static_cast<T>(lr / correction1);
-    const T sqrtCorrection2 = static_cast<T>(std::sqrt(correction2));
-    const T eps = static_cast<T>(o.epsilon);
-    const T decay = static_cast<T>(1.0 - lr * o.weightDecay);
-    const T scale = static_cast<T>(gradScale);
-    for (std::int64_t i = begin; i < end; ++i) {
-      T d = g[i] * scale;
-      if (decoupled) {
-        p[i] *= decay;
-      } else {
-        d += wd * p[i];
-      }
-      m[i] = b1 * m[i] + (T(1) - b1) * d;
-      v[i] = b2 * v[i] + (T(1) - b2) * d * d;
-      p[i] -= stepSize * m[i] / (std::sqrt(v[i]) / sqrtCorrection2 + eps);
-    }
-  });
+  const AdamScalars<T> k{static_cast<T>(o.beta1),
+                         static_cast<T>(o.beta2),
+                         static_cast<T>(o.weightDecay),
+                         static_cast<T>(lr / correction1),
+                         static_cast<T>(std::sqrt(correction2)),
+                         static_cast<T>(o.epsilon),
+                         static_cast<T>(1.0 - lr * o.weightDecay),
+                         static_cast<T>(gradScale)};
+  const auto range = o.kind == OptimizerKind::AdamW ? &adamRange<T, true> : &adamRange<T, false>;
+  parallelFor(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) { range(p, g, m, v, begin, end, k); });
 }
 
 template <typename Fn>
