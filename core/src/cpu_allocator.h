@@ -15,8 +15,8 @@ namespace strata {
 // changes the reported figures; reserved() includes the cached blocks.
 // Note [Coloured large blocks]: AMD's cores tag their L1 data cache lines with a hash of linear address bits 12-27
 // (the utag), so two lines whose addresses agree in bits 0-27 cannot both be in L1 at once. glibc serves large
-// blocks from mmap at page offset 0x40 and the kernel places big mappings at aligned addresses, so a parameter
-// buffer and its momentum buffer often sat a multiple of 256 MiB apart: the optimizer's loop then missed L1 on
+// blocks from mmap at page offset 0x40, and big mappings often lie a multiple of 64 MiB apart, so a parameter
+// buffer and its momentum buffer were often 256 or 512 MiB apart: the optimizer's loop then missed L1 on
 // every access, 13 ns an element against 0.6 (a 2-rank DDP step of EfficientNetV2-S at 390 ms instead of 140, in
 // whichever processes drew such addresses). Blocks of kColourMinBytes or more are therefore returned at an offset
 // of 64 + c * (4096 + 64) bytes into a slightly larger allocation, c taken from address bits 28-30: blocks whose
