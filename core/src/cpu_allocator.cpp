@@ -30,8 +30,7 @@ void* allocateBlock(std::size_t blockBytes) {
   if (raw == nullptr || !coloured(blockBytes)) {
     return raw;
   }
-  void* block = static_cast<char*>(raw) +
-                (colouredAddress(reinterpret_cast<std::uintptr_t>(raw)) - reinterpret_cast<std::uintptr_t>(raw));
+  void* block = static_cast<char*>(raw) + colourOffset(reinterpret_cast<std::uintptr_t>(raw));
   std::memcpy(static_cast<char*>(block) - sizeof(void*), &raw, sizeof(void*));
   return block;
 }
@@ -48,8 +47,8 @@ void freeBlock(void* block, std::size_t blockBytes) {
 
 }  // namespace
 
-std::uintptr_t colouredAddress(std::uintptr_t raw) {
-  return raw + kAlignment + ((raw >> 28) % kColours) * kColourStep;
+std::size_t colourOffset(std::uintptr_t raw) {
+  return kAlignment + ((raw >> 28) % kColours) * kColourStep;
 }
 
 CpuAllocator::~CpuAllocator() {

@@ -27,8 +27,8 @@ inline constexpr std::size_t kColours = 8;
 inline constexpr std::size_t kColourStep = 4096 + 64;
 inline constexpr std::size_t kColourPadding = 64 + (kColours - 1) * kColourStep;
 
-// Where a coloured block starts in an allocation at `raw` (Note [Coloured large blocks]).
-std::uintptr_t colouredAddress(std::uintptr_t raw);
+// How far into an allocation at `raw` its coloured block starts (Note [Coloured large blocks]).
+std::size_t colourOffset(std::uintptr_t raw);
 
 class CpuAllocator final : public Allocator {
  public:

@@ -17,8 +17,8 @@ TEST(CpuAllocatorTest, BlocksAMultipleOf256MiBApartStartAtDifferentLinesAndPages
   std::set<std::uintptr_t> lowBits;
   std::set<std::uintptr_t> lines;
   for (std::uintptr_t k = 0; k < kColours; ++k) {
-    const std::uintptr_t block = colouredAddress(raw + (k << 28));
-    const std::uintptr_t offset = block - (raw + (k << 28));
+    const std::size_t offset = colourOffset(raw + (k << 28));
+    const std::uintptr_t block = raw + (k << 28) + offset;
     EXPECT_EQ(block % 64, 0u) << "block " << k << " lost its 64-byte alignment";
     EXPECT_GE(offset, sizeof(void*)) << "no room for the raw pointer before block " << k;
     EXPECT_LE(offset, kColourPadding);
