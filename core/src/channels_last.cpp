@@ -1,6 +1,7 @@
 #include "strata/channels_last.h"
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -199,6 +200,60 @@ Shape toChannelsLast(const Shape& shape) {
 
 Shape toChannelsFirst(const Shape& shape) {
   return shape.size() < 3 ? shape : permuted(shape, channelsFirstPerm(shape.size()));
+}
+
+namespace {
+
+template <typename Element>
+void swapInnerAxes(const Element* from, Element* to, std::int64_t outer, std::int64_t b, std::int64_t inner) {
+  for (std::int64_t a = 0; a < outer; ++a) {
+    const std::int64_t base = a * b * inner;
+    for (std::int64_t j = 0; j < b; ++j) {
+      for (std::int64_t k = 0; k < inner; ++k)
+        to[base + k * b + j] = from[base + j * inner + k];
+    }
+  }
+}
+
+// [A, B, inner] -> [A, inner, B] (B the channels and inner the spatial positions, or the reverse).
+Tensor swapInnerAxes(const Tensor& tensor, std::int64_t b, Shape shape, MemoryCategory category) {
+  STRATA_CHECK(tensor.device().type == DeviceType::CPU, "a layout change of a {} tensor on {}: host tensors only",
+               tensor.meta().toString(), tensor.device().toString());
+  Tensor out = Tensor::empty(tensor.dtype(), std::move(shape), category);
+  if (tensor.numel() == 0)
+    return out;
+  const std::int64_t outer = tensor.dim(0);
+  const std::int64_t inner = tensor.numel() / (outer * b);
+  switch (dtypeSize(tensor.dtype())) {
+    case 2:
+      swapInnerAxes(tensor.data<std::uint16_t>(), out.data<std::uint16_t>(), outer, b, inner);
+      break;
+    case 4:
+      swapInnerAxes(tensor.data<std::uint32_t>(), out.data<std::uint32_t>(), outer, b, inner);
+      break;
+    case 8:
+      swapInnerAxes(tensor.data<std::uint64_t>(), out.data<std::uint64_t>(), outer, b, inner);
+      break;
+    default:
+      swapInnerAxes(tensor.data<std::uint8_t>(), out.data<std::uint8_t>(), outer, b, inner);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor toChannelsLast(const Tensor& tensor, MemoryCategory category) {
+  if (tensor.rank() < 3)
+    return tensor.to(Device::cpu()).clone(category);
+  return swapInnerAxes(tensor, tensor.dim(1), toChannelsLast(tensor.shape()), category);
+}
+
+Tensor toChannelsFirst(const Tensor& tensor, MemoryCategory category) {
+  if (tensor.rank() < 3)
+    return tensor.to(Device::cpu()).clone(category);
+  const std::int64_t channels = tensor.dim(tensor.rank() - 1);
+  const std::int64_t positions = tensor.numel() == 0 ? 0 : tensor.numel() / (tensor.dim(0) * channels);
+  return swapInnerAxes(tensor, positions, toChannelsFirst(tensor.shape()), category);
 }
 
 ShapeFn channelsLastShapes(ShapeFn channelsFirst) {

@@ -75,6 +75,86 @@ void sumPlane(const float* x, const float* dy, const float* gate, std::int64_t s
   }
 }
 
+// Note [Row-major batch norm]: with one element per (image, channel) plane, which is every channels-last operand
+// ([N x spatial, C, 1]) and channels-first maps of 1x1, X is [rows, C] row-major. Walking it a block of channels at a
+// time (what the plane loops do) reads a few values of every row per task, and the tasks share each row's cache
+// lines; these loops give each task whole rows instead, vectorised across the channels with per-channel
+// coefficients. The sums go per fixed block of rows (a count set by the rows alone, so the result does not depend on
+// the thread count), in float over at most kRowsInFloat rows and then in double, and the blocks' totals are added in
+// block order.
+constexpr std::int64_t kRowsInFloat = 128;
+constexpr std::int64_t kMaxRowBlocks = 256;
+
+std::int64_t rowsPerBlock(std::int64_t rows) {
+  return std::max<std::int64_t>(512, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
+}
+
+// Rows per task for an elementwise pass over [rows, channels].
+std::int64_t rowGrain(std::int64_t channels) {
+  return std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(channels, 1));
+}
+
+template <bool Gated>
+ChannelSums rowSums(const ChannelLayout& layout, const float* x, const float* dy, const float* shift,
+                    const float* gate) {
+  const std::int64_t rows = layout.batch, channels = layout.channels;
+  const auto width = static_cast<std::size_t>(channels);
+  const std::int64_t perBlock = rowsPerBlock(rows);
+  const std::int64_t blocks = (rows + perBlock - 1) / perBlock;
+  const std::size_t sumsPerBlock = dy == nullptr ? 2 : 4;
+  std::vector<double> partials(static_cast<std::size_t>(blocks) * sumsPerBlock * width, 0.0);
+  parallelFor(0, blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+    std::vector<float> floats(sumsPerBlock * width);
+    float* fx = floats.data();
+    float* fxx = fx + width;
+    float* fdy = dy == nullptr ? nullptr : fxx + width;
+    float* fdyx = dy == nullptr ? nullptr : fdy + width;
+    for (std::int64_t block = b0; block < b1; ++block) {
+      double* totals = partials.data() + static_cast<std::size_t>(block) * sumsPerBlock * width;
+      const std::int64_t end = std::min(rows, (block + 1) * perBlock);
+      for (std::int64_t r0 = block * perBlock; r0 < end; r0 += kRowsInFloat) {
+        std::fill(floats.begin(), floats.end(), 0.0f);
+        for (std::int64_t r = r0; r < std::min(end, r0 + kRowsInFloat); ++r) {
+          const float* xr = x + r * channels;
+          if (dy == nullptr) {
+#pragma omp simd
+            for (std::int64_t c = 0; c < channels; ++c) {
+              const float xs = xr[c] - shift[c];
+              fx[c] += xs;
+              fxx[c] += xs * xs;
+            }
+          } else {
+            const float* gr = dy + r * channels;
+            const float* gt = Gated ? gate + r * channels : nullptr;
+#pragma omp simd
+            for (std::int64_t c = 0; c < channels; ++c) {
+              const float xs = xr[c] - shift[c];
+              const float g = gatedGrad<Gated>(gr, gt, c);
+              fx[c] += xs;
+              fxx[c] += xs * xs;
+              fdy[c] += g;
+              fdyx[c] += g * xs;
+            }
+          }
+        }
+        for (std::size_t k = 0; k < floats.size(); ++k)
+          totals[k] += floats[k];
+      }
+    }
+  });
+  ChannelSums sums{std::vector<double>(width), std::vector<double>(width), std::vector<double>(width),
+                   std::vector<double>(width)};
+  std::vector<double>* targets[] = {&sums.x, &sums.xx, &sums.dy, &sums.dyx};
+  for (std::int64_t block = 0; block < blocks; ++block) {
+    const double* totals = partials.data() + static_cast<std::size_t>(block) * sumsPerBlock * width;
+    for (std::size_t k = 0; k < sumsPerBlock; ++k) {
+      for (std::size_t c = 0; c < width; ++c)
+        (*targets[k])[c] += totals[k * width + c];
+    }
+  }
+  return sums;
+}
+
 }  // namespace
 
 ChannelLayout channelLayoutOf(const Shape& stored, bool channelsLast) {
@@ -96,6 +176,8 @@ ChannelSums channelSumsOf(const ChannelLayout& layout, const float* x, const flo
   ChannelSums sums{std::vector<double>(channels), std::vector<double>(channels), std::vector<double>(channels),
                    std::vector<double>(channels)};
   const std::int64_t inner = layout.inner;
+  if (inner == 1)
+    return rowSums<Gated>(layout, x, dy, shift, gate);  // Note [Row-major batch norm]
   parallelFor(0, layout.channels, channelGrain(layout), [&](std::int64_t c0, std::int64_t c1) {
     if (inner < kSmallPlane) {  // Note [Small planes]: per-element sums in double over the images
       const std::int64_t run = (c1 - c0) * inner;
@@ -189,6 +271,21 @@ template <bool Relu>
 void normalizeOf(const ChannelLayout& layout, const float* x, const float* mean, const float* a, const float* b,
                  float* y) {
   const std::int64_t inner = layout.inner;
+  if (inner == 1) {  // Note [Row-major batch norm]
+    const std::int64_t channels = layout.channels;
+    parallelFor(0, layout.batch, rowGrain(channels), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * channels;
+        float* yr = y + r * channels;
+#pragma omp simd
+        for (std::int64_t c = 0; c < channels; ++c) {
+          const float v = a[c] * (xr[c] - mean[c]) + b[c];
+          yr[c] = Relu ? reluOf(v) : v;
+        }
+      }
+    });
+    return;
+  }
   forPlanes(
       layout,
       [&](std::int64_t offset, std::int64_t c) {
@@ -221,6 +318,21 @@ template <bool Gated>
 void normalizeGradOf(const ChannelLayout& layout, const float* dy, const float* x, const float* mean, const float* a,
                      const float* b, const float* c, float* dx, const float* gate) {
   const std::int64_t inner = layout.inner;
+  if (inner == 1) {  // Note [Row-major batch norm]
+    const std::int64_t channels = layout.channels;
+    parallelFor(0, layout.batch, rowGrain(channels), [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t r = r0; r < r1; ++r) {
+        const float* gr = dy + r * channels;
+        const float* gt = Gated ? gate + r * channels : nullptr;
+        const float* xr = x + r * channels;
+        float* out = dx + r * channels;
+#pragma omp simd
+        for (std::int64_t k = 0; k < channels; ++k)
+          out[k] = a[k] * gatedGrad<Gated>(gr, gt, k) + b[k] * (xr[k] - mean[k]) + c[k];
+      }
+    });
+    return;
+  }
   forPlanes(
       layout,
       [&](std::int64_t offset, std::int64_t ch) {

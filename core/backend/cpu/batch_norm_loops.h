@@ -24,7 +24,8 @@ struct ChannelLayout {
 };
 
 // The layout of a batch-norm operand as stored: [N, C, spatial...] is [N, C, spatial]; channels-last
-// [N, spatial..., C] (Note [CPU channels-last]) is [N x spatial, C, 1], which the loops vectorise across channels.
+// [N, spatial..., C] (Note [CPU channels-last]) is [N x spatial, C, 1], which the loops vectorise across channels
+// (Note [Row-major batch norm] in batch_norm_loops.cpp).
 ChannelLayout channelLayoutOf(const Shape& stored, bool channelsLast);
 
 // Per-channel sums of x - shift[c], its square and, when dy is given, of dy and dy * (x - shift[c]).

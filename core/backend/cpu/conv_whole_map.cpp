@@ -43,7 +43,7 @@ std::vector<std::int64_t> pairTaps(const WindowGeometry& g, const std::vector<st
 std::unique_ptr<WholeMapConv> WholeMapConv::plan(const Shape& x, const Shape& w, std::int64_t group,
                                                  const WindowGeometry& g, bool bias, bool channelsLast,
                                                  std::size_t maxBytes) {
-  if (group != 1 || channelsLast || x.size() < 3)
+  if (group != 1 || x.size() < 3)
     return nullptr;
   const std::size_t dims = g.kernel.size();
   const std::vector<std::int64_t> in(x.begin() + 2, x.end());
@@ -76,6 +76,7 @@ std::unique_ptr<WholeMapConv> WholeMapConv::plan(const Shape& x, const Shape& w,
   std::unique_ptr<WholeMapConv> m(new WholeMapConv());
   m->weight_ = w;
   m->geometry_ = g;
+  m->channelsLast_ = channelsLast;
   m->images_ = x[0];
   m->channels_ = x[1];
   m->outPixels_ = outPixels;
@@ -101,12 +102,13 @@ void WholeMapConv::forward(const float* x, const float* w, const float* b, float
   auto* xLast = reinterpret_cast<float*>(scratch + xLast_);
   auto* spread = reinterpret_cast<float*>(scratch + spread_);
   auto* biasRow = reinterpret_cast<float*>(scratch + bias_);
-  swapInnerAxes(x, xLast, channels_, inPixels_);
+  if (!channelsLast_)
+    swapInnerAxes(x, xLast, channels_, inPixels_);
   spreadWeights(w, spread);
   if (b != nullptr)
     spreadBias(b, biasRow);
-  // Y [N, K x O] is Y's own NCHW bytes.
-  gemm_->forward(xLast, spread, b != nullptr ? biasRow : nullptr, y, scratch);
+  // Y [N, K x O] is Y's own NCHW bytes ([N, O x K] its NHWC ones).
+  gemm_->forward(channelsLast_ ? x : xLast, spread, b != nullptr ? biasRow : nullptr, y, scratch);
 }
 
 void WholeMapConv::backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
@@ -116,14 +118,15 @@ void WholeMapConv::backward(const float* dy, const float* x, const float* w, flo
   auto* spread = reinterpret_cast<float*>(scratch + spread_);
   auto* spreadDw = reinterpret_cast<float*>(scratch + spreadGrad_);
   auto* spreadDb = reinterpret_cast<float*>(scratch + bias_);
-  if (dw != nullptr)
+  if (dw != nullptr && !channelsLast_)
     swapInnerAxes(x, xLast, channels_, inPixels_);
   if (dx != nullptr)
     spreadWeights(w, spread);
-  gemm_->backward(dy, dw != nullptr ? xLast : nullptr, dx != nullptr ? spread : nullptr,
-                  dx != nullptr ? dxLast : nullptr, dw != nullptr ? spreadDw : nullptr,
+  // Channels-last X and dX are X' and dX' themselves.
+  gemm_->backward(dy, dw != nullptr ? (channelsLast_ ? x : xLast) : nullptr, dx != nullptr ? spread : nullptr,
+                  dx != nullptr ? (channelsLast_ ? dx : dxLast) : nullptr, dw != nullptr ? spreadDw : nullptr,
                   db != nullptr ? spreadDb : nullptr, scratch);
-  if (dx != nullptr)
+  if (dx != nullptr && !channelsLast_)
     swapInnerAxes(dxLast, dx, inPixels_, channels_);
   if (dw != nullptr)
     foldWeightGradient(spreadDw, dw);
@@ -137,18 +140,22 @@ void WholeMapConv::swapInnerAxes(const float* from, float* to, std::int64_t rows
 
 void WholeMapConv::spreadWeights(const float* w, float* spread) const {
   const std::int64_t filters = weight_[0], kernel = numElements(weight_) / (filters * channels_);
-  // Per filter: its [C, taps] block turned [taps, C] (small, in cache), then rows of W' as runs of C values.
+  // Per filter: its [C, taps] block turned [taps, C] (small, in cache; a KRSC filter is that already), then rows
+  // of W' as runs of C values.
   parallelFor(0, filters, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> byTap(static_cast<std::size_t>(kernel * channels_));
     for (std::int64_t k = begin; k < end; ++k) {
       const float* block = w + k * channels_ * kernel;
-      for (std::int64_t c = 0; c < channels_; ++c)
-        for (std::int64_t t = 0; t < kernel; ++t)
-          byTap[static_cast<std::size_t>(t * channels_ + c)] = block[c * kernel + t];
+      if (!channelsLast_) {
+        for (std::int64_t c = 0; c < channels_; ++c)
+          for (std::int64_t t = 0; t < kernel; ++t)
+            byTap[static_cast<std::size_t>(t * channels_ + c)] = block[c * kernel + t];
+      }
+      const float* taps = channelsLast_ ? block : byTap.data();
       for (std::int64_t o = 0; o < outPixels_; ++o) {
-        float* row = spread + (k * outPixels_ + o) * inPixels_ * channels_;
+        float* row = spread + rowOf(k, o) * inPixels_ * channels_;
         for (std::int64_t p = 0; p < inPixels_; ++p) {
-          const float* run = byTap.data() + taps_[static_cast<std::size_t>(o * inPixels_ + p)] * channels_;
+          const float* run = taps + taps_[static_cast<std::size_t>(o * inPixels_ + p)] * channels_;
           std::copy(run, run + channels_, row + p * channels_);
         }
       }
@@ -157,8 +164,10 @@ void WholeMapConv::spreadWeights(const float* w, float* spread) const {
 }
 
 void WholeMapConv::spreadBias(const float* b, float* spread) const {
-  for (std::int64_t k = 0; k < weight_[0]; ++k)
-    std::fill(spread + k * outPixels_, spread + (k + 1) * outPixels_, b[k]);
+  for (std::int64_t k = 0; k < weight_[0]; ++k) {
+    for (std::int64_t o = 0; o < outPixels_; ++o)
+      spread[rowOf(k, o)] = b[k];
+  }
 }
 
 void WholeMapConv::foldWeightGradient(const float* spread, float* dw) const {
@@ -169,7 +178,7 @@ void WholeMapConv::foldWeightGradient(const float* spread, float* dw) const {
     for (std::int64_t k = begin; k < end; ++k) {
       std::fill(byTap.begin(), byTap.end(), 0.0f);
       for (std::int64_t o = 0; o < outPixels_; ++o) {
-        const float* row = spread + (k * outPixels_ + o) * inPixels_ * channels_;
+        const float* row = spread + rowOf(k, o) * inPixels_ * channels_;
         for (std::int64_t p = 0; p < inPixels_; ++p) {
           float* sum = byTap.data() + taps_[static_cast<std::size_t>(o * inPixels_ + p)] * channels_;
           const float* run = row + p * channels_;
@@ -178,6 +187,10 @@ void WholeMapConv::foldWeightGradient(const float* spread, float* dw) const {
         }
       }
       float* block = dw + k * channels_ * kernel;
+      if (channelsLast_) {
+        std::copy(byTap.begin(), byTap.end(), block);
+        continue;
+      }
       for (std::int64_t c = 0; c < channels_; ++c)
         for (std::int64_t t = 0; t < kernel; ++t)
           block[c * kernel + t] = byTap[static_cast<std::size_t>(t * channels_ + c)];
@@ -189,7 +202,7 @@ void WholeMapConv::foldBiasGradient(const float* spread, float* db) const {
   for (std::int64_t k = 0; k < weight_[0]; ++k) {
     float sum = 0.0f;
     for (std::int64_t o = 0; o < outPixels_; ++o)
-      sum += spread[k * outPixels_ + o];
+      sum += spread[rowOf(k, o)];
     db[k] = sum;
   }
 }

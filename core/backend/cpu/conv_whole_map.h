@@ -8,8 +8,10 @@
 // matrix as it lies. Note [Convolutions as one GEMM] runs it as a channels-last convolution whose kernel is the whole
 // map and whose K x O filters are W' (one output pixel). Channels innermost, spreading W and folding dW back copy and
 // add runs of C values (dW[k, c, t] sums dW' over the (o, p) pairs of tap t; dB[k] sums dB' over o). oneDNN ran
-// these as direct convolutions at 1-3 ms per node (ResNet-50's layer3: 256 channels, batch 32). Channels-first
-// nodes, one group, no dilation; the weights are spread into the scratchpad on every run.
+// these as direct convolutions at 1-3 ms per node (ResNet-50's layer3: 256 channels, batch 32). One group, no
+// dilation; the weights are spread into the scratchpad on every run. Channels-last nodes (Note [CPU channels-last])
+// read X as X' and a KRSC filter as its [taps, C] runs, order W's rows (o, k) so that Y [N, O x K] is Y's NHWC
+// bytes, and write dX' as dX: no copy of an activation either way.
 
 #include <cstdint>
 #include <memory>
@@ -25,7 +27,8 @@ class WholeMapConv {
  public:
   // The whole-map GEMM of a convolution of X (logical shape `x`) with W (`bias`: with a bias input), or nullptr
   // when some window misses part of the input, the convolution has one output pixel already (Note [Convolutions as
-  // one GEMM] takes it as it is), groups, dilation or channels-last operands, or W' would pass `maxBytes`.
+  // one GEMM] takes it as it is), groups or dilation, or W' would pass `maxBytes`. `channelsLast`: X, Y and their
+  // gradients stored [N, spatial..., C], W and dW [K, spatial..., C].
   static std::unique_ptr<WholeMapConv> plan(const Shape& x, const Shape& w, std::int64_t group,
                                             const WindowGeometry& geometry, bool bias, bool channelsLast,
                                             std::size_t maxBytes = std::size_t{64} << 20);
@@ -51,9 +54,14 @@ class WholeMapConv {
   // dW from dW' (every element written, zero for taps no pair meets), dB from dB'.
   void foldWeightGradient(const float* spread, float* dw) const;
   void foldBiasGradient(const float* spread, float* db) const;
+  // The row of W' (and column of Y) of filter k at output pixel o.
+  std::int64_t rowOf(std::int64_t k, std::int64_t o) const {
+    return channelsLast_ ? o * weight_[0] + k : k * outPixels_ + o;
+  }
 
   Shape weight_;             // W [K, C, k...]
   WindowGeometry geometry_;  // W's window
+  bool channelsLast_ = false;
   std::int64_t images_ = 0, channels_ = 0, outPixels_ = 0, inPixels_ = 0;
   std::vector<std::int64_t> taps_;  // the tap each (o, p) pair meets, at o x P + p
   // Note [Convolutions as one GEMM] with W' as the weights [K x O, C, in...] of a channels-last convolution whose

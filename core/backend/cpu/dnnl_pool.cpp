@@ -186,12 +186,15 @@ class PoolKernel : public OpKernel {
       return;
     }
     const WindowGeometry& g = setup_.geometry;
-    // Note [2x2 max pooling loop]; a node that also returns Indices runs the direct loop.
-    const bool plainMax = setup_.kind == PoolKind::Max && !channelsLast && init.outputs.size() == 1;
-    if (plainMax && isMaxPool2x2(g, x.shape)) {
+    // Note [2x2 max pooling loop], on either layout; a node that also returns Indices runs the direct loop.
+    const bool max = setup_.kind == PoolKind::Max && init.outputs.size() == 1;
+    if (max && isMaxPool2x2(g, x.shape)) {
       pairs_ = true;
+      channelsLast_ = channelsLast;
+      logicalX_ = x.shape;
       return;
     }
+    const bool plainMax = max && !channelsLast;
     if (plainMax && isMaxPool3x3Stride2(g, x.shape)) {  // Note [3x3 max pooling loop]
       overlapping3x3_ = true;
       return;
@@ -247,7 +250,7 @@ class PoolKernel : public OpKernel {
   }
 
   // Whether the node runs on oneDNN or the global mean's loop (the direct loops are channels-first only).
-  bool runsOnDnnl() const { return useDnnl_ || empty_ || planes_ > 0; }
+  bool runsOnDnnl() const { return useDnnl_ || empty_ || planes_ > 0 || pairs_; }
 
   void compute(KernelContext& ctx) override {
     if (empty_)
@@ -259,7 +262,12 @@ class PoolKernel : public OpKernel {
       return;
     }
     if (pairs_) {
-      maxPool2x2(x.data<float>(), y.data<float>(), x.shape()[0] * x.shape()[1], x.shape()[2], x.shape()[3]);
+      const Shape& s = logicalX_;  // [N, C, H, W]
+      if (channelsLast_) {
+        maxPool2x2ChannelsLast(x.data<float>(), y.data<float>(), s[0], s[2], s[3], s[1]);
+      } else {
+        maxPool2x2(x.data<float>(), y.data<float>(), s[0] * s[1], s[2], s[3]);
+      }
       return;
     }
     if (overlapping3x3_) {
@@ -312,6 +320,8 @@ class PoolKernel : public OpKernel {
   std::int64_t pixels_ = 0;
   bool empty_ = false;
   bool pairs_ = false;           // Note [2x2 max pooling loop]
+  bool channelsLast_ = false;    // its layout
+  Shape logicalX_;               // its input's logical shape
   bool overlapping3x3_ = false;  // Note [3x3 max pooling loop]
   bool useDnnl_ = false;
   dnnl::pooling_v2_forward primitive_;

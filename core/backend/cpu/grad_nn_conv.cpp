@@ -141,17 +141,27 @@ Shape groupedWeightDims(const Shape& w, std::int64_t group) {
 // stay small (kMaxBatchedBytes). Grouped convolutions with several channels per group get the same when their maps
 // are small (at most ConvGemm::kMaxGemmPixels output pixels): oneDNN's GEMM per image and group had an inner
 // dimension of four pixels on RegNetY-400MF's last stage at 64x64 (0.7 ms per node, 5 nodes, 8% of its step); one
-// GEMM per group over the batch, dW_g = dY_g^T columns_g, reads the same two copies.
+// GEMM per group over the batch, dW_g = dY_g^T columns_g, reads the same two copies. Channels-last nodes (Note [CPU
+// channels-last]) read dY [N x P, O] as it lies (the GEMM takes it transposed) and copy each window's taps as runs
+// of C / G values, so that the columns of group g, (tap, channel of g), are dW's KRSC rows: ResNeXt-50's layer3 under
+// the AVX2 cap would otherwise run oneDNN's GEMM per image and group.
 struct BatchedWeightGradient {
   static constexpr std::size_t kMaxBatchedBytes = std::size_t{64} << 20;
   std::int64_t images = 0, channels = 0, outChannels = 0, pixels = 0, columns = 0, groups = 1;
+  bool channelsLast = false;
   std::size_t dyOffset = 0, columnOffset = 0;
 
-  std::size_t dyBytes() const { return static_cast<std::size_t>(outChannels * images * pixels) * sizeof(float); }
+  std::size_t dyBytes() const {
+    return channelsLast ? 0 : static_cast<std::size_t>(outChannels * images * pixels) * sizeof(float);
+  }
   std::size_t columnBytes() const { return static_cast<std::size_t>(images * pixels * columns) * sizeof(float); }
 
-  // dW (and dB when `db` is set) from dY and X in Strata's plain layouts.
+  // dW (and dB when `db` is set) from dY and X in Strata's layouts.
   void run(const ConvGradSetup& s, const float* dy, const float* x, float* dw, float* db, char* scratch) const {
+    if (channelsLast) {
+      runChannelsLast(s, dy, x, dw, db, scratch);
+      return;
+    }
     const WindowGeometry& g = s.geometry;
     const std::int64_t inH = s.x[2], inW = s.x[3], outW = s.y[3];
     const std::int64_t kh = g.kernel[0], kw = g.kernel[1];
@@ -196,6 +206,55 @@ struct BatchedWeightGradient {
           sum += dyT[o * rows + r];
         db[o] = static_cast<float>(sum);
       }
+    }
+  }
+
+  // X [N, H, W, C], dY [N x P, O], dW [O, kh, kw, C / G].
+  void runChannelsLast(const ConvGradSetup& s, const float* dy, const float* x, float* dw, float* db,
+                       char* scratch) const {
+    const WindowGeometry& g = s.geometry;
+    const std::int64_t inH = s.x[2], inW = s.x[3], outW = s.y[3];
+    const std::int64_t kh = g.kernel[0], kw = g.kernel[1];
+    const std::int64_t groupChannels = channels / groups, taps = kh * kw;
+    auto* col = reinterpret_cast<float*>(scratch + columnOffset);
+    const std::int64_t rows = images * pixels;
+    parallelFor(0, rows, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t row = begin; row < end; ++row) {
+        const std::int64_t n = row / pixels, oh = row % pixels / outW, ow = row % outW;
+        float* out = col + row * columns;
+        for (std::int64_t i = 0; i < kh; ++i) {
+          const std::int64_t ih = oh * g.strides[0] - g.padBegin[0] + i * g.dilations[0];
+          for (std::int64_t j = 0; j < kw; ++j) {
+            const std::int64_t iw = ow * g.strides[1] - g.padBegin[1] + j * g.dilations[1];
+            const bool inside = ih >= 0 && ih < inH && iw >= 0 && iw < inW;
+            const float* pixel = x + ((n * inH + ih) * inW + iw) * channels;
+            for (std::int64_t group = 0; group < groups; ++group) {
+              float* run = out + (group * taps + i * kw + j) * groupChannels;
+              if (inside)
+                std::memcpy(run, pixel + group * groupChannels, sizeof(float) * groupChannels);
+              else
+                std::fill_n(run, groupChannels, 0.0f);
+            }
+          }
+        }
+      }
+    });
+    const std::int64_t groupOut = outChannels / groups, groupColumns = columns / groups;
+    for (std::int64_t group = 0; group < groups; ++group) {
+      const dnnl_status_t status =
+          dnnl_sgemm('T', 'N', groupOut, groupColumns, rows, 1.0f, dy + group * groupOut, outChannels,
+                     col + group * groupColumns, columns, 0.0f, dw + group * groupOut * groupColumns, groupColumns);
+      if (status != dnnl_success)
+        fail("the batched weight-gradient GEMM failed (oneDNN status {})", static_cast<int>(status));
+    }
+    if (db != nullptr) {
+      std::vector<double> sums(static_cast<std::size_t>(outChannels), 0.0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t o = 0; o < outChannels; ++o)
+          sums[static_cast<std::size_t>(o)] += dy[r * outChannels + o];
+      }
+      for (std::int64_t o = 0; o < outChannels; ++o)
+        db[o] = static_cast<float>(sums[static_cast<std::size_t>(o)]);
     }
   }
 };
@@ -421,7 +480,7 @@ class ConvGradKernel : public OpKernel {
       dnnl::convolution_backward_weights::primitive_desc pd(desc, userScratchpadAttr(), dnnlEngine(), fwdPd);
       weightsPrimitive_ = dnnl::convolution_backward_weights(pd);
       weightsImplementation_ = pd.impl_info_str();
-      if (!channelsLast_ && planBatchedWeights(weightsImplementation_)) {
+      if (planBatchedWeights(weightsImplementation_)) {
         // Note [Batched weight gradient]: the primitive above is not run.
         weightsImplementation_ =
             setup_.group > 1 ? "batched im2col + oneDNN sgemm per group" : "batched im2col + oneDNN sgemm";
@@ -508,6 +567,7 @@ class ConvGradKernel : public OpKernel {
     if (s.group > 1 && (s.w[1] == 1 || s.y[2] * s.y[3] > ConvGemm::kMaxGemmPixels))
       return false;  // depthwise: Note [Depthwise weight gradient]; larger maps: oneDNN's GEMMs are long enough
     BatchedWeightGradient b;
+    b.channelsLast = channelsLast_;
     b.groups = s.group;
     b.images = s.x[0];
     b.channels = s.x[1];

@@ -369,7 +369,8 @@ class PoolGradKernel : public OpKernel {
     // kernel spreads in one fill (on channels-last nodes the direct loop cannot run at all).
     wholeMap_ = !isMax && windowIsWholeMap(setup_);
     const bool plainMax = isMax && dtype_ == DType::Float32 && !channelsLast;
-    pairs_ = plainMax && isMaxPool2x2(setup_.geometry, setup_.x);
+    pairs_ = isMax && dtype_ == DType::Float32 && isMaxPool2x2(setup_.geometry, setup_.x);  // either layout
+    channelsLast_ = channelsLast;
     overlapping3x3_ = plainMax && isMaxPool3x3Stride2(setup_.geometry, setup_.x);
     if (!pairs_ && !overlapping3x3_ && dtype_ == DType::Float32 && numElements(setup_.y) > 0 && x.size() <= 5 &&
         (!wholeMap_ || channelsLast))
@@ -387,7 +388,7 @@ class PoolGradKernel : public OpKernel {
   }
 
   // Whether the node runs on oneDNN (the direct loops are channels-first only).
-  bool runsOnDnnl() const { return useDnnl_ || numElements(setup_.y) == 0; }
+  bool runsOnDnnl() const { return useDnnl_ || numElements(setup_.y) == 0 || pairs_; }
 
   void compute(KernelContext& ctx) override {
     Tensor& dx = ctx.output(0);
@@ -405,8 +406,13 @@ class PoolGradKernel : public OpKernel {
         averagePoolGrad<double>(setup_, dy.data<double>(), dx.data<double>());
       }
     } else if (pairs_) {
-      const Shape& x = setup_.x;
-      maxPool2x2Grad(dy.data<float>(), ctx.input(1).data<float>(), dx.data<float>(), x[0] * x[1], x[2], x[3]);
+      const Shape& x = setup_.x;  // logical [N, C, H, W]
+      if (channelsLast_) {
+        maxPool2x2GradChannelsLast(dy.data<float>(), ctx.input(1).data<float>(), dx.data<float>(), x[0], x[2], x[3],
+                                   x[1]);
+      } else {
+        maxPool2x2Grad(dy.data<float>(), ctx.input(1).data<float>(), dx.data<float>(), x[0] * x[1], x[2], x[3]);
+      }
     } else if (overlapping3x3_) {
       const float* x = ctx.input(1).data<float>();
       const MaxPoolGradLoop<float> direct(setup_);
@@ -425,6 +431,7 @@ class PoolGradKernel : public OpKernel {
   bool isMax_;
   bool wholeMap_ = false;        // average pooling over the whole map (global pooling)
   bool pairs_ = false;           // Note [2x2 max pooling loop]
+  bool channelsLast_ = false;    // its layout
   bool overlapping3x3_ = false;  // Note [3x3 max pooling loop]
   DType dtype_ = DType::Float32;
   PoolGradSetup setup_;

@@ -30,6 +30,11 @@ bool channelsLastOf(const Attributes& attrs);
 Shape toChannelsLast(const Shape& shape);
 Shape toChannelsFirst(const Shape& shape);
 
+// The same moves of a host tensor's elements, into a new host tensor of `category` (rank below 3: a copy). For
+// parameters stored channels-last (Note [Channels-last weights]) at the plan's boundaries: export, checkpoint dumps.
+Tensor toChannelsLast(const Tensor& tensor, MemoryCategory category = MemoryCategory::Other);
+Tensor toChannelsFirst(const Tensor& tensor, MemoryCategory category = MemoryCategory::Other);
+
 // The permutations of those two moves for a rank (Transpose's perm attribute).
 std::vector<std::int64_t> channelsLastPerm(std::size_t rank);
 std::vector<std::int64_t> channelsFirstPerm(std::size_t rank);

@@ -2,6 +2,8 @@
 // the float64 kernels, on the layouts the loops treat apart (one pixel per channel, planes below kSmallPlane = 32
 // elements run a task's channels at once (Note [Small planes]), larger planes one at a time, and both sides of 32) and
 // on data whose mean is far from zero against its spread (1000 +- 1), where a one-pass variance would cancel.
+// Operands with one element per plane (1x1 maps, and every channels-last operand) run the row loops of Note
+// [Row-major batch norm]: shapes with more than one block of 512 rows and more than 128 rows per float sum.
 
 #include <gtest/gtest.h>
 
@@ -10,6 +12,7 @@
 
 #include "graphs/gradient_check.h"
 #include "strata/attributes.h"
+#include "strata/channels_last.h"
 #include "strata/error.h"
 #include "strata/op_registry.h"
 
@@ -37,8 +40,8 @@ Attributes batchNormAttrs(bool training) {
 
 TEST(BatchNormLoopsTest, ForwardMatchesFloat64) {
   unsigned seed = 900;
-  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{5, 9, 4, 4}, Shape{3, 6, 31}, Shape{3, 6, 32},
-                         Shape{3, 7, 9, 10}, Shape{2, 3, 50}}) {
+  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{1300, 20, 1, 1}, Shape{4, 5, 2, 3}, Shape{5, 9, 4, 4},
+                         Shape{3, 6, 31}, Shape{3, 6, 32}, Shape{3, 7, 9, 10}, Shape{2, 3, 50}}) {
     for (const auto& [offset, spread] : {std::pair{0.0, 1.0}, std::pair{1000.0, 1.0}}) {
       SCOPED_TRACE(::testing::Message() << shapeToString(x) << " offset " << offset << " spread " << spread);
       const std::vector<Tensor> inputs = batchNormInputs(x, offset, spread, seed);
@@ -52,8 +55,8 @@ TEST(BatchNormLoopsTest, ForwardMatchesFloat64) {
 
 TEST(BatchNormLoopsTest, BackwardMatchesFloat64) {
   unsigned seed = 950;
-  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{5, 9, 4, 4}, Shape{3, 6, 31}, Shape{3, 6, 32},
-                         Shape{3, 7, 9, 10}}) {
+  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{1300, 20, 1, 1}, Shape{4, 5, 2, 3}, Shape{5, 9, 4, 4},
+                         Shape{3, 6, 31}, Shape{3, 6, 32}, Shape{3, 7, 9, 10}}) {
     for (const auto& [offset, spread] : {std::pair{0.0, 1.0}, std::pair{1000.0, 1.0}}) {
       SCOPED_TRACE(::testing::Message() << shapeToString(x) << " offset " << offset << " spread " << spread);
       std::vector<Tensor> inputs = batchNormInputs(x, offset, spread, seed);
@@ -64,6 +67,55 @@ TEST(BatchNormLoopsTest, BackwardMatchesFloat64) {
                                            3, 1e-3);
       testing::expectFloat32MatchesFloat64("BatchNormalizationGrad", {dy, inputs[0], inputs[1], inputs[3], inputs[4]},
                                            batchNormAttrs(false), 3, 1e-4);
+    }
+  }
+}
+
+// Float32 channels-last outputs (turned back) against the float64 kernel on the channels-first data.
+void expectChannelsLastMatchesFloat64(const std::string& op, const std::vector<Tensor>& inputs64,
+                                      const Attributes& attrs, std::size_t outputCount, double rtol) {
+  SCOPED_TRACE(op);
+  std::vector<Tensor> inputs32;
+  std::vector<const Tensor*> p64, p32;
+  for (const Tensor& t : inputs64) {
+    const Tensor t32 = testing::toFloat32(t);
+    inputs32.push_back(t32.rank() >= 3 ? toChannelsLast(t32) : t32);
+  }
+  for (std::size_t i = 0; i < inputs64.size(); ++i) {
+    p64.push_back(&inputs64[i]);
+    p32.push_back(&inputs32[i]);
+  }
+  Attributes last = attrs;
+  last.set("channels_last", std::int64_t{1});
+  const std::vector<Tensor> expected = runOpEagerly(op, p64, attrs, outputCount, true);
+  const std::vector<Tensor> actual = runOpEagerly(op, p32, last, outputCount, true);
+  for (std::size_t k = 0; k < outputCount; ++k) {
+    const Tensor got = actual[k].rank() >= 3 ? toChannelsFirst(actual[k]) : actual[k];
+    ASSERT_EQ(got.shape(), expected[k].shape()) << "output " << k;
+    double scale = 0;
+    for (std::int64_t i = 0; i < expected[k].numel(); ++i)
+      scale = std::max(scale, std::fabs(expected[k].data<double>()[i]));
+    for (std::int64_t i = 0; i < expected[k].numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], expected[k].data<double>()[i], rtol * std::max(scale, 1e-3))
+          << "output " << k << " at flat index " << i;
+  }
+}
+
+TEST(BatchNormLoopsTest, ChannelsLastMatchesFloat64) {
+  unsigned seed = 1100;
+  // Rows (N x spatial): 1440 (three blocks), 270, 16.
+  for (const Shape& x : {Shape{40, 24, 6, 6}, Shape{3, 7, 9, 10}, Shape{16, 24, 1, 1}}) {
+    for (const auto& [offset, spread] : {std::pair{0.0, 1.0}, std::pair{1000.0, 1.0}}) {
+      SCOPED_TRACE(::testing::Message() << shapeToString(x) << " offset " << offset << " spread " << spread);
+      const std::vector<Tensor> inputs = batchNormInputs(x, offset, spread, seed);
+      const Tensor dy = testing::randomTensor(DType::Float64, x, seed + 9);
+      seed += 10;
+      expectChannelsLastMatchesFloat64("BatchNormalization", inputs, batchNormAttrs(true), 3, 1e-4);
+      expectChannelsLastMatchesFloat64("BatchNormalization", inputs, batchNormAttrs(false), 1, 1e-4);
+      expectChannelsLastMatchesFloat64("BatchNormalizationGrad", {dy, inputs[0], inputs[1]}, batchNormAttrs(true), 3,
+                                       1e-3);
+      expectChannelsLastMatchesFloat64("BatchNormalizationGrad", {dy, inputs[0], inputs[1], inputs[3], inputs[4]},
+                                       batchNormAttrs(false), 3, 1e-4);
     }
   }
 }
@@ -79,8 +131,8 @@ void expectBitwiseEqual(const Tensor& got, const Tensor& want, const char* what)
 
 TEST(BatchNormLoopsTest, FusedReluEqualsBatchNormThenRelu) {
   unsigned seed = 990;
-  for (const Shape& x :
-       {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{3, 6, 31}, Shape{3, 6, 32}, Shape{3, 7, 9, 10}}) {
+  for (const Shape& x : {Shape{16, 24, 1, 1}, Shape{4, 5, 2, 3}, Shape{3, 6, 31}, Shape{3, 6, 32}, Shape{3, 7, 9, 10},
+                         Shape{40, 24, 6, 6}}) {
     for (const bool channelsLast : {false, true}) {
       for (const bool training : {true, false}) {
         SCOPED_TRACE(::testing::Message() << shapeToString(x) << (channelsLast ? " channels-last" : "")

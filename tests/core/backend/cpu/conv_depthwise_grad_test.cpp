@@ -11,6 +11,7 @@
 
 #include "graphs/gradient_check.h"
 #include "strata/attributes.h"
+#include "strata/channels_last.h"
 
 namespace strata {
 namespace {
@@ -120,9 +121,10 @@ TEST(DepthwiseWeightGradientTest, GradientsMatchFloat64) {
 // which.
 struct GroupedCase {
   const char* name;
-  Shape x, w;
+  Shape x, w;  // channels-first (the channels-last cases store them [N, H, W, C] and [O, kh, kw, C / group])
   std::int64_t group;
   std::string weights;  // the start of what implementation() must say
+  bool channelsLast = false;
 };
 
 TEST(DepthwiseWeightGradientTest, GroupedConvolutionsRunOneGemmPerGroupOrTheSmallGroupLoop) {
@@ -152,12 +154,27 @@ TEST(DepthwiseWeightGradientTest, GroupedConvolutionsRunOneGemmPerGroupOrTheSmal
        {24, 4, 5, 5},
        6,
        "weights: small-group loop (4 channels per group)"},
+      {"channels-last: RegNetY's last stage",
+       {4, 32, 2, 2},
+       {32, 8, 3, 3},
+       4,
+       "weights: batched im2col + oneDNN sgemm per group",
+       true},
+      {"channels-last: two channels per group on 2x2",
+       {2, 8, 2, 2},
+       {8, 2, 3, 3},
+       4,
+       "weights: batched im2col + oneDNN sgemm per group",
+       true},
   };
   unsigned seed = 1700;
   for (const GroupedCase& c : cases) {
     SCOPED_TRACE(c.name);
-    const Attributes attrs = depthwiseAttrs({{"group", c.group}, {"pads", Ints{1, 1, 1, 1}}});
-    const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(c.x, c.w, attrs, seed);
+    Attributes attrs = depthwiseAttrs({{"group", c.group}, {"pads", Ints{1, 1, 1, 1}}});
+    if (c.channelsLast)
+      attrs.set("channels_last", std::int64_t{1});
+    const Shape x = c.channelsLast ? toChannelsLast(c.x) : c.x, w = c.channelsLast ? toChannelsLast(c.w) : c.w;
+    const testing::ConvGradientInputs in = testing::expectConvGradientsMatchFloat64(x, w, attrs, seed);
     seed += 3;
     const std::string implementation =
         testing::cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, attrs, 3);

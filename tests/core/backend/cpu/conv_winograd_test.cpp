@@ -62,15 +62,9 @@ Tensor cast(const Tensor& t, DType dtype) {
   return runOpEagerly("Cast", {&t}, a).at(0);
 }
 
-Tensor channelsLast(const Tensor& t) {
-  Attributes a;
-  a.set("perm", channelsLastPerm(t.rank()));
-  return runOpEagerly("Transpose", {&t}, a).at(0);
-}
-
 // A float64 channels-first tensor as a kernel under test reads it: float32, transposed when `last`.
 Tensor stored(const Tensor& t, bool last) {
-  return cast(last ? channelsLast(t) : t, DType::Float32);
+  return cast(last ? toChannelsLast(t) : t, DType::Float32);
 }
 
 bool winograd(const std::string& implementation) {
@@ -79,7 +73,7 @@ bool winograd(const std::string& implementation) {
 
 // `got` (float32, channels-last when `last`) against `want` (float64, channels-first).
 void expectClose(const Tensor& got, const Tensor& want, bool last, const std::string& what) {
-  const Tensor expected = last ? channelsLast(want) : want;
+  const Tensor expected = last ? toChannelsLast(want) : want;
   const Tensor actual = cast(got, DType::Float64);
   ASSERT_EQ(actual.shape(), expected.shape()) << what;
   double scale = 1e-6;

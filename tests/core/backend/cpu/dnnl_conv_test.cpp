@@ -43,12 +43,6 @@ class WinogradMode {
   WinogradMode& operator=(const WinogradMode&) = delete;
 };
 
-Tensor toChannelsLast(const Tensor& t) {
-  Attributes a;
-  a.set("perm", channelsLastPerm(t.rank()));
-  return runOpEagerly("Transpose", {&t}, a).at(0);
-}
-
 TEST(DnnlConvTest, FusedReluWritesWhatReluOfTheConvolutionWrites) {
   unsigned seed = 4000;
   for (const FusedReluCase& c : fusedReluCases()) {

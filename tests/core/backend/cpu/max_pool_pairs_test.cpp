@@ -1,8 +1,9 @@
 // Note [2x2 max pooling loop] (core/backend/cpu/max_pool_pairs.h): float32 MaxPool and MaxPoolGrad with 2x2 windows
 // at stride 2 run Strata's vectorised loops. The float64 direct loops are the reference: both pick a window's first
 // maximum or first NaN, so forward values and routed gradients must agree exactly, on maps whose rows end in a
-// partial vector, odd sizes whose last row and column lie in no window, ties and NaNs. The kernels must say which
-// path they took. The same tests run as avx2.* under ONEDNN_MAX_CPU_ISA=AVX2.
+// partial vector, odd sizes whose last row and column lie in no window, ties and NaNs; channels-first, and
+// channels-last with channel counts that end in a partial vector. The kernels must say which path they took. The
+// same tests run as avx2.* under ONEDNN_MAX_CPU_ISA=AVX2.
 
 #include <gtest/gtest.h>
 
@@ -40,6 +41,24 @@ TEST(MaxPoolPairsTest, ForwardAndGradientFollowTheFirstNaN) {
   testing::expectMaxPoolMatchesFloat64(poolAttrs({2, 2}, {2, 2}), pairShapes(), 5, 40);
 }
 
+// Channels-last: eight channels per vector, so the channel counts matter (shapes channels-first here).
+const std::vector<Shape>& channelsLastShapes() {
+  static const std::vector<Shape> shapes{
+      {1, 8, 2, 2},    // one window, one full vector
+      {2, 3, 14, 14},  // a partial vector only
+      {2, 13, 9, 34},  // a full vector and a part; an odd last row
+      {1, 17, 7, 5},   // odd rows and columns
+      {1, 2, 3, 2},    // one window and a row in none
+      {2, 9, 2, 3},    // one window a row and a column in none
+  };
+  return shapes;
+}
+
+TEST(MaxPoolPairsTest, ChannelsLastMatchesFloat64WithTiesAndNaNs) {
+  testing::expectMaxPoolMatchesFloat64(poolAttrs({2, 2}, {2, 2}), channelsLastShapes(), 0, 60, true);
+  testing::expectMaxPoolMatchesFloat64(poolAttrs({2, 2}, {2, 2}), channelsLastShapes(), 5, 80, true);
+}
+
 TEST(MaxPoolPairsTest, ALoneNaNAndInfinitiesInAWindow) {
   // Windows: [1, NaN, 3, NaN] -> the first NaN; [-inf, -inf, -inf, -inf] -> the first; [2, 5, 5, 1] -> the first 5.
   Tensor x = Tensor::empty(DType::Float32, {1, 1, 2, 6});
@@ -69,6 +88,10 @@ TEST(MaxPoolPairsTest, OnlyTwoByTwoWindowsAtStrideTwoTakeTheLoop) {
                                {"2x2 stride 2 padded", poolAttrs({2, 2}, {2, 2}, {1, 1, 1, 1}), false},
                            },
                            "2x2 windows");
+  Attributes last = poolAttrs({2, 2}, {2, 2});
+  last.set("channels_last", std::int64_t{1});
+  const Tensor xLast = toChannelsLast(x);
+  testing::expectLoopTaken(xLast, {{"channels-last 2x2 stride 2", last, true}}, "2x2 windows");
   // Odd maps in ceil mode have partial windows: not the loop's geometry.
   const Tensor odd = testing::toFloat32(quantised64({1, 8, 7, 7}, 8));
   EXPECT_EQ(testing::cpuKernelImplementation("MaxPool", {&odd}, poolAttrs({2, 2}, {2, 2}, {0, 0, 0, 0}, 1), 1)

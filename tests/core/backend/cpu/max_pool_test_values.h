@@ -12,6 +12,7 @@
 
 #include "graphs/gradient_check.h"
 #include "strata/attributes.h"
+#include "strata/channels_last.h"
 #include "strata/op_registry.h"
 
 namespace strata::testing {
@@ -53,22 +54,28 @@ inline void expectSameValues(const Tensor& expected64, const Tensor& actual32) {
   }
 }
 
-// MaxPool and MaxPoolGrad in float32 against float64 on each shape, exactly: values and routed gradients. dY is on
-// the grid too, so that the sums where windows overlap are exact in both.
+// MaxPool and MaxPoolGrad in float32 against float64 on each shape (channels-first), exactly: values and routed
+// gradients. dY is on the grid too, so that the sums where windows overlap are exact in both. `channelsLast`: the
+// float32 nodes run channels_last = 1 on the same values stored [N, H, W, C], their results turned back.
 inline void expectMaxPoolMatchesFloat64(const Attributes& attrs, const std::vector<Shape>& shapes,
-                                        std::int64_t nanEvery, unsigned seed) {
+                                        std::int64_t nanEvery, unsigned seed, bool channelsLast = false) {
+  Attributes attrs32 = attrs;
+  if (channelsLast)
+    attrs32.set("channels_last", std::int64_t{1});
+  const auto stored = [&](const Tensor& t) { return channelsLast ? toChannelsLast(t) : t; };
+  const auto back = [&](const Tensor& t) { return channelsLast ? toChannelsFirst(t) : t; };
   for (const Shape& shape : shapes) {
     SCOPED_TRACE(shapeToString(shape));
     const Tensor x64 = quantised64(shape, seed++, nanEvery);
-    const Tensor x32 = toFloat32(x64);
+    const Tensor x32 = stored(toFloat32(x64));
     const Tensor y64 = runOpEagerly("MaxPool", {&x64}, attrs).at(0);
-    const Tensor y32 = runOpEagerly("MaxPool", {&x32}, attrs).at(0);
-    expectSameValues(y64, y32);
+    const Tensor y32 = runOpEagerly("MaxPool", {&x32}, attrs32).at(0);
+    expectSameValues(y64, back(y32));
     const Tensor dy64 = quantised64(y64.shape(), seed++);
-    const Tensor dy32 = toFloat32(dy64);
+    const Tensor dy32 = stored(toFloat32(dy64));
     const Tensor dx64 = runOpEagerly("MaxPoolGrad", {&dy64, &x64}, attrs).at(0);
-    const Tensor dx32 = runOpEagerly("MaxPoolGrad", {&dy32, &x32}, attrs).at(0);
-    expectSameValues(dx64, dx32);
+    const Tensor dx32 = runOpEagerly("MaxPoolGrad", {&dy32, &x32}, attrs32).at(0);
+    expectSameValues(dx64, back(dx32));
   }
 }
 
