@@ -126,7 +126,7 @@ std::vector<std::string> planArguments(const CompareConfiguration& c, const fs::
   for (const std::string& option : c.strategyOptions) {
     args.insert(args.end(), {"--strategy-opt", option});
   }
-  for (const char* flag : {"--nnodes", "--batch-size", "--threads", "--optimizer"}) {
+  for (const char* flag : {"--nnodes", "--batch-size", "--threads", "--optimizer", "--channels-last"}) {
     if (const std::optional<std::string> value = argValue(c.trainArgs, flag)) {
       args.insert(args.end(), {flag, *value});
     }

@@ -1,5 +1,6 @@
 #include "device_selection.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <spdlog/spdlog.h>
@@ -64,28 +65,51 @@ void addLossScaleOption(CLI::App& command, DeviceOptions& options) {
 void addChannelsLastOption(CLI::App& command, DeviceOptions& options) {
   command.add_option("--channels-last", options.channelsLast,
                      "auto (default) | on | off: run convolutions, batch norm and pooling on NHWC activations and "
-                     "KRSC weights (auto: training in bf16 and fp16 on CUDA, where cuDNN's tensor cores want NHWC; "
-                     "strata run on the CPU, where no activation is reordered then)");
+                     "KRSC weights (auto: on the CPU for float32 models in full precision, where the weights are "
+                     "then stored KRSC; on CUDA for bf16 and fp16, where cuDNN's tensor cores want NHWC)");
 }
 
-bool channelsLastOf(const DeviceOptions& options, Device device) {
-  if (options.channelsLast == "on")
+namespace {
+
+bool explicitChannelsLast(const DeviceOptions& options, bool& on) {
+  if (options.channelsLast == "on" || options.channelsLast == "off") {
+    on = options.channelsLast == "on";
     return true;
-  if (options.channelsLast == "off")
-    return false;
+  }
   if (options.channelsLast != "auto")
     fail("--channels-last {}: expected off, on or auto", options.channelsLast);
-  return device.type == DeviceType::CUDA && mixedPrecisionOf(options).has_value();
+  return false;
+}
+
+}  // namespace
+
+// Note [CPU channels-last training]: with its weights stored KRSC (Note [Channels-last weights]) a channels-last
+// training step transposes no parameter, and the CPU's kernels read NHWC activations without the reorders
+// oneDNN's convolutions make around plain NCHW: on the issue-18 models 0.81-0.97x the channels-first step natively
+// (AVX-512) and 0.87-0.98x under the AVX2 cap (ConvNeXt-Tiny, whose own Transposes meet either layout, 1.01 and
+// 1.07; docs/performance.md). Float64 models keep channels-first (their layout-aware kernels are channels-first
+// only), and so do mixed-precision plans on the CPU (the CPU's fusions are full precision).
+bool channelsLastOf(const DeviceOptions& options, Device device, bool float32Model) {
+  bool on = false;
+  if (explicitChannelsLast(options, on))
+    return on;
+  const bool mixed = mixedPrecisionOf(options).has_value();
+  return device.type == DeviceType::CUDA ? mixed : float32Model && !mixed;
+}
+
+bool hasFloat32Inputs(const Graph& graph) {
+  return std::all_of(graph.inputs.begin(), graph.inputs.end(),
+                     [&](int v) { return graph.values[static_cast<std::size_t>(v)].meta.dtype == DType::Float32; });
 }
 
 // Note [CPU channels-last]: in a forward-only plan the weights' transposes fold into the plan, so on the CPU every
 // convolution, pooling and batch norm runs without reordering an activation: 8-27% faster forward passes on the
-// study's models (docs/performance.md). In training the weights change every step and are transposed every step,
-// which costs what the reorders saved, so training keeps channels-first there.
+// study's models (docs/performance.md).
 bool channelsLastForInference(const DeviceOptions& options, Device device, bool float32) {
-  if (options.channelsLast == "auto" && device.type == DeviceType::CPU)
-    return float32;  // float64 layout-aware kernels are channels-first only (transposed around)
-  return channelsLastOf(options, device);
+  bool on = false;
+  if (explicitChannelsLast(options, on))
+    return on;
+  return device.type == DeviceType::CPU ? float32 : mixedPrecisionOf(options).has_value();
 }
 
 std::optional<DType> mixedPrecisionOf(const DeviceOptions& options) {
@@ -134,7 +158,7 @@ void checkDeviceFlags(const DeviceOptions& options) {
     }
     parseCudaIndex(spec);
   }
-  channelsLastOf(options, Device::cpu());
+  channelsLastOf(options, Device::cpu(), true);
   lossScalerOptionsOf(options);
 }
 

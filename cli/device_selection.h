@@ -7,6 +7,7 @@
 
 #include "strata/device.h"
 #include "strata/dtype.h"
+#include "strata/graphs/graph.h"
 #include "strata/optim/loss_scaler.h"
 
 namespace strata::cli {
@@ -25,10 +26,12 @@ void addLossScaleOption(CLI::App& command, DeviceOptions& options);
 
 // --channels-last, for the commands that build a training plan (train, step).
 void addChannelsLastOption(CLI::App& command, DeviceOptions& options);
-// Whether the training plan runs channels-last on `device`: auto chooses it for 16-bit runs on CUDA, where cuDNN's
-// tensor-core convolutions are NHWC; on the CPU, and in float32, it is transposes around the same kernels, so only
-// `on` asks for it there.
-bool channelsLastOf(const DeviceOptions& options, Device device);
+// Whether the training plan of a model (`float32Model`: its inputs are float32) runs channels-last on `device`:
+// auto chooses it for 16-bit runs on CUDA, where cuDNN's tensor-core convolutions are NHWC, and for float32 models
+// in full precision on the CPU (Note [CPU channels-last training]).
+bool channelsLastOf(const DeviceOptions& options, Device device, bool float32Model);
+// Whether a model's inputs are all float32 (what channelsLastOf's auto asks of a model).
+bool hasFloat32Inputs(const Graph& graph);
 // The same for a forward-only plan (strata run): auto is also on for float32 models on the CPU.
 bool channelsLastForInference(const DeviceOptions& options, Device device, bool float32);
 

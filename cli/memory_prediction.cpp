@@ -22,7 +22,9 @@ std::unique_ptr<TrainingPlan> buildPredictionPlan(const MemoryQuery& query, Grap
   TrainingPlanOptions planOptions;
   planOptions.inputMetas = inputMetas;
   planOptions.units = strategyRequirements(query).units;
-  planOptions.mixedPrecision = mixedPrecisionOf(DeviceOptions{.precision = query.precision});
+  const DeviceOptions device{.precision = query.precision, .channelsLast = query.channelsLast};
+  planOptions.mixedPrecision = mixedPrecisionOf(device);
+  planOptions.channelsLast = channelsLastOf(device, Device::cpu(), hasFloat32Inputs(model));
   planOptions.seededLoss = query.gradAccum > 1;
   return std::make_unique<TrainingPlan>(std::move(model), planOptions);
 }

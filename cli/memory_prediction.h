@@ -27,6 +27,7 @@ struct MemoryQuery {
   OptimizerOptions optimizer;
   int gradAccum = 1;
   std::string precision = "fp32";
+  std::string channelsLast = "auto";  // --channels-last of the run (off | on | auto, as strata train reads it)
 };
 
 // The strategies whose memory is predicted.
@@ -35,8 +36,8 @@ bool hasMemoryPrediction(const std::string& strategy);
 // The plugin's requirements for the query (it checks every option and fails naming a bad one).
 StrategyRequirements strategyRequirements(const MemoryQuery& query);
 
-// The model made trainable as `strata train` would for this query: its unit partition, mixed precision, the loss
-// gradient seeded with gradient accumulation.
+// The model made trainable as `strata train` would for this query on the CPU: its unit partition, mixed precision,
+// layout (Note [CPU channels-last training]), the loss gradient seeded with gradient accumulation.
 std::unique_ptr<TrainingPlan> buildPredictionPlan(const MemoryQuery& query, Graph model,
                                                   const std::vector<TensorMeta>& inputMetas);
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "device_selection.h"
 #include "format.h"
 #include "launcher.h"
 #include "memory_prediction.h"
@@ -37,6 +38,7 @@ struct PlanOptions {
   std::string optimizer = "sgd";
   double momentum = 0.9;
   int gradAccum = 1;
+  std::string channelsLast = "auto";
   int servers = 1;
   std::string strategy;  // empty: every strategy and level
   std::vector<std::string> strategyOptions;
@@ -103,6 +105,7 @@ MemoryQuery queryOf(const PlanOptions& options, const Configuration& configurati
   query.optimizer.kind = parseOptimizerKind(options.optimizer);
   query.optimizer.momentum = options.momentum;
   query.gradAccum = options.gradAccum;
+  query.channelsLast = options.channelsLast;
   return query;
 }
 
@@ -123,6 +126,7 @@ void checkPlanOptions(const PlanOptions& options) {
     parseByteSize(options.deviceMemory, "plan --device-memory");
   }
   parseOptimizerKind(options.optimizer);
+  channelsLastOf(DeviceOptions{.channelsLast = options.channelsLast}, Device::cpu(), true);  // its spelling
   if (options.strategy.empty() && !options.strategyOptions.empty()) {
     fail(
         "plan: --strategy-opt describes one configuration; add --strategy NAME (without it every strategy is "
@@ -248,6 +252,8 @@ std::vector<std::string> calibrationLoadArgs(const PlanOptions& options, const s
           options.optimizer,
           "--momentum",
           fmt::format("{}", options.momentum),
+          "--channels-last",
+          options.channelsLast,
           "--calibration-load",
           std::to_string(3 * (options.calibrationSteps + 2) + 4)};
 }
@@ -396,6 +402,7 @@ void addPlanCommand(CLI::App& app) {
   c->add_option("--optimizer", o->optimizer, "sgd | adam | adamw");
   c->add_option("--momentum", o->momentum, "SGD momentum (0: no momentum buffer)");
   c->add_option("--grad-accum", o->gradAccum, "micro-batches per optimizer step");
+  c->add_option("--channels-last", o->channelsLast, "auto | on | off: the layout of the run, as strata train's");
   c->add_option("--servers", o->servers, "parameter servers of the ps configurations");
   c->add_option("--strategy", o->strategy, "predict only this strategy (single, ddp, fsdp, ps) with --strategy-opt");
   c->add_option("--strategy-opt", o->strategyOptions, "strategy option key=value (repeatable)");

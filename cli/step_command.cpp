@@ -53,7 +53,7 @@ void step(const StepOptions& options) {
   planOptions.loss = parseLossKind(options.loss);
   planOptions.device = selectDevice(options.device);
   planOptions.mixedPrecision = mixedPrecisionOf(options.device);  // one step: gradients unscaled, as computed
-  planOptions.channelsLast = channelsLastOf(options.device, planOptions.device);
+  planOptions.channelsLast = channelsLastOf(options.device, planOptions.device, hasFloat32Inputs(graph));
   std::vector<std::string> outputNames;
   for (int id : graph.outputs) {
     outputNames.push_back(graph.values[static_cast<std::size_t>(id)].name);
@@ -78,7 +78,7 @@ void step(const StepOptions& options) {
     writeTensorProto(dir / fmt::format("output_{}.pb", i), result.outputs[i], outputNames.at(i));
   }
   for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
-    dump(dir / "grads", plan.parameterNames()[i], plan.parameters().gradient(i));
+    dump(dir / "grads", plan.parameterNames()[i], plan.channelsFirstGradient(i));  // in the model's layout
   }
   fmt::print("wrote loss, {} output(s) and {} gradient(s) to {}\n", result.outputs.size(), plan.parameters().size(),
              dir.string());
@@ -97,7 +97,7 @@ void step(const StepOptions& options) {
       optimizer.step(options.lr);
     }
     for (std::size_t i = 0; i < plan.parameters().size(); ++i) {
-      dump(dir / "params", plan.parameterNames()[i], plan.parameters().parameter(i));
+      dump(dir / "params", plan.parameterNames()[i], plan.channelsFirstParameter(i));
     }
     fmt::print("after {} {} update(s) on this batch, wrote the parameters to {}\n", options.updates, options.optimizer,
                (dir / "params").string());

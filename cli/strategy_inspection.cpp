@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "device_selection.h"
 #include "format.h"
 #include "memory_prediction.h"
 #include "strata/error.h"
@@ -25,6 +26,7 @@ MemoryQuery queryOf(const StrategyInspection& options) {
   query.optimizer.momentum = options.momentum;
   query.gradAccum = options.gradAccum;
   query.precision = options.precision;
+  query.channelsLast = options.channelsLast;
   return query;
 }
 
@@ -40,6 +42,7 @@ void addStrategyInspectionOptions(CLI::App& command, StrategyInspection& options
   command.add_option("--momentum", options.momentum, "SGD momentum (0: no momentum buffer)");
   command.add_option("--grad-accum", options.gradAccum, "micro-batches per optimizer step")->check(CLI::PositiveNumber);
   command.add_option("--precision", options.precision, "fp32 | bf16 | fp16 (mixed precision of the run)");
+  command.add_option("--channels-last", options.channelsLast, "auto | on | off: the layout of the run, as train's");
   command.add_option("--prediction-json", options.jsonPath, "also write the prediction as JSON to this file");
 }
 
@@ -60,6 +63,7 @@ void checkStrategyInspection(const StrategyInspection& options) {
   if (options.precision != "fp32" && options.precision != "bf16" && options.precision != "fp16") {
     fail("inspect: --precision {} (expected fp32, bf16 or fp16)", options.precision);
   }
+  channelsLastOf(DeviceOptions{.channelsLast = options.channelsLast}, Device::cpu(), true);  // its spelling
   strategyRequirements(queryOf(options));
 }
 

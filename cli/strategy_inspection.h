@@ -21,6 +21,7 @@ struct StrategyInspection {
   double momentum = 0.9;
   int gradAccum = 1;
   std::string precision = "fp32";
+  std::string channelsLast = "auto";
   std::string jsonPath;  // also write the prediction as JSON here
 };
 

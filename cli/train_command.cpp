@@ -176,7 +176,7 @@ BuiltPlan buildPlan(const TrainOptions& options, const std::string& modelPath, D
   built.options.device = device;
   built.options.mixedPrecision = mixedPrecisionOf(options.device);
   built.options.recording = recordingOf(options.cudaGraph, device);
-  built.options.channelsLast = channelsLastOf(options.device, device);
+  built.options.channelsLast = channelsLastOf(options.device, device, hasFloat32Inputs(graph));
   built.options.scaledLoss = scaledLoss;
   built.options.seededLoss = options.gradAccum > 1;  // the loss gradient's seed is 1/K
   built.options.units = requirements.units;
@@ -223,11 +223,10 @@ void addPlanFields(nlohmann::json& summary, const TrainOptions& options, const B
                    const LossScaler* lossScaler) {
   TrainingPlan& plan = *built.plan;
   const ChannelsLastReport& layout = plan.channelsLastReport();
-  summary["channels_last"] = {{"mode", options.device.channelsLast},
-                              {"enabled", built.options.channelsLast},
-                              {"layout_nodes", layout.layoutNodes},
-                              {"elementwise_nodes", layout.elementwiseNodes},
-                              {"transposes", layout.transposes}};
+  summary["channels_last"] = {
+      {"mode", options.device.channelsLast}, {"enabled", built.options.channelsLast},
+      {"layout_nodes", layout.layoutNodes},  {"elementwise_nodes", layout.elementwiseNodes},
+      {"transposes", layout.transposes},     {"stored_weights", plan.channelsLastParameters().size()}};
   if (device.type == DeviceType::CUDA) {
     const RecordingStatus& graphStatus = plan.executor().recording();
     summary["cuda_graph"] = {

@@ -88,7 +88,7 @@ class ChannelsLastRewriter {
   bool hasLast(int v) const { return v != kNoValue && forms_[static_cast<std::size_t>(v)].last != kNoValue; }
 
   void rewrite(const Node& node) {
-    if (node.opType == "Conv" && convertible(node) && rank(node.inputs[1]) == 4 && hasSymmetricPads(node.attrs)) {
+    if (isChannelsLastConv(in_, node)) {
       convertLayoutNode(node, {0, 1});
     } else if ((node.opType == "MaxPool" || node.opType == "AveragePool") && hasLast(node.inputs[0]) &&
                convertible(node) && hasSymmetricPads(node.attrs) && !usesOutput(node, 1)) {
@@ -314,6 +314,19 @@ class ChannelsLastRewriter {
 };
 
 }  // namespace
+
+bool isChannelsLastConv(const Graph& graph, const Node& node) {
+  if (node.opType != "Conv" || node.inputs.size() < 2 || node.outputs.empty() || !hasSymmetricPads(node.attrs))
+    return false;
+  for (int v : {node.inputs[0], node.inputs[1], node.outputs[0]}) {
+    if (v == kNoValue)
+      return false;
+    const TensorMeta& meta = graph.values[static_cast<std::size_t>(v)].meta;
+    if (meta.shape.size() != 4 || !isFloatingPoint(meta.dtype))
+      return false;
+  }
+  return true;
+}
 
 Graph channelsLast(const Graph& graph, ChannelsLastReport* report) {
   ChannelsLastReport local;

@@ -5,8 +5,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include "strata/channels_last.h"
 #include "strata/error.h"
 #include "strata/graphs/autocast.h"
+#include "strata/graphs/channels_last_weights.h"
 #include "strata/graphs/gelu_fusion.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/mish_fusion.h"
@@ -166,7 +168,10 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
           model.sourcePath, dtypeName(*options.mixedPrecision));
     }
   }
+  std::vector<int> storedWeights;  // Note [Channels-last weights]: their ids in `full`
   if (options.channelsLast) {
+    channelsLastWeights_ = channelsLastWeightCandidates(full);
+    full = storeWeightsChannelsLast(full, channelsLastWeights_, &storedWeights);
     full =
         specialize(channelsLast(full, &channelsLastReport_), SpecializeOptions{.inputMetas = metas, .training = true});
   }
@@ -189,6 +194,8 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     initial.emplace_back(value.name, value.constant);
     candidates.push_back(UnitCandidate{value.name, value.meta.numel()});
     names_.push_back(value.name);
+    const auto stored = std::find(storedWeights.begin(), storedWeights.end(), p);
+    modelValues_.push_back(stored == storedWeights.end() ? p : channelsLastWeights_[stored - storedWeights.begin()]);
   }
   store_ = std::make_unique<ParameterStore>(initial, options.device, partitionUnits(candidates, options.units));
 
@@ -200,7 +207,9 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
   for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
     const auto id = static_cast<std::size_t>(training_.parameters[i]);
     training_.graph.values[id].constant = store_->parameter(i);
-    model_.values[id].constant = store_->parameter(i);
+    // A weight stored channels-last has no channels-first copy; modelWithCurrentWeights and evaluate make one.
+    model_.values[static_cast<std::size_t>(modelValues_[i])].constant =
+        storedChannelsLast(i) ? Tensor() : store_->parameter(i);
     lower.gradientBindings.emplace_back(training_.parameterGrads[i], store_->gradient(i));
   }
   for (const auto& [buffer, updated] : training_.bufferUpdates) {
@@ -291,9 +300,16 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
       fused = fuseRelu(fused);
     if (fusesForCpu(options_))
       fused = fuseMish(fuseSilu(fused));
+    std::vector<int> stored;
+    if (options_.channelsLast) {  // the step's layout, reading the weights as they are stored
+      fused = storeWeightsChannelsLast(fused, channelsLastWeights_, &stored);
+      fused = channelsLast(specialize(fused, evalOptions));
+    }
     Graph specialised = specialize(fused, evalOptions);
     for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
-      specialised.values[static_cast<std::size_t>(training_.parameters[i])].constant = store_->parameter(i);
+      const auto k = std::find(channelsLastWeights_.begin(), channelsLastWeights_.end(), modelValues_[i]);
+      const int id = k == channelsLastWeights_.end() ? modelValues_[i] : stored.at(k - channelsLastWeights_.begin());
+      specialised.values[static_cast<std::size_t>(id)].constant = store_->parameter(i);
     }
     for (std::size_t b = 0; b < training_.bufferUpdates.size(); ++b) {
       specialised.values[static_cast<std::size_t>(training_.bufferUpdates[b].first)].constant = buffers_[b].second;
@@ -313,11 +329,34 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
   return cached->second->run(onDevice);
 }
 
+bool TrainingPlan::storedChannelsLast(std::size_t i) const {
+  return modelValues_.at(i) != training_.parameters.at(i);
+}
+
+std::vector<std::string> TrainingPlan::channelsLastParameters() const {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    if (storedChannelsLast(i))
+      names.push_back(names_[i]);
+  }
+  return names;
+}
+
+Tensor TrainingPlan::channelsFirstParameter(std::size_t i) const {
+  const Tensor host = ownedCopy(store_->parameter(i), Device::cpu());
+  return storedChannelsLast(i) ? toChannelsFirst(host, MemoryCategory::Parameters) : host;
+}
+
+Tensor TrainingPlan::channelsFirstGradient(std::size_t i) const {
+  const Tensor host = store_->gradient(i).to(Device::cpu(), MemoryCategory::Gradients);
+  return storedChannelsLast(i) ? toChannelsFirst(host, MemoryCategory::Gradients)
+                               : host.clone(MemoryCategory::Gradients);
+}
+
 Graph TrainingPlan::modelWithCurrentWeights() const {
   Graph graph = model_;
   for (std::size_t i = 0; i < training_.parameters.size(); ++i) {
-    graph.values[static_cast<std::size_t>(training_.parameters[i])].constant =
-        ownedCopy(store_->parameter(i), Device::cpu());
+    graph.values[static_cast<std::size_t>(modelValues_[i])].constant = channelsFirstParameter(i);
   }
   for (std::size_t b = 0; b < training_.bufferUpdates.size(); ++b) {
     graph.values[static_cast<std::size_t>(training_.bufferUpdates[b].first)].constant =

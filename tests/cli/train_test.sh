@@ -29,18 +29,37 @@ done
 "$strata" train "${common[@]}" --max-steps 3 --loss mse --out "$work/mse" > /dev/null
 grep -q '"final_train_loss"' "$work/mse/summary.json"
 
-# --channels-last on (the CPU runs it by transposing around its channels-first kernels) trains like off.
-for layout in off on; do
-  "$strata" train "${common[@]}" --max-steps 4 --channels-last "$layout" --out "$work/layout-$layout" > /dev/null
+# Channels-last (the CPU's default for float32 models, its weights stored KRSC) trains like off, and exports the
+# model's own [K, C, R, S] weights: the same ones, to rounding.
+for layout in off auto; do
+  "$strata" train "${common[@]}" --max-steps 4 --channels-last "$layout" --out "$work/layout-$layout" \
+    --export "$work/layout-$layout.onnx" > /dev/null
 done
-python3 - "$work/layout-off/summary.json" "$work/layout-on/summary.json" <<'PY'
+python3 - "$work/layout-off/summary.json" "$work/layout-auto/summary.json" <<'PY'
 import json, sys
 off, on = (json.load(open(p)) for p in sys.argv[1:])
 assert not off["channels_last"]["enabled"] and on["channels_last"]["enabled"], (off["channels_last"], on["channels_last"])
-assert on["channels_last"]["layout_nodes"] > 0, on["channels_last"]
+assert on["channels_last"]["layout_nodes"] > 0 and on["channels_last"]["stored_weights"] == 2, on["channels_last"]
+assert on["channels_last"]["transposes"] <= 2, on["channels_last"]  # the input's and the flatten's, no weight's
 a, b = off["final_train_loss"], on["final_train_loss"]
 assert abs(a - b) <= 1e-4 * abs(a), f"channels-last final loss {b} vs channels-first {a}"
 PY
+/usr/bin/python3 - "$work/layout-off.onnx" "$work/layout-auto.onnx" <<'PY'
+import sys
+import numpy as np
+import onnx
+from onnx import numpy_helper
+off, on = ({t.name: numpy_helper.to_array(t) for t in onnx.load(p).graph.initializer} for p in sys.argv[1:])
+assert off.keys() == on.keys()
+for name, want in off.items():
+    got = on[name]
+    assert got.shape == want.shape, (name, got.shape, want.shape)
+    assert np.abs(got - want).max() <= 1e-4 * max(np.abs(want).max(), 1e-6), name
+PY
+# A checkpoint holds the weights as the plan stores them: a resume with the other layout is refused, saying why.
+if "$strata" train "${common[@]}" --epochs 2 --resume "$work/part" --channels-last off 2> "$work/err.log"; then exit 1; fi
+grep -q "the checkpoint stores 2 convolution weight(s) channels-last.*resume with the layout of the run" \
+  "$work/err.log" || { cat "$work/err.log"; exit 1; }
 
 # Mixed precision (emulated on the CPU): bf16 learns like fp32; fp16 reports its loss scaling. A fixed scale of
 # 1e30 overflows float16 on every step, so every step is skipped.

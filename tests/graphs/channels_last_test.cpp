@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "strata/channels_last.h"
 #include "strata/graphs/specialize.h"
 #include "strata/graphs/training_plan.h"
 #include "strata/loaders/onnx_importer.h"
@@ -191,13 +192,40 @@ double relativeError(const Tensor& actual, const Tensor& expected) {
   return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
+// Note [Channels-last weights]: every 4-D weight the rewritten plan reads is stored [K, R, S, C], and neither pass
+// transposes a parameter or its gradient.
+void expectWeightsStoredChannelsLast(TrainingPlan& reference, TrainingPlan& rewritten) {
+  ASSERT_EQ(rewritten.parameterNames(), reference.parameterNames()) << "same parameters, same (first-use) order";
+  std::size_t stored = 0;
+  for (std::size_t i = 0; i < reference.parameters().size(); ++i) {
+    const Shape& model = reference.parameters().info(i).meta.shape;
+    const Shape& kept = rewritten.parameters().info(i).meta.shape;
+    EXPECT_EQ(kept, model.size() == 4 ? toChannelsLast(model) : model) << reference.parameterNames()[i];
+    EXPECT_EQ(rewritten.storedChannelsLast(i), model.size() == 4) << reference.parameterNames()[i];
+    stored += model.size() == 4 ? 1 : 0;
+  }
+  EXPECT_GT(stored, 0u);
+  EXPECT_EQ(rewritten.channelsLastParameters().size(), stored);
+  EXPECT_TRUE(reference.channelsLastParameters().empty());
+  const TrainingGraph& training = rewritten.trainingGraph();
+  for (const Node& node : training.graph.nodes) {
+    if (node.opType != "Transpose")
+      continue;
+    for (std::size_t p = 0; p < training.parameters.size(); ++p) {
+      EXPECT_NE(node.inputs[0], training.parameters[p]) << node.name << " transposes a parameter";
+      EXPECT_NE(node.outputs[0], training.parameterGrads[p]) << node.name << " transposes a parameter's gradient";
+    }
+  }
+}
+
 // Two steps (the second after an SGD-like update of every parameter), so running statistics and updated weights
-// flow through the rewritten plan too.
+// flow through the rewritten plan too; then evaluation and the exported weights.
 void expectSameTraining(const Graph& model, std::optional<DType> low, double tolerance) {
   const Batch data = batch();
   TrainingPlan reference(model, options(false, low));
   TrainingPlan rewritten(model, options(true, low));
   EXPECT_GT(rewritten.channelsLastReport().layoutNodes, 0);
+  expectWeightsStoredChannelsLast(reference, rewritten);
   for (int step = 0; step < 2; ++step) {
     const StepResult expected = reference.step({data.x}, data.labels);
     const StepResult actual = rewritten.step({data.x}, data.labels);
@@ -205,7 +233,7 @@ void expectSameTraining(const Graph& model, std::optional<DType> low, double tol
     EXPECT_NEAR(*actual.loss.data<float>(), want, tolerance * std::abs(want)) << "step " << step;
     ASSERT_EQ(rewritten.parameters().size(), reference.parameters().size());
     for (std::size_t i = 0; i < reference.parameters().size(); ++i) {
-      EXPECT_LT(relativeError(rewritten.parameters().gradient(i), reference.parameters().gradient(i)), tolerance)
+      EXPECT_LT(relativeError(rewritten.channelsFirstGradient(i), reference.parameters().gradient(i)), tolerance)
           << reference.parameterNames()[i] << " step " << step;
       for (TrainingPlan* plan : {&reference, &rewritten}) {
         Tensor p = plan->parameters().parameter(i);
@@ -220,6 +248,23 @@ void expectSameTraining(const Graph& model, std::optional<DType> low, double tol
       EXPECT_LT(relativeError(rewritten.buffers()[i].second, reference.buffers()[i].second), tolerance)
           << reference.buffers()[i].first;
     }
+  }
+  // Evaluation reads the stored weights through the same layout; the exported model has the model's own.
+  const std::vector<Tensor> expected = reference.evaluate({data.x});
+  const std::vector<Tensor> actual = rewritten.evaluate({data.x});
+  ASSERT_EQ(actual.size(), expected.size());
+  for (std::size_t o = 0; o < expected.size(); ++o)
+    EXPECT_LT(relativeError(actual[o], expected[o]), tolerance) << "evaluation output " << o;
+  const Graph exportedReference = reference.modelWithCurrentWeights();
+  const Graph exported = rewritten.modelWithCurrentWeights();
+  for (std::size_t i = 0; i < reference.parameters().size(); ++i) {
+    const int id = exportedReference.findValue(reference.parameterNames()[i]);
+    ASSERT_NE(id, kNoValue) << reference.parameterNames()[i];
+    const Tensor& want = exportedReference.values[static_cast<std::size_t>(id)].constant;
+    const Tensor& got =
+        exported.values[static_cast<std::size_t>(exported.findValue(reference.parameterNames()[i]))].constant;
+    ASSERT_EQ(got.meta(), want.meta()) << reference.parameterNames()[i];
+    EXPECT_LT(relativeError(got, want), tolerance) << reference.parameterNames()[i];
   }
 }
 

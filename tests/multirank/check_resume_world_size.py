@@ -55,13 +55,18 @@ def main() -> int:
     steps = state["trainer"]["steps"]
     assert state["world_size"] == 4 and state["trainer"]["epochs_done"] == 1, state
 
-    # The checkpoint's parameters, read straight from its TensorProto files.
+    # The checkpoint's parameters, read straight from its TensorProto files; the weights it lists as stored
+    # channels-last (Note [Channels-last weights]: [K, R, S, C], the plan's layout) turned back into the model's.
     manifest = json.load(open(os.path.join(four, "checkpoint", "rank0", "manifest.json")))
+    channels_last = set(state["trainer"]["channels_last_parameters"])
+    assert channels_last == {"conv1.weight", "conv2.weight"}, channels_last  # a float32 model on the CPU
     saved = {}
     for key, entry in manifest["tensors"].items():
         if key.startswith("param/"):
             proto = onnx.load_tensor(os.path.join(four, "checkpoint", "rank0", entry["file"]))
-            saved[key[len("param/"):]] = numpy_helper.to_array(proto)
+            name = key[len("param/"):]
+            value = numpy_helper.to_array(proto)
+            saved[name] = np.transpose(value, (0, 3, 1, 2)) if name in channels_last else value
     assert saved, "the checkpoint holds no parameters"
 
     # Resumed on 2 ranks without a step: the weights are the checkpoint's, bit for bit.

@@ -446,7 +446,8 @@ void Trainer::saveCheckpoint(std::int64_t epochsDone) {
       nlohmann::json trainer = {{"epochs_done", epochsDone},
                                 {"steps", step_},
                                 {"executor_runs", parts_.program.executor().runCount()},
-                                {"world_size", parts_.place.worldSize}};
+                                {"world_size", parts_.place.worldSize},
+                                {"channels_last_parameters", parts_.program.channelsLastParameters()}};
       if (parts_.lossScaler != nullptr) {
         const LossScalerState scaling = parts_.lossScaler->state();
         trainer["loss_scale"] = {
@@ -503,6 +504,22 @@ void Trainer::rejoin() {
                startEpoch_, rejoinSkip_);
 }
 
+// Note [Channels-last weights]: checkpoints hold parameters and optimizer state as the plan stores them, so a
+// checkpoint is read only by a plan that stores the same parameters channels-last (absent: none, as before).
+void Trainer::checkParameterLayouts(const std::vector<std::string>& saved) const {
+  const std::vector<std::string> current = parts_.program.channelsLastParameters();
+  if (saved == current)
+    return;
+  const auto describe = [](const std::vector<std::string>& names) {
+    return names.empty() ? std::string("every weight channels-first")
+                         : fmt::format("{} convolution weight(s) channels-last ('{}' first)", names.size(), names[0]);
+  };
+  fail(
+      "{}: the checkpoint stores {}, but this run's plan stores {}: resume with the layout of the run that wrote "
+      "it (strata train's --channels-last)",
+      parts_.checkpoints->describe(), describe(saved), describe(current));
+}
+
 void Trainer::restoreCheckpoint() {
   STRATA_CHECK(parts_.checkpoints != nullptr, "trainer: resume requested but no checkpoint store was given");
   std::unique_ptr<StateReader> reader = parts_.checkpoints->open();
@@ -512,6 +529,7 @@ void Trainer::restoreCheckpoint() {
     startEpoch_ = trainer.at("epochs_done").get<std::int64_t>();
     step_ = trainer.at("steps").get<std::int64_t>();
     parts_.program.executor().setRunCount(trainer.at("executor_runs").get<std::uint64_t>());
+    checkParameterLayouts(trainer.value("channels_last_parameters", std::vector<std::string>{}));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: corrupt trainer state: {}", parts_.checkpoints->describe(), e.what());
   }

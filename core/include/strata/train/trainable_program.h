@@ -32,6 +32,9 @@ class TrainableProgram {
   // The loss gradient's seed is lossScale x gradientScale: fp16 loss scaling, and 1/K for K micro-batches.
   virtual void setLossScale(double scale) = 0;
   virtual void setGradientScale(double scale) = 0;
+  // Parameters stored in another layout than the model's (convolution weights as [K, spatial..., C / group] in a
+  // channels-last plan), by name: checkpoints record them, and a resume needs the same.
+  virtual std::vector<std::string> channelsLastParameters() const { return {}; }
 };
 
 }  // namespace strata

@@ -99,6 +99,7 @@ class Trainer {
   double evaluate(std::int64_t epoch);
   void saveCheckpoint(std::int64_t epochsDone);
   void restoreCheckpoint();
+  void checkParameterLayouts(const std::vector<std::string>& saved) const;
   void rejoin();
   // Sums `values` over the ranks through the store under `key` (the lead rank gets the sums; the others get their
   // own values back).

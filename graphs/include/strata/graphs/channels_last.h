@@ -25,4 +25,8 @@ struct ChannelsLastReport {
 // be specialised again.
 Graph channelsLast(const Graph& graph, ChannelsLastReport* report = nullptr);
 
+// Whether channelsLast() gives this node channels_last = 1 when it is a Conv: 4-D floating input, weight and output,
+// explicit symmetric pads.
+bool isChannelsLastConv(const Graph& graph, const Node& node);
+
 }  // namespace strata

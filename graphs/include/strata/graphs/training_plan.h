@@ -75,8 +75,17 @@ class TrainingPlan final : public TrainableProgram {
   const TensorMeta& labelMeta() const { return labelMeta_; }
   // What the channels-last rewrite changed (all zero without options.channelsLast).
   const ChannelsLastReport& channelsLastReport() const { return channelsLastReport_; }
-  // The model graph with the trained parameters and buffers as initializers (for --export and checkpoints).
+  // The model graph with the trained parameters and buffers as initializers (for --export and checkpoints), every
+  // parameter in the model's own layout.
   Graph modelWithCurrentWeights() const;
+  // Whether parameter i is stored channels-last ([K, spatial..., C / group]; Note [Channels-last weights]), and the
+  // names of those that are.
+  bool storedChannelsLast(std::size_t i) const;
+  std::vector<std::string> channelsLastParameters() const override;
+  // Host copies of parameter i and its gradient in the model's layout ([K, C / group, spatial...] for a weight
+  // stored channels-last).
+  Tensor channelsFirstParameter(std::size_t i) const;
+  Tensor channelsFirstGradient(std::size_t i) const;
 
  private:
   bool seededLoss() const { return options_.scaledLoss || options_.seededLoss; }
@@ -89,6 +98,10 @@ class TrainingPlan final : public TrainableProgram {
   ChannelsLastReport channelsLastReport_;
   std::unique_ptr<ParameterStore> store_;
   std::vector<std::string> names_;
+  // Per parameter, its value in model_: the parameter's own id, or for a weight stored channels-last the
+  // channels-first weight it replaces (one of channelsLastWeights_).
+  std::vector<int> modelValues_;
+  std::vector<int> channelsLastWeights_;  // model_ ids of the weights stored channels-last
   std::vector<std::pair<std::string, Tensor>> buffers_;
   std::unique_ptr<Executor> executor_;
   // The loss gradient's seed (lossScaleValue_ * gradientScaleValue_), fed to the step when it is an input.
