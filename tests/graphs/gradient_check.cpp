@@ -108,6 +108,29 @@ ConvGradientInputs expectConvGradientsMatchFloat64(const Shape& xShape, const Sh
   return inputs;
 }
 
+void expectConvolutionPathMatchesFloat64(const Shape& xShape, const Shape& wShape, const Attributes& attrs,
+                                         const std::string& marker, bool taken, unsigned seed) {
+  const auto names = [&](const std::string& implementation) {
+    return implementation.find(marker) != std::string::npos;
+  };
+  const Tensor x = randomTensor(DType::Float64, xShape, seed);
+  const Tensor w = randomTensor(DType::Float64, wShape, seed + 1);
+  const Tensor b = randomTensor(DType::Float64, {wShape[0]}, seed + 2);
+  expectFloat32MatchesFloat64("Conv", {x, w, b}, attrs, 1, 1e-5);
+  expectFloat32MatchesFloat64("Conv", {x, w}, attrs, 1, 1e-5);
+  Attributes relu = attrs;
+  relu.set("fused_relu", std::int64_t{1});
+  expectFloat32MatchesFloat64("Conv", {x, w, b}, relu, 1, 1e-5);
+  const Tensor x32 = toFloat32(x), w32 = toFloat32(w), b32 = toFloat32(b);
+  EXPECT_EQ(names(cpuKernelImplementation("Conv", {&x32, &w32, &b32}, attrs, 1)), taken) << "Conv";
+  const ConvGradientInputs in = expectConvGradientsMatchFloat64(xShape, wShape, attrs, seed + 3);
+  EXPECT_EQ(names(cpuKernelImplementation("ConvGrad", {&in.dy32, &in.x32, &in.w32}, attrs, 3)), taken) << "ConvGrad";
+  EXPECT_EQ(names(cpuKernelImplementation("ConvGradInput", {&in.dy32, &in.w32}, in.inputAttrs, 1)), taken)
+      << "ConvGradInput";
+  EXPECT_EQ(names(cpuKernelImplementation("ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 2)), taken)
+      << "ConvGradWeight";
+}
+
 std::string cpuKernelImplementation(const std::string& type, const std::vector<const Tensor*>& inputs,
                                     const Attributes& attrs, std::size_t outputCount) {
   std::vector<InputInfo> infos;

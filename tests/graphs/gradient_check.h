@@ -48,6 +48,13 @@ struct ConvGradientInputs {
 ConvGradientInputs expectConvGradientsMatchFloat64(const Shape& x, const Shape& w, const Attributes& attrs,
                                                    unsigned seed);
 
+// One of the CPU's convolution paths against the float64 kernels: Conv with and without a bias and with a fused ReLU
+// (rtol 1e-5), every gradient kernel (expectConvGradientsMatchFloat64), and whether Conv, ConvGrad, ConvGradInput
+// and ConvGradWeight name `marker` in their implementation exactly when `taken`. `x` and `w` are as stored
+// (channels-last ones when `attrs` say channels_last = 1); seeds from `seed` onwards.
+void expectConvolutionPathMatchesFloat64(const Shape& x, const Shape& w, const Attributes& attrs,
+                                         const std::string& marker, bool taken, unsigned seed);
+
 // A float64 tensor's values in float32.
 Tensor toFloat32(const Tensor& t);
 

@@ -19,11 +19,12 @@
 #include <vector>
 
 #include "conv_gemm.h"
+#include "conv_reshaped_gemm.h"
 #include "dnnl_context.h"
 
 namespace strata::cpu {
 
-class WholeMapConv {
+class WholeMapConv final : public ReshapedGemmConv {
  public:
   // The whole-map GEMM of a convolution of X (logical shape `x`) with W (`bias`: with a bias input), or nullptr
   // when some window misses part of the input, the convolution has one output pixel already (Note [Convolutions as
@@ -33,16 +34,12 @@ class WholeMapConv {
                                             const WindowGeometry& geometry, bool bias, bool channelsLast,
                                             std::size_t maxBytes = std::size_t{64} << 20);
 
-  // Scratchpad bytes forward() and backward() need (64-byte aligned).
-  std::size_t forwardScratchBytes() const { return forwardBytes_; }
-  std::size_t backwardScratchBytes() const { return backwardBytes_; }
-  // "one GEMM over the batch (oneDNN brg:avx512_core); whole-map windows".
-  std::string implementation() const;
-
-  // Y = conv(X, W) + B (`b` may be null).
-  void forward(const float* x, const float* w, const float* b, float* y, char* scratch) const;
-  // dX (needs `w`), dW (needs `x`) and dB, each when not null.
-  void backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db, char* scratch) const;
+  std::size_t forwardScratchBytes() const override { return forwardBytes_; }
+  std::size_t backwardScratchBytes() const override { return backwardBytes_; }
+  std::string implementation() const override;
+  void forward(const float* x, const float* w, const float* b, float* y, char* scratch) const override;
+  void backward(const float* dy, const float* x, const float* w, float* dx, float* dw, float* db,
+                char* scratch) const override;
 
  private:
   WholeMapConv() = default;

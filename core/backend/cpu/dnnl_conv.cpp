@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "conv_batch_columns.h"
 #include "conv_gemm.h"
 #include "conv_geometry.h"
 #include "conv_small_groups.h"
@@ -256,12 +257,12 @@ class ConvKernel : public OpKernel {
         weights_.get(*init.inputs[1].constant);
       return;
     }
-    // Note [Whole-map convolutions]: every window covers the whole map; one GEMM on W spread per output pixel.
+    // Note [Whole-map convolutions], Note [Small maps as batch columns]: one GEMM over reshaped operands.
     if (!taps_.pruned) {
-      wholeMap_ = withDnnlErrors(init.nodeName, "plan the whole-map convolution", [&] {
-        return WholeMapConv::plan(x.shape, w.shape, s.group, s.geometry, hasBias_, channelsLast);
+      reshaped_ = withDnnlErrors(init.nodeName, "plan the convolution as a reshaped GEMM", [&] {
+        return planReshapedGemmConv(x.shape, w.shape, s.group, s.geometry, hasBias_, channelsLast);
       });
-      if (wholeMap_ != nullptr)
+      if (reshaped_ != nullptr)
         return;
     }
     // Note [Winograd convolutions]: 3x3, stride 1, with enough channels and pixels.
@@ -315,10 +316,10 @@ class ConvKernel : public OpKernel {
         activateInPlace(ctx.output(0).data<double>(), ctx.output(0).numel(), *activation_);
       return;
     }
-    if (wholeMap_ != nullptr) {
-      wholeMap_->forward(ctx.input(0).data<float>(), ctx.input(1).data<float>(),
+    if (reshaped_ != nullptr) {
+      reshaped_->forward(ctx.input(0).data<float>(), ctx.input(1).data<float>(),
                          hasBias_ ? ctx.input(2).data<float>() : nullptr, ctx.output(0).data<float>(),
-                         static_cast<char*>(dnnlScratchpad(wholeMap_->forwardScratchBytes())));
+                         static_cast<char*>(dnnlScratchpad(reshaped_->forwardScratchBytes())));
       if (activation_)
         activateInPlace(ctx.output(0).data<float>(), ctx.output(0).numel(), *activation_);
       return;
@@ -361,8 +362,8 @@ class ConvKernel : public OpKernel {
       return fmt::format("float64 im2col GEMM{}", relu);
     if (gemm_ != nullptr)
       return gemm_->implementation() + tapNote_ + relu;
-    if (wholeMap_ != nullptr)
-      return wholeMap_->implementation() + relu;
+    if (reshaped_ != nullptr)
+      return reshaped_->implementation() + relu;
     if (winograd_ != nullptr)
       return winograd_->implementation() + relu;
     if (smallGroups_)
@@ -380,10 +381,10 @@ class ConvKernel : public OpKernel {
   Shape xShape_, wShape_;
   TapCrop taps_;
   std::string tapNote_;
-  std::unique_ptr<ConvGemm> gemm_;             // Note [Convolutions as one GEMM]: set instead of primitive_
-  std::unique_ptr<WholeMapConv> wholeMap_;     // Note [Whole-map convolutions]: set instead of primitive_
-  std::unique_ptr<ConvWinograd> winograd_;     // Note [Winograd convolutions]: set instead of primitive_
-  std::optional<SmallGroupConv> smallGroups_;  // Note [Small-group convolutions]: set: runs instead of primitive_
+  std::unique_ptr<ConvGemm> gemm_;              // Note [Convolutions as one GEMM]: set instead of primitive_
+  std::unique_ptr<ReshapedGemmConv> reshaped_;  // Notes [Whole-map convolutions], [Small maps as batch columns]
+  std::unique_ptr<ConvWinograd> winograd_;      // Note [Winograd convolutions]: set instead of primitive_
+  std::optional<SmallGroupConv> smallGroups_;   // Note [Small-group convolutions]: set: runs instead of primitive_
   dnnl::convolution_forward primitive_;
   std::string implementation_;
   LayoutDetour detour_;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "conv_batch_columns.h"
 #include "conv_depthwise_grad.h"
 #include "conv_f64.h"
 #include "conv_gemm.h"
@@ -288,13 +289,13 @@ class ConvGradKernel : public OpKernel {
       planCroppedCopies(alignUp(gemm_->scratchBytes()));
       return;
     }
-    // Note [Whole-map convolutions]: one GEMM on W spread per output pixel, dW and dB folded back.
+    // Note [Whole-map convolutions], Note [Small maps as batch columns]: one GEMM over reshaped operands.
     if (!taps_.pruned) {
-      wholeMap_ = withDnnlErrors(init.nodeName, "plan the whole-map convolution backward", [&] {
-        return WholeMapConv::plan(setup_.x, setup_.w, setup_.group, setup_.geometry, false, channelsLast_);
+      reshaped_ = withDnnlErrors(init.nodeName, "plan the convolution backward as a reshaped GEMM", [&] {
+        return planReshapedGemmConv(setup_.x, setup_.w, setup_.group, setup_.geometry, false, channelsLast_);
       });
-      if (wholeMap_ != nullptr) {
-        totalScratchBytes_ = wholeMap_->backwardScratchBytes();
+      if (reshaped_ != nullptr) {
+        totalScratchBytes_ = reshaped_->backwardScratchBytes();
         return;
       }
     }
@@ -313,8 +314,8 @@ class ConvGradKernel : public OpKernel {
       return "float64 im2col GEMM";
     if (gemm_ != nullptr)
       return gemm_->implementation() + tapNote(fullW_, taps_);
-    if (wholeMap_ != nullptr)
-      return wholeMap_->implementation();
+    if (reshaped_ != nullptr)
+      return reshaped_->implementation();
     std::string out;
     if (!weightsImplementation_.empty())
       out = "weights: " + (ownWeightsLoop() ? weightsImplementation_
@@ -368,8 +369,8 @@ class ConvGradKernel : public OpKernel {
     // With pruned taps dW is computed into a dense cropped copy and scattered into the full dW afterwards.
     auto* croppedDw = reinterpret_cast<float*>(scratch + croppedDwOffset_);
     float* dwTarget = dw == nullptr ? nullptr : (taps_.pruned ? croppedDw : dw->data<float>());
-    if (wholeMap_ != nullptr) {
-      wholeMap_->backward(dy.data<float>(),
+    if (reshaped_ != nullptr) {
+      reshaped_->backward(dy.data<float>(),
                           dw != nullptr ? ctx.input(static_cast<std::size_t>(io_.xIndex)).data<float>() : nullptr,
                           dx != nullptr ? ctx.input(static_cast<std::size_t>(io_.wIndex)).data<float>() : nullptr,
                           dx != nullptr ? dx->data<float>() : nullptr, dw != nullptr ? dw->data<float>() : nullptr,
@@ -614,7 +615,7 @@ class ConvGradKernel : public OpKernel {
   bool channelsLast_ = false;                   // Note [CPU channels-last]: operands NHWC and KRSC; setup_ logical
   TapCrop taps_;                                // Note [Pruned taps]: setup_ then holds the cropped kernel
   std::unique_ptr<ConvGemm> gemm_;              // Note [Convolutions as one GEMM]: set instead of the primitives
-  std::unique_ptr<WholeMapConv> wholeMap_;      // Note [Whole-map convolutions]: set instead of the primitives
+  std::unique_ptr<ReshapedGemmConv> reshaped_;  // Notes [Whole-map convolutions], [Small maps as batch columns]
   std::unique_ptr<ConvWinograd> winogradData_;  // Note [Winograd convolutions]: set instead of dataPrimitive_
   Shape fullW_;                                 // W's own shape
   std::size_t croppedWOffset_ = 0, croppedDwOffset_ = 0;

@@ -6,8 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <string>
-#include <tuple>
 #include <vector>
 
 #include "graphs/gradient_check.h"
@@ -57,42 +55,13 @@ Attributes convAttrs(const WholeMapCase& c) {
   return a;
 }
 
-bool saysWholeMap(const std::string& implementation) {
-  return implementation.find("whole-map windows") != std::string::npos;
-}
-
-TEST(WholeMapConvolutionTest, ForwardMatchesFloat64WithBiasAndFusedRelu) {
+TEST(WholeMapConvolutionTest, ForwardAndGradientsMatchFloat64) {
   unsigned seed = 2100;
   for (const WholeMapCase& c : wholeMapCases()) {
     SCOPED_TRACE(c.name);
-    const Tensor x = testing::randomTensor(DType::Float64, stored(c.x, c), seed++);
-    const Tensor w = testing::randomTensor(DType::Float64, stored(c.w, c), seed++);
-    const Tensor b = testing::randomTensor(DType::Float64, {c.w[0]}, seed++);
-    Attributes attrs = convAttrs(c);
-    testing::expectFloat32MatchesFloat64("Conv", {x, w, b}, attrs, 1, 1e-5);
-    testing::expectFloat32MatchesFloat64("Conv", {x, w}, attrs, 1, 1e-5);
-    const Tensor x32 = testing::toFloat32(x), w32 = testing::toFloat32(w), b32 = testing::toFloat32(b);
-    EXPECT_EQ(saysWholeMap(testing::cpuKernelImplementation("Conv", {&x32, &w32, &b32}, attrs, 1)), c.wholeMap);
-    attrs.set("fused_relu", std::int64_t{1});
-    testing::expectFloat32MatchesFloat64("Conv", {x, w, b}, attrs, 1, 1e-5);
-  }
-}
-
-TEST(WholeMapConvolutionTest, GradientsMatchFloat64) {
-  unsigned seed = 2200;
-  for (const WholeMapCase& c : wholeMapCases()) {
-    SCOPED_TRACE(c.name);
-    const Attributes attrs = convAttrs(c);
-    const testing::ConvGradientInputs in =
-        testing::expectConvGradientsMatchFloat64(stored(c.x, c), stored(c.w, c), attrs, seed);
-    seed += 3;
-    for (const auto& [op, inputs, attributes, outputs] :
-         {std::tuple<std::string, std::vector<const Tensor*>, Attributes, std::size_t>{
-              "ConvGrad", {&in.dy32, &in.x32, &in.w32}, attrs, 3},
-          {"ConvGradInput", {&in.dy32, &in.w32}, in.inputAttrs, 1},
-          {"ConvGradWeight", {&in.dy32, &in.x32}, in.weightAttrs, 2}}) {
-      EXPECT_EQ(saysWholeMap(testing::cpuKernelImplementation(op, inputs, attributes, outputs)), c.wholeMap) << op;
-    }
+    testing::expectConvolutionPathMatchesFloat64(stored(c.x, c), stored(c.w, c), convAttrs(c), "whole-map windows",
+                                                 c.wholeMap, seed);
+    seed += 10;
   }
 }
 
