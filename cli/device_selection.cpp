@@ -85,10 +85,11 @@ bool explicitChannelsLast(const DeviceOptions& options, bool& on) {
 
 // Note [CPU channels-last training]: with its weights stored KRSC (Note [Channels-last weights]) a channels-last
 // training step transposes no parameter, and the CPU's kernels read NHWC activations without the reorders
-// oneDNN's convolutions make around plain NCHW: on the issue-18 models 0.81-0.97x the channels-first step natively
-// (AVX-512) and 0.87-0.98x under the AVX2 cap (ConvNeXt-Tiny, whose own Transposes meet either layout, 1.01 and
-// 1.07; docs/performance.md). Float64 models keep channels-first (their layout-aware kernels are channels-first
-// only), and so do mixed-precision plans on the CPU (the CPU's fusions are full precision).
+// oneDNN's convolutions make around plain NCHW: on the issue-18 models 0.80-0.94x the channels-first step natively
+// (AVX-512; VGG16, whose time is in large convolutions either way, 0.99) and 0.74-0.92x under the AVX2 cap (VGG16
+// 1.04 and the bundled CNN 1.08, within the host's noise; docs/performance.md). Float64 models keep channels-first
+// (their layout-aware kernels are channels-first only), and so do mixed-precision plans on the CPU (the CPU's
+// fusions are full precision).
 bool channelsLastOf(const DeviceOptions& options, Device device, bool float32Model) {
   bool on = false;
   if (explicitChannelsLast(options, on))
