@@ -50,7 +50,7 @@ def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strata", default=os.path.join(here, "..", "build", "cli", "strata"))
     parser.add_argument("--ort-python", default=os.environ.get("ORT_PY"),
-                        help="interpreter of ../shared/tools/peer-ort.sh (default: $ORT_PY; none: ORT skipped)")
+                        help="interpreter of ../shared/tools/peer-ort.sh (default: $ORT_PY; unset or 'none': ORT skipped)")
     parser.add_argument("--models", default="fashion_cnn,resnet18,resnet50,densenet121,vgg16,efficientnet_v2_s,"
                                             "convnext_tiny")
     parser.add_argument("--threads", type=int, default=2)
@@ -232,7 +232,7 @@ def torch_forward_ms(model, x):
 
 
 def ort_train_ms(path, shape):
-    if not args.ort_python:
+    if not args.ort_python or args.ort_python == "none":
         return None
     result = subprocess.run([args.ort_python, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                            "ort_train_step.py"), path,

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
-#include <iterator>
 #include <map>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -47,23 +47,67 @@ fs::path rankDir(const fs::path& dir, int rank) {
   return dir / fmt::format("rank{}", rank);
 }
 
-std::string readBytes(const fs::path& file) {
+std::ifstream openForReading(const fs::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) {
     fail("{}: cannot open checkpoint file ({})", file.string(),
          fs::exists(file) ? "permission denied or not a file" : "no such file");
   }
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return in;
+}
+
+[[noreturn]] void cannotRead(const fs::path& file) {
+  fail("{}: cannot read checkpoint file: {}", file.string(), std::strerror(errno));
+}
+
+// The whole file in one read (its size from the stream, not a byte at a time).
+std::string readBytes(const fs::path& file) {
+  std::ifstream in = openForReading(file);
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  std::string bytes(static_cast<std::size_t>(std::max<std::streamoff>(size, 0)), '\0');
+  if (size < 0 || !in.read(bytes.data(), size)) {
+    cannotRead(file);
+  }
+  return bytes;
+}
+
+uLong crc32Update(uLong crc, const char* data, std::size_t size) {
+  for (std::size_t at = 0; at < size;) {
+    const auto chunk = static_cast<uInt>(std::min<std::size_t>(size - at, 1U << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data + at), chunk);
+    at += chunk;
+  }
+  return crc;
 }
 
 std::uint32_t crc32Of(const std::string& bytes) {
+  return static_cast<std::uint32_t>(crc32Update(crc32(0L, Z_NULL, 0), bytes.data(), bytes.size()));
+}
+
+struct FileChecksum {
+  std::size_t bytes = 0;
+  std::uint32_t crc32 = 0;
+};
+
+// Size and CRC32 of a file read in 1 MiB pieces: a large tensor's file is not held in memory a second time.
+FileChecksum checksumOf(const fs::path& file) {
+  std::ifstream in = openForReading(file);
+  std::vector<char> piece(1U << 20);
+  FileChecksum sum;
   uLong crc = crc32(0L, Z_NULL, 0);
-  for (std::size_t at = 0; at < bytes.size();) {
-    const auto chunk = static_cast<uInt>(std::min<std::size_t>(bytes.size() - at, 1U << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), chunk);
-    at += chunk;
+  while (in) {
+    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    const auto got = static_cast<std::size_t>(in.gcount());
+    crc = crc32Update(crc, piece.data(), got);
+    sum.bytes += got;
   }
-  return static_cast<std::uint32_t>(crc);
+  if (!in.eof()) {
+    cannotRead(file);
+  }
+  sum.crc32 = static_cast<std::uint32_t>(crc);
+  return sum;
 }
 
 // Note [Checkpoint test hook]: STRATA_TEST_CHECKPOINT_KILL=R:N makes rank R kill itself with SIGKILL after writing
@@ -111,8 +155,8 @@ class Writer final : public StateWriter {
     writeTensorProto(dir_ / file, tensor, key);
     syncFile(dir_ / file);  // Note [Checkpoint durability]
     // The checksum is of the bytes as they are in the file (read back from the page cache).
-    const std::string bytes = readBytes(dir_ / file);
-    tensors_[key] = {{"file", file}, {"bytes", bytes.size()}, {"crc32", crc32Of(bytes)}};
+    const FileChecksum sum = checksumOf(dir_ / file);
+    tensors_[key] = {{"file", file}, {"bytes", sum.bytes}, {"crc32", sum.crc32}};
     if (kill_) {
       std::fflush(nullptr);
       ::raise(SIGKILL);
@@ -182,7 +226,7 @@ class Reader final : public StateReader {
       fail("{}: tensor '{}' is damaged: CRC32 {:08x}, the manifest says {:08x}", file.path.string(), key, crc,
            file.crc32);
     }
-    const NamedTensor loaded = readTensorProto(file.path);
+    const NamedTensor loaded = parseTensorProto(bytes, file.path);  // the bytes just checked, not a second read
     if (loaded.name != key) {
       fail("{}: holds tensor '{}', but the manifest lists it as '{}'", file.path.string(), loaded.name, key);
     }

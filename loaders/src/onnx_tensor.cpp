@@ -184,14 +184,19 @@ Tensor tensorFromProto(const onnx::TensorProto& proto, const std::string& contex
   return tensor;
 }
 
-onnx::TensorProto tensorToProto(const Tensor& tensor, const std::string& name) {
+onnx::TensorProto tensorProtoHeader(const Tensor& host, const std::string& name) {
   onnx::TensorProto proto;
   proto.set_name(name);
-  proto.set_data_type(dtypeToOnnx(tensor.dtype()));
-  for (std::int64_t d : tensor.shape()) {
+  proto.set_data_type(dtypeToOnnx(host.dtype()));
+  for (std::int64_t d : host.shape()) {
     proto.add_dims(d);
   }
+  return proto;
+}
+
+onnx::TensorProto tensorToProto(const Tensor& tensor, const std::string& name) {
   const Tensor host = tensor.to(Device::cpu());  // device tensors (a GPU run's parameters) are written from a copy
+  onnx::TensorProto proto = tensorProtoHeader(host, name);
   proto.set_raw_data(std::string(static_cast<const char*>(host.rawData()), host.bytes()));
   return proto;
 }
