@@ -24,6 +24,7 @@
 #include "strata/comm/tcp_store.h"
 #include "strata/graphs/specialize.h"
 #include "strata/graphs/training_plan.h"
+#include "strata/host_memory.h"
 #include "strata/loaders/dataset.h"
 #include "strata/loaders/onnx_exporter.h"
 #include "strata/loaders/onnx_importer.h"
@@ -329,6 +330,7 @@ void train(const TrainOptions& options) {
   }
   const BuiltPlan built = buildPlan(options, modelPath, device, requirements, lossScaler.has_value());
   TrainingPlan& plan = *built.plan;
+  releaseCachedHostMemory();  // the imported model's initializers, now in the plan's buffers
 
   BatchShaping shaping;
   if (plan.labelMeta().dtype != DType::Int64) {

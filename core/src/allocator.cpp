@@ -5,6 +5,7 @@
 
 #include "cpu_allocator.h"
 #include "strata/error.h"
+#include "strata/host_memory.h"
 
 namespace strata {
 namespace {
@@ -39,6 +40,10 @@ Allocator& allocatorFor(Device device) {
     fail("no allocator for device {}: its backend is not initialised", device.toString());
   }
   return *it->second;
+}
+
+void releaseCachedHostMemory() {
+  static_cast<CpuAllocator&>(allocatorFor(Device::cpu())).emptyCache();
 }
 
 void registerAllocator(Device device, Allocator* allocator) {
