@@ -17,11 +17,6 @@ namespace {
 
 using google::protobuf::internal::WireFormatLite;
 
-[[noreturn]] void cannotOpen(const std::filesystem::path& file) {
-  fail("{}: cannot open tensor file ({})", file.string(),
-       std::filesystem::exists(file) ? "permission denied or not a file" : "no such file");
-}
-
 NamedTensor namedTensorOf(const onnx::TensorProto& proto, const std::filesystem::path& file) {
   const std::string context = fmt::format("{} (tensor '{}')", file.string(), proto.name());
   return NamedTensor{proto.name(), detail::tensorFromProto(proto, context, file.parent_path())};
@@ -48,7 +43,8 @@ bool serializeTensor(std::ostream& out, const onnx::TensorProto& header, const T
 NamedTensor readTensorProto(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) {
-    cannotOpen(file);
+    fail("{}: cannot open tensor file ({})", file.string(),
+         std::filesystem::exists(file) ? "permission denied or not a file" : "no such file");
   }
   onnx::TensorProto proto;
   // Parsed from the stream: the bytes are copied once, into the proto (a string buffer would add two copies).
