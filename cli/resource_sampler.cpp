@@ -37,9 +37,15 @@ std::int64_t residentBytes() {
 
 }  // namespace
 
-double ResourceSampler::communicationUtilization(double communicationCpuS, double wallS) const {
-  // A communication thread that ended since the last sample takes its seconds with it: never below 0.
-  return wallS > 0 ? std::max(0.0, 100.0 * (communicationCpuS - lastCommunicationCpuS_) / wallS) : 0.0;
+double ResourceSampler::communicationUtilization(double communicationCpuS, double wallS,
+                                                 double processUtilization) const {
+  // Note [Communication within the process]: the communication threads' seconds come from /proc in clock ticks
+  // (10 ms) and the process's from getrusage in microseconds, read one after the other, so over a short interval
+  // the threads' ticks can exceed the process's exact figure by a tick or two. Threads of the process never use
+  // more than the process, so the figure is held within [0, the process's] by construction. A communication thread
+  // that ended since the last sample takes its seconds with it, which is the reason for the lower bound.
+  const double threads = wallS > 0 ? 100.0 * (communicationCpuS - lastCommunicationCpuS_) / wallS : 0.0;
+  return std::clamp(threads, 0.0, std::max(0.0, processUtilization));
 }
 
 ResourceSampler::ResourceSampler(Options options) : options_(std::move(options)) {
@@ -73,24 +79,27 @@ ResourceSampler::~ResourceSampler() {
 void ResourceSampler::sample() {
   try {
     const auto now = std::chrono::steady_clock::now();
-    const double cpuS = processCpuSeconds();
     const double communicationCpuS = cpuSecondsOfThreadsNamed(kCommunicationThread);
+    const double cpuS = processCpuSeconds();
     const double wallS = std::chrono::duration<double>(now - lastWall_).count();
+    const double cpuUtilization = wallS > 0 ? 100.0 * (cpuS - lastCpuS_) / wallS : 0.0;
+    // One moment of the accounting (Note [Consistent snapshots]): the categories add up to memory_bytes.
     const MemorySnapshot memory = allocatorFor(options_.device).stats().snapshot();
     nlohmann::json byCategory = nlohmann::json::object();
     for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {
       byCategory[std::string(memoryCategoryName(static_cast<MemoryCategory>(c)))] = memory.current[c];
     }
-    nlohmann::json line = {{"t_s", std::chrono::duration<double>(now - start_).count()},
-                           {"rank", options_.rank},
-                           {"step", step_.load(std::memory_order_relaxed)},
-                           {"memory_bytes", memory.totalCurrent},
-                           {"memory", byCategory},
-                           {"reserved_bytes", memory.reserved},
-                           {"rss_bytes", residentBytes()},
-                           {"cpu_utilization", wallS > 0 ? 100.0 * (cpuS - lastCpuS_) / wallS : 0.0},
-                           {"communication_cpu_utilization", communicationUtilization(communicationCpuS, wallS)},
-                           {"gpu_utilization", nullptr}};
+    nlohmann::json line = {
+        {"t_s", std::chrono::duration<double>(now - start_).count()},
+        {"rank", options_.rank},
+        {"step", step_.load(std::memory_order_relaxed)},
+        {"memory_bytes", memory.totalCurrent},
+        {"memory", byCategory},
+        {"reserved_bytes", memory.reserved},
+        {"rss_bytes", residentBytes()},
+        {"cpu_utilization", cpuUtilization},
+        {"communication_cpu_utilization", communicationUtilization(communicationCpuS, wallS, cpuUtilization)},
+        {"gpu_utilization", nullptr}};
     if (options_.gpu) {
       if (const std::optional<GpuReading> gpu = options_.gpu()) {
         line["gpu_utilization"] = gpu->utilization;

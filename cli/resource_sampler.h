@@ -50,8 +50,9 @@ class ResourceSampler {
 
  private:
   void sample();
-  // Percent of a core the communication threads (Note [Thread names]) used since the last sample.
-  double communicationUtilization(double communicationCpuS, double wallS) const;
+  // Percent of a core the communication threads (Note [Thread names]) used since the last sample, at most the
+  // process's own `processUtilization` (Note [Communication within the process]).
+  double communicationUtilization(double communicationCpuS, double wallS, double processUtilization) const;
 
   Options options_;
   std::ofstream out_;

@@ -1,5 +1,7 @@
 #include "strata/memory_stats.h"
 
+#include <algorithm>
+
 namespace strata {
 
 std::string_view memoryCategoryName(MemoryCategory category) {
@@ -22,71 +24,49 @@ std::string_view memoryCategoryName(MemoryCategory category) {
   return "other";
 }
 
-bool MemoryStats::raisePeak(std::atomic<std::int64_t>& peak, std::int64_t value) {
-  std::int64_t seen = peak.load(std::memory_order_relaxed);
-  while (value > seen) {
-    if (peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-void MemoryStats::recordTotalPeak(std::int64_t total) {
-  const std::lock_guard lock(atTotalPeakMutex_);
-  if (total < atTotalPeakTotal_) {
-    return;  // a higher peak was recorded by another thread meanwhile
-  }
-  atTotalPeakTotal_ = total;
-  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {
-    atTotalPeak_[i] = current_[i].load(std::memory_order_relaxed);
-  }
-}
-
 void MemoryStats::onAllocate(MemoryCategory category, std::size_t bytes) {
   const auto i = static_cast<std::size_t>(category);
   const auto n = static_cast<std::int64_t>(bytes);
-  raisePeak(peak_[i], current_[i].fetch_add(n, std::memory_order_relaxed) + n);
-  const std::int64_t total = totalCurrent_.fetch_add(n, std::memory_order_relaxed) + n;
-  if (raisePeak(totalPeak_, total)) {
-    recordTotalPeak(total);
+  const std::lock_guard lock(mutex_);
+  MemorySnapshot& c = counters_;
+  c.current[i] += n;
+  c.peak[i] = std::max(c.peak[i], c.current[i]);
+  c.totalCurrent += n;
+  if (c.totalCurrent > c.totalPeak) {
+    c.totalPeak = c.totalCurrent;
+    c.atTotalPeak = c.current;
   }
 }
 
 void MemoryStats::onFree(MemoryCategory category, std::size_t bytes) {
   const auto n = static_cast<std::int64_t>(bytes);
-  current_[static_cast<std::size_t>(category)].fetch_sub(n, std::memory_order_relaxed);
-  totalCurrent_.fetch_sub(n, std::memory_order_relaxed);
+  const std::lock_guard lock(mutex_);
+  counters_.current[static_cast<std::size_t>(category)] -= n;
+  counters_.totalCurrent -= n;
 }
 
 void MemoryStats::setReserved(std::int64_t bytes) {
-  reserved_.store(bytes, std::memory_order_relaxed);
+  const std::lock_guard lock(mutex_);
+  counters_.reserved = bytes;
 }
 
 void MemoryStats::resetPeaks() {
-  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {
-    peak_[i].store(current_[i].load());
-  }
-  totalPeak_.store(totalCurrent_.load());
-  const std::lock_guard lock(atTotalPeakMutex_);
-  atTotalPeakTotal_ = totalPeak_.load();
-  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {
-    atTotalPeak_[i] = current_[i].load();
-  }
+  snapshotAndResetPeaks();
+}
+
+MemorySnapshot MemoryStats::snapshotAndResetPeaks() {
+  const std::lock_guard lock(mutex_);
+  MemorySnapshot closed = counters_;
+  MemorySnapshot& c = counters_;
+  c.peak = c.current;
+  c.totalPeak = c.totalCurrent;
+  c.atTotalPeak = c.current;
+  return closed;
 }
 
 MemorySnapshot MemoryStats::snapshot() const {
-  MemorySnapshot s;
-  for (std::size_t i = 0; i < kMemoryCategoryCount; ++i) {
-    s.current[i] = current_[i].load(std::memory_order_relaxed);
-    s.peak[i] = peak_[i].load(std::memory_order_relaxed);
-  }
-  s.totalCurrent = totalCurrent_.load(std::memory_order_relaxed);
-  s.totalPeak = totalPeak_.load(std::memory_order_relaxed);
-  s.reserved = reserved_.load(std::memory_order_relaxed);
-  const std::lock_guard lock(atTotalPeakMutex_);
-  s.atTotalPeak = atTotalPeak_;
-  return s;
+  const std::lock_guard lock(mutex_);
+  return counters_;
 }
 
 }  // namespace strata

@@ -40,41 +40,6 @@ TEST(TensorTest, AllocationsAreCountedPerCategoryExactly) {
   EXPECT_EQ(currentBytes(MemoryCategory::Gradients), before);
 }
 
-TEST(TensorTest, PeakTracksTheMaximum) {
-  MemoryStats stats;
-  stats.onAllocate(MemoryCategory::Activations, 100);
-  stats.onAllocate(MemoryCategory::Activations, 50);
-  stats.onFree(MemoryCategory::Activations, 100);
-  stats.onAllocate(MemoryCategory::Workspace, 10);
-  const MemorySnapshot s = stats.snapshot();
-  EXPECT_EQ(s.current[static_cast<std::size_t>(MemoryCategory::Activations)], 50);
-  EXPECT_EQ(s.peak[static_cast<std::size_t>(MemoryCategory::Activations)], 150);
-  EXPECT_EQ(s.totalCurrent, 60);
-  EXPECT_EQ(s.totalPeak, 150);
-  stats.resetPeaks();
-  EXPECT_EQ(stats.snapshot().totalPeak, 60);
-}
-
-TEST(TensorTest, PeakRecordsWhatTheTotalPeakIsMadeOf) {
-  MemoryStats stats;
-  const auto at = [](const MemorySnapshot& s, MemoryCategory c) { return s.atTotalPeak[static_cast<std::size_t>(c)]; };
-  stats.onAllocate(MemoryCategory::Activations, 100);
-  stats.onAllocate(MemoryCategory::Communication, 40);  // total peak 140: 100 + 40
-  stats.onFree(MemoryCategory::Communication, 40);
-  stats.onAllocate(MemoryCategory::Gradients, 30);  // 130: no new total peak, though the gradients' peak is here
-  MemorySnapshot s = stats.snapshot();
-  EXPECT_EQ(s.totalPeak, 140);
-  EXPECT_EQ(at(s, MemoryCategory::Activations), 100);
-  EXPECT_EQ(at(s, MemoryCategory::Communication), 40);
-  EXPECT_EQ(at(s, MemoryCategory::Gradients), 0);
-  stats.resetPeaks();  // a new window starts from what is alive now
-  s = stats.snapshot();
-  EXPECT_EQ(at(s, MemoryCategory::Communication), 0);
-  EXPECT_EQ(at(s, MemoryCategory::Gradients), 30);
-  stats.onAllocate(MemoryCategory::Parameters, 20);
-  EXPECT_EQ(at(stats.snapshot(), MemoryCategory::Parameters), 20);
-}
-
 TEST(TensorTest, HalfAndBFloat16RoundTrip) {
   for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f}) {
     EXPECT_EQ(halfToFloat(floatToHalf(v)), v) << v;

@@ -231,8 +231,7 @@ RunTotals Trainer::run() {
     MemoryStats& memory = allocatorFor(parts_.program.parameters().device()).stats();
     mergePeaks(trainingPeaks_, memory.snapshot());
     record.testAccuracy = evaluate(epoch);
-    mergePeaks(runPeaks_, memory.snapshot());
-    memory.resetPeaks();
+    mergePeaks(runPeaks_, memory.snapshotAndResetPeaks());
     record.epochTimeS = epochSeconds;
     totals.testAccuracy = record.testAccuracy;
     if (lead()) {
@@ -400,7 +399,9 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
     }
   }
   if (shared) {
+    // Every rank ends the epoch at the job's step, whichever claims it took last (the time series' last step too).
     step_ = epochFirstStep + stepsThisEpoch;
+    parts_.recorder.stepDone(step_);
     if (windowSteps > 0) {
       StepRecord record;
       record.epoch = epoch;

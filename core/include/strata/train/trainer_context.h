@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "strata/optim/optimizer.h"
@@ -45,11 +46,18 @@ class TrainerContext final : public StrategyContext {
   const std::map<std::string, std::string>& options() const override { return options_; }
   int gradAccumulation() const override { return gradAccumulation_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
-  void addFigure(const std::string& key, double value) override { figures_[key] += value; }
+  // A strategy may add figures from its communication threads as well as the training thread.
+  void addFigure(const std::string& key, double value) override {
+    const std::lock_guard lock(figuresMutex_);
+    figures_[key] += value;
+  }
   ProcessGroup* subgroup(const std::vector<int>& ranks) override;
   void setSubgroupFactory(SubgroupFactory factory) { makeSubgroup_ = std::move(factory); }
 
-  const std::map<std::string, double>& figures() const { return figures_; }
+  std::map<std::string, double> figures() const {
+    const std::lock_guard lock(figuresMutex_);
+    return figures_;
+  }
 
  private:
   TrainableProgram& program_;
@@ -61,6 +69,7 @@ class TrainerContext final : public StrategyContext {
   std::map<std::string, std::string> options_;
   int gradAccumulation_;
   std::chrono::milliseconds timeout_;
+  mutable std::mutex figuresMutex_;
   std::map<std::string, double> figures_;
   SubgroupFactory makeSubgroup_;
   std::map<std::vector<int>, std::unique_ptr<ProcessGroup>> subgroups_;

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -21,11 +20,13 @@ struct MemorySnapshot {
   std::array<std::int64_t, kMemoryCategoryCount> atTotalPeak{};
 };
 
-// Exact, lock-free counters of current and peak bytes per category and in total.
-// Note [Peak accounting]: peaks are updated with a compare-exchange loop so concurrent allocations from the
-// thread pool or a communication thread never lose a maximum. The categories at the total peak are copied under a
-// mutex only when the total peak rises, which after the first steps of a run is rare; under concurrent allocations
-// they may be off by the allocations in flight.
+// Exact counters of current and peak bytes per category and in total, and the bytes a caching allocator reserves.
+// Note [Consistent snapshots]: every counter changes and is read under one mutex, so a snapshot is one moment of
+// the accounting: its categories add up to its total, its peaks bound its current values, the categories at the
+// total peak add up to that peak, and reserved bytes (raised before a block is counted, lowered only for cached
+// blocks) are never below the total. Readers on other threads (the resource sampler, the trainer, the parameter
+// servers' figures) once read lock-free atomics one by one and could mix two moments; an uncontended lock costs
+// about as much as the atomics it replaced, and allocations happen per tensor, not per element.
 class MemoryStats {
  public:
   void onAllocate(MemoryCategory category, std::size_t bytes);
@@ -34,19 +35,13 @@ class MemoryStats {
   // Starts a new peak window: every peak becomes the current value.
   void resetPeaks();
   MemorySnapshot snapshot() const;
+  // The snapshot that closes a peak window and the start of the next, at one moment: an allocation on another
+  // thread between the two would otherwise raise a peak that neither window reports.
+  MemorySnapshot snapshotAndResetPeaks();
 
  private:
-  static bool raisePeak(std::atomic<std::int64_t>& peak, std::int64_t value);
-  void recordTotalPeak(std::int64_t total);
-
-  std::array<std::atomic<std::int64_t>, kMemoryCategoryCount> current_{};
-  std::array<std::atomic<std::int64_t>, kMemoryCategoryCount> peak_{};
-  std::atomic<std::int64_t> totalCurrent_{0};
-  std::atomic<std::int64_t> totalPeak_{0};
-  std::atomic<std::int64_t> reserved_{0};
-  mutable std::mutex atTotalPeakMutex_;
-  std::array<std::int64_t, kMemoryCategoryCount> atTotalPeak_{};
-  std::int64_t atTotalPeakTotal_ = 0;
+  mutable std::mutex mutex_;
+  MemorySnapshot counters_;
 };
 
 }  // namespace strata

@@ -39,6 +39,7 @@ class StrategyContext {
   // --timeout: how long a collective or a peer may take before the job ends.
   virtual std::chrono::milliseconds timeout() const = 0;
   // Adds to a per-rank figure reported in summary.json ("communication_s", "collective_s", or the strategy's own).
+  // Safe to call from any thread (a communication thread included).
   virtual void addFigure(const std::string& key, double value) = 0;
   // Note [Subgroups]: collectives over some of the job's ranks (global ranks, ascending, this rank among them),
   // e.g. within a node and across nodes for fsdp shard=hybrid. Every member asks for the same set, and members ask
