@@ -8,7 +8,7 @@ namespace strata::ps {
 namespace {
 
 constexpr const char* kKnown =
-    "servers, mode, staleness, lr_staleness, dc_asgd, auth, key_file, checkpoint_every, checkpoint_dir, "
+    "servers, mode, staleness, lr_scale, lr_staleness, dc_asgd, auth, key_file, checkpoint_every, checkpoint_dir, "
     "max_restarts, server_nodes, server_hosts, trace, timeout_s";
 
 std::int64_t integer(const std::string& key, const std::string& value, std::int64_t least) {
@@ -76,6 +76,14 @@ PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
       }
     } else if (key == "staleness") {
       o.staleness = static_cast<int>(integer(key, value, 0));
+    } else if (key == "lr_scale") {
+      if (value == "workers") {
+        o.lrScale = LrScale::Workers;
+      } else if (value == "none") {
+        o.lrScale = LrScale::None;
+      } else {
+        fail("ps: --strategy-opt lr_scale={}: expected workers (lr / W per push) or none (lr per push)", value);
+      }
     } else if (key == "lr_staleness") {
       o.lrStaleness = onOff(key, value);
     } else if (key == "dc_asgd") {
@@ -138,6 +146,14 @@ PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
     fail(
         "ps: lr_staleness and dc_asgd correct stale gradients, which mode=sync does not have; use mode=async or "
         "mode=ssp");
+  }
+  if (options.count("lr_scale") != 0 && o.mode == Mode::Sync) {
+    fail(
+        "ps: --strategy-opt lr_scale scales the learning rate of each push in mode=async or mode=ssp; mode=sync "
+        "applies one update per round of every worker's gradients");
+  }
+  if (options.count("lr_scale") == 0 && o.lrStaleness) {
+    o.lrScale = LrScale::None;  // the staleness divides the step already (Note [Async learning rate])
   }
   if (o.mode == Mode::Ssp && o.staleness == 0) {
     o.mode = Mode::Sync;  // SSP with a bound of 0 is bulk-synchronous

@@ -19,11 +19,26 @@ enum class Mode {
 
 const char* modeName(Mode mode);
 
+// Note [Async learning rate]: how the server scales the learning rate of one push in async and ssp mode.
+// A synchronous round applies lr to the mean gradient of W workers' batches; async applies every push on its own,
+// so at the same --lr an async epoch takes W times as many steps, each on 1/W of the round's samples, and each
+// stale by about W - 1 updates, on top of the server's momentum (asynchrony adds implicit momentum: Mitliagkas et
+// al., 2016). With the defaults (lr 0.05, momentum 0.9) the bundled CNN then diverged in two of three 2-worker runs,
+// depending on timing. `workers` (the default in async and ssp) applies each push at lr / W, the same learning rate
+// per sample as sync and DDP, so --lr means one thing across strategies (the linear scaling rule read per push);
+// `none` applies lr as given, the setting under which docs/study.md reports async diverging at lr 0.05. With
+// lr_staleness=on the staleness already divides the step (about W - 1 on average), so the default is `none` there.
+enum class LrScale {
+  Workers,  // lr / W per push
+  None,     // lr per push
+};
+
 struct PsOptions {
   int servers = 1;
   Mode mode = Mode::Sync;
   int staleness = 2;                     // ssp's bound K; ssp with K = 0 runs as sync
   bool lrStaleness = false;              // lr / staleness per push (Zhang et al., IJCAI 2016)
+  LrScale lrScale = LrScale::Workers;    // async and ssp (Note [Async learning rate]); sync: one update per round
   double dcAsgd = 0.0;                   // DC-ASGD's lambda (0: off): g + lambda g*g*(w_now - w_pulled)
   bool auth = true;                      // ZeroMQ CURVE between workers and servers
   std::string keyFile;                   // the job's CURVE secret (default: the launcher's per-job file)

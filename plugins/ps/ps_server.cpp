@@ -579,6 +579,9 @@ int PsServer::applyAsync(WorkerState& worker, const std::vector<zmq::message_t>&
     averageLatestBuffers();
   }
   double lr = header.lr;
+  if (options_.lrScale == LrScale::Workers) {
+    lr /= static_cast<double>(workers_.size());  // Note [Async learning rate]: every worker the job started with
+  }
   if (options_.lrStaleness) {
     lr /= static_cast<double>(std::max<std::int64_t>(1, staleness));
   }

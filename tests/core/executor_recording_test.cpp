@@ -16,7 +16,9 @@ namespace {
 
 // Records by keeping `work`, and a replay calls it: the device work happens once per replay, as with a CUDA
 // graph (whose recording enqueues nothing), though here the host side runs each time too. synchronize() sleeps after
-// node-by-node work (slowEager) or after replays (slowReplay), so the auto policy has a clear winner.
+// node-by-node work (slowEager) or after replays (slowReplay), so the auto policy has a clear winner: 200 ms plus
+// four times what the run itself took, so that the slow side stays the slower however loaded the machine is (a
+// fixed 200 ms lost to a loaded machine's 300 ms steps under ctest -j2 beside a build).
 class StandInStream final : public Stream {
  public:
   bool refuse = false;
@@ -28,9 +30,11 @@ class StandInStream final : public Stream {
   Device device() const override { return Device::cpu(); }
   void synchronize() override {
     if ((lastWasReplay_ && slowReplay) || (!lastWasReplay_ && slowEager)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // far above a step (~1 ms; ~100 ms under ctest -j2)
+      const auto took = std::chrono::steady_clock::now() - lastSynchronized_;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200) + 4 * took);
     }
     lastWasReplay_ = false;
+    lastSynchronized_ = std::chrono::steady_clock::now();
   }
   std::unique_ptr<RecordedWork> record(const std::function<void()>& work, std::string* whyNot) override {
     if (refuse) {
@@ -57,6 +61,7 @@ class StandInStream final : public Stream {
   };
 
   bool lastWasReplay_ = false;
+  std::chrono::steady_clock::time_point lastSynchronized_ = std::chrono::steady_clock::now();
 };
 
 struct Batch {

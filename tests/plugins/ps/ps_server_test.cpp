@@ -399,7 +399,7 @@ TEST(PsServerTest, AsyncCorrectsStaleGradients) {
   }
   // DC-ASGD: worker 0's gradient g, computed on the values it pulled (v0), is applied as g + lambda g^2 (v - v0).
   {
-    ServerThread server(2, {{"auth", "off"}, {"mode", "async"}, {"dc_asgd", "0.1"}});
+    ServerThread server(2, {{"auth", "off"}, {"mode", "async"}, {"dc_asgd", "0.1"}, {"lr_scale", "none"}});
     RawClient worker0(server.endpoint());
     RawClient worker1(server.endpoint());
     worker0.send(initFrames());  // worker 0 holds v0 = 1, 2, 3, 4
@@ -414,6 +414,37 @@ TEST(PsServerTest, AsyncCorrectsStaleGradients) {
     for (std::size_t i = 0; i < 4; ++i) {
       EXPECT_NEAR(values[i], expected[i], 1e-6) << i;
     }
+  }
+}
+
+// Note [Async learning rate]: by default an async or ssp push is applied at lr / W (W = 2 here), the learning rate
+// per sample of a synchronous round; lr_scale=none applies lr as given; lr_staleness alone divides by the staleness.
+TEST(PsServerTest, AsyncAppliesEachPushAtTheLearningRateOverTheWorkers) {
+  struct Case {
+    std::map<std::string, std::string> options;
+    float expectedStep;
+  };
+  const std::vector<Case> cases = {
+      {{{"mode", "async"}}, 0.25F},
+      {{{"mode", "ssp"}, {"staleness", "2"}}, 0.25F},
+      {{{"mode", "async"}, {"lr_scale", "none"}}, 0.5F},
+      {{{"mode", "async"}, {"lr_scale", "workers"}}, 0.25F},
+      {{{"mode", "async"}, {"lr_staleness", "on"}}, 0.5F},  // staleness 0 counts as 1
+      {{{"mode", "async"}, {"lr_staleness", "on"}, {"lr_scale", "workers"}}, 0.25F},
+  };
+  for (const Case& c : cases) {
+    std::map<std::string, std::string> options = c.options;
+    options["auth"] = "off";
+    SCOPED_TRACE(::testing::PrintToString(options));
+    ServerThread server(2, options);
+    RawClient worker0(server.endpoint());
+    worker0.send(initFrames());  // values 1, 2, 3, 4; SGD at lr 0.5
+    ASSERT_EQ(worker0.receive().size(), 3U);
+    worker0.send(pushOf(0, 1, 1.0F, 0));
+    const auto reply = worker0.receive();
+    ASSERT_EQ(reply.size(), 3U);
+    const float step = c.expectedStep;
+    EXPECT_EQ(floatsOf(reply[1]), (std::vector<float>{1 - step, 2 - step, 3 - step, 4 - step}));
   }
 }
 
