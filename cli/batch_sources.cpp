@@ -45,17 +45,17 @@ std::optional<TrainBatch> LoaderBatchSource::next() {
     return std::nullopt;
   }
   const DataLoaderOptions& options = loader_.options();
-  const std::int64_t rows = batch->images.dim(0);
+  const std::int64_t rows = batch->inputs.dim(0);
   TrainBatch out;
-  out.input = shaping_.staticBatch > 0 && rows < shaping_.staticBatch ? padBatch(batch->images, shaping_.staticBatch)
-                                                                      : batch->images;
+  out.input = shaping_.staticBatch > 0 && rows < shaping_.staticBatch ? padBatch(batch->inputs, shaping_.staticBatch)
+                                                                      : batch->inputs;
   if (shaping_.inputType && *shaping_.inputType != out.input.dtype()) {
     Tensor converted = Tensor::empty(*shaping_.inputType, out.input.shape());
     converted.convertFrom(out.input);
     out.input = converted;
   }
-  out.targets = shaping_.oneHotTargets ? oneHot(batch->labels, *shaping_.oneHotTargets) : batch->labels;
-  out.classes = batch->labels;
+  out.targets = shaping_.oneHotTargets ? oneHot(batch->targets, *shaping_.oneHotTargets) : batch->targets;
+  out.classes = batch->targets;
   // Note [Sharding] in data_loader.h: row j of this rank's batch b sits at position rank + (b * B + j) * world of
   // the epoch's permutation; positions past the data set's end wrap around to repeat samples another rank has.
   out.countedRows = 0;

@@ -6,6 +6,7 @@ namespace strata::cli {
 
 // Each command adds its subcommand and options to the app; the callback runs it.
 void addCompareCommand(CLI::App& app);
+void addGenerateCommand(CLI::App& app);
 void addInspectCommand(CLI::App& app);
 void addPlanCommand(CLI::App& app);
 void addPluginsCommand(CLI::App& app);

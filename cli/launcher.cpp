@@ -1130,6 +1130,11 @@ std::optional<int> launchIfNeeded(const LaunchOptions& options, const RoleLaunch
   return launcher.run();
 }
 
+bool rankEnvironmentIsLauncher(const LaunchOptions& options) {
+  return (options.nproc > 1 || options.nnodes > 1) && !detail::environmentValue("RANK") &&
+         !detail::environmentValue("SLURM_PROCID");
+}
+
 int rankRestarts() {
   const auto value = detail::environmentValue("STRATA_RANK_RESTARTS");
   return value ? detail::nonNegative("STRATA_RANK_RESTARTS", *value) : 0;

@@ -80,6 +80,10 @@ RankEnvironment rankEnvironment(const std::vector<RoleRequest>& roles = {});
 std::optional<int> launchIfNeeded(const LaunchOptions& options, const RoleLaunch& roles = {},
                                   std::vector<std::string> args = {});
 
+// Whether launchIfNeeded would make this process the launcher of several ranks (it is not a rank itself), so that
+// work every rank would repeat (tokenizing a corpus) can be done once before they start.
+bool rankEnvironmentIsLauncher(const LaunchOptions& options);
+
 namespace detail {
 // The cores this process may run on (its affinity mask); the launcher gives each of N local ranks 1/N of them.
 int availableCores();

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   strata::cli::addRunCommand(app);
   strata::cli::addStepCommand(app);
   strata::cli::addTrainCommand(app);
+  strata::cli::addGenerateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

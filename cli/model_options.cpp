@@ -60,18 +60,30 @@ std::vector<TensorMeta> inputMetasFromOptions(const Graph& graph, const ModelOpt
   return metas;
 }
 
-std::string defaultModelPath() {
+namespace {
+
+// A bundled model generated at build time (models/CMakeLists.txt), found beside the binary or where it is installed.
+std::string bundledModelPath(const std::string& file, const std::string& target) {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   const std::filesystem::path dir = exe.parent_path();
-  for (const auto& candidate : {dir / "models" / "default_cnn.onnx", dir / ".." / "models" / "default_cnn.onnx",
-                                dir / ".." / "share" / "strata" / "models" / "default_cnn.onnx"}) {
+  for (const auto& candidate :
+       {dir / "models" / file, dir / ".." / "models" / file, dir / ".." / "share" / "strata" / "models" / file}) {
     if (std::filesystem::exists(candidate, ec)) {
       return std::filesystem::weakly_canonical(candidate).string();
     }
   }
-  fail("the bundled default model default_cnn.onnx was not found next to {} (build the 'default_model' target)",
-       exe.string());
+  fail("the bundled default model {} was not found next to {} (build the '{}' target)", file, exe.string(), target);
+}
+
+}  // namespace
+
+std::string defaultModelPath() {
+  return bundledModelPath("default_cnn.onnx", "default_model");
+}
+
+std::string defaultLanguageModelPath() {
+  return bundledModelPath("default_gpt.onnx", "default_language_model");
 }
 
 }  // namespace strata::cli

@@ -22,6 +22,9 @@ void applyThreads(const ModelOptions& options);
 // Input metas from --input-shape (empty when none was given).
 std::vector<TensorMeta> inputMetasFromOptions(const Graph& graph, const ModelOptions& options);
 // The bundled default model (built next to the binary, or installed beside it).
+// The bundled default language model (models/make_gpt.py: a 4-layer GPT over bytes, sequence 128), the model of
+// `strata train --data text|tokens:...` without a model argument.
+std::string defaultLanguageModelPath();
 std::string defaultModelPath();
 
 }  // namespace strata::cli

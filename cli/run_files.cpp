@@ -33,6 +33,30 @@ nlohmann::json orNull(double value) {
   return value >= 0 && std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
+// Each of the task's figures (Note [Metrics]) as PREFIX + name, but those in `skip`.
+void addFigures(nlohmann::json& into, const std::string& prefix, const MetricFigures& figures,
+                std::initializer_list<std::string_view> skip) {
+  for (const MetricFigure& f : figures) {
+    if (std::find(skip.begin(), skip.end(), f.name) == skip.end()) {
+      into[prefix + f.name] = orNull(f.value);
+    }
+  }
+}
+
+// "test accuracy 91.20%" or "test perplexity 5.213": the headline figure of a test split, for the console.
+std::string describeHeadline(const MetricFigures& figures) {
+  if (figures.empty()) {
+    return "no test split";
+  }
+  const MetricFigure& headline = figures.front();
+  if (headline.value < 0) {
+    return fmt::format("test {} -", headline.name);
+  }
+  const bool share = headline.name.find("accuracy") != std::string::npos || headline.name == "mean_iou";
+  return share ? fmt::format("test {} {:.2f}%", headline.name, 100.0 * headline.value)
+               : fmt::format("test {} {:.4g}", headline.name, headline.value);
+}
+
 }  // namespace
 
 // GPU utilisation and memory from NVML, sampled while training (CUDA builds on a GPU only).
@@ -118,26 +142,32 @@ void RunFiles::progress(const StepRecord& r) {
 }
 
 void RunFiles::step(const StepRecord& r) {
-  metrics_->write({{"type", "step"},
-                   {"epoch", r.epoch},
-                   {"step", r.step},
-                   {"loss", r.loss},
-                   {"train_accuracy", orNull(r.accuracy)},
-                   {"lr", r.lr},
-                   {"samples_per_s", r.samplesPerS},
-                   {"step_time_ms", r.stepTimeMs}});
+  nlohmann::json line = {{"type", "step"},
+                         {"epoch", r.epoch},
+                         {"step", r.step},
+                         {"loss", r.loss},
+                         {"train_accuracy", orNull(r.accuracy)},
+                         {"lr", r.lr},
+                         {"samples_per_s", r.samplesPerS},
+                         {"step_time_ms", r.stepTimeMs}};
+  // The task's figures of the logged batches (Note [Metrics]); "loss" is the window's, already there.
+  addFigures(line, "train_", r.figures, {"loss"});
+  metrics_->write(line);
 }
 
 void RunFiles::epoch(const EpochRecord& r) {
-  fmt::print("epoch {}: train loss {:.4f}, test accuracy {:.2f}%, {:.1f}s\n", r.epoch, r.trainLoss,
-             100.0 * r.testAccuracy, r.epochTimeS);
-  metrics_->write({{"type", "epoch"},
-                   {"epoch", r.epoch},
-                   {"step", r.step},
-                   {"train_loss", r.trainLoss},
-                   {"train_accuracy", orNull(r.trainAccuracy)},
-                   {"test_accuracy", orNull(r.testAccuracy)},
-                   {"epoch_time_s", r.epochTimeS}});
+  fmt::print("epoch {}: train loss {:.4f}, {}, {:.1f}s\n", r.epoch, r.trainLoss, describeHeadline(r.testFigures),
+             r.epochTimeS);
+  nlohmann::json line = {{"type", "epoch"},
+                         {"epoch", r.epoch},
+                         {"step", r.step},
+                         {"train_loss", r.trainLoss},
+                         {"train_accuracy", orNull(r.trainAccuracy)},
+                         {"test_accuracy", orNull(r.testAccuracy)},
+                         {"epoch_time_s", r.epochTimeS}};
+  addFigures(line, "train_", r.trainFigures, {"loss"});
+  addFigures(line, "test_", r.testFigures, {});
+  metrics_->write(line);
 }
 
 void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
@@ -195,6 +225,8 @@ void RunFiles::finish(const RunTotals& totals, const RankFigures& mine) {
                   {"final_train_loss", totals.finalTrainLoss},
                   {"test_accuracy", orNull(totals.testAccuracy)},
                   {"ranks", ranks}});
+  addFigures(summary, "test_", totals.testFigures, {});
+  summary["test_metric"] = totals.testFigures.empty() ? nlohmann::json() : nlohmann::json(totals.testFigures[0].name);
   if (std::any_of(setup_.roles.begin(), setup_.roles.end(), [](const RoleRequest& r) { return r.count > 0; })) {
     summary["servers"] = roleFigures();
   }

@@ -20,6 +20,7 @@ struct StepOptions {
   std::string labelsFile;
   std::string dumpDir;
   std::string loss = "cross-entropy";
+  std::string classAxis = "1";
   int updates = 0;
   std::string optimizer = "sgd";
   double lr = 0.01;
@@ -51,6 +52,11 @@ void step(const StepOptions& options) {
     planOptions.inputMetas.push_back(t.meta());
   }
   planOptions.loss = parseLossKind(options.loss);
+  if (options.classAxis != "1" && options.classAxis != "last") {
+    fail("--class-axis {}: expected 1 ([N, C, ...] scores) or last ([N, T, vocabulary], a language model's)",
+         options.classAxis);
+  }
+  planOptions.classAxisLast = options.classAxis == "last";
   planOptions.device = selectDevice(options.device);
   planOptions.mixedPrecision = mixedPrecisionOf(options.device);  // one step: gradients unscaled, as computed
   planOptions.channelsLast = channelsLastOf(options.device, planOptions.device, hasFloat32Inputs(graph));
@@ -60,8 +66,9 @@ void step(const StepOptions& options) {
   }
   TrainingPlan plan(std::move(graph), planOptions);
   if (labels.meta() != plan.labelMeta()) {
-    fail("{}: labels are {} but the loss expects {}", options.labelsFile, labels.meta().toString(),
-         plan.labelMeta().toString());
+    fail("{}: labels are {} but the loss expects {}{}", options.labelsFile, labels.meta().toString(),
+         plan.labelMeta().toString(),
+         planOptions.classAxisLast ? "" : " (a language model's [N, T] targets need --class-axis last)");
   }
 
   if (planOptions.channelsLast) {
@@ -115,6 +122,9 @@ void addStepCommand(CLI::App& app) {
   command->add_option("--labels", options->labelsFile, "TensorProto .pb file with the labels")->required();
   command->add_option("--dump-dir", options->dumpDir, "where to write loss.pb, output_*.pb and grads/*.pb")->required();
   command->add_option("--loss", options->loss, "cross-entropy (default) or mse, when the graph has no loss");
+  command->add_option("--class-axis", options->classAxis,
+                      "the scores' class axis for cross-entropy: 1 (default, [N, C, ...]) or last ([N, T, vocabulary], "
+                      "language models)");
   command->add_option("--updates", options->updates,
                       "also apply this many optimizer updates on the same batch and write params/*.pb");
   command->add_option("--optimizer", options->optimizer, "sgd, adam or adamw (with --updates)");

@@ -28,6 +28,8 @@
 #include "strata/loaders/dataset.h"
 #include "strata/loaders/onnx_exporter.h"
 #include "strata/loaders/onnx_importer.h"
+#include "strata/loaders/text_corpus.h"
+#include "strata/loaders/tokenizer.h"
 #include "strata/optim/lr_schedule.h"
 #include "strata/optim/optimizer.h"
 #include "strata/plugin_host.h"
@@ -64,6 +66,9 @@ struct TrainOptions {
   bool augment = false;
   std::int64_t logEvery = 20;
   std::int64_t syntheticSamples = 2048;
+  std::int64_t seqLen = 0;          // token data: the model's sequence length when its input leaves it open
+  std::string tokenizer = "bytes";  // text data (Note [Tokenizers])
+  int tokenBytes = 2;               // raw token files (Note [Token files])
   std::string strategy = "single";
   std::vector<std::string> strategyOptions;
   std::vector<std::string> pluginDirs;
@@ -115,7 +120,13 @@ Recording recordingOf(const std::string& flag, Device device) {
   return Recording::Off;
 }
 
-DatasetSpec datasetSpec(const TrainOptions& options, DatasetSplit split, const Shape& sample) {
+// Where a text corpus is tokenized to (Note [Text corpora]): beside the run.
+fs::path dataCacheDir(const fs::path& runDir) {
+  return runDir / "data";
+}
+
+DatasetSpec datasetSpec(const TrainOptions& options, DatasetSplit split, const Shape& sample, std::int64_t classes,
+                        const fs::path& runDir) {
   DatasetSpec spec;
   spec.kind = options.data;
   spec.split = split;
@@ -123,13 +134,31 @@ DatasetSpec datasetSpec(const TrainOptions& options, DatasetSplit split, const S
   spec.augment = options.augment && split == DatasetSplit::Train;
   spec.sampleShape = sample;
   spec.numSamples = split == DatasetSplit::Train ? options.syntheticSamples : options.syntheticSamples / 4;
+  spec.seqLen = sample.empty() ? 0 : sample.back();
+  spec.vocabulary = classes;
+  spec.rawTokenBytes = options.tokenBytes;
+  spec.cacheDir = dataCacheDir(runDir).string();
+  spec.tokenizer = options.tokenizer;
   return spec;
+}
+
+// The tokenizer of --data text (Note [Text corpora]: the corpus is tokenized once, so this finds the cached one);
+// nullptr for other data.
+std::shared_ptr<Tokenizer> tokenizerOfData(const TrainOptions& options, const fs::path& runDir) {
+  const std::string& kind = options.data;
+  if (kind != "text" && !kind.starts_with("text:")) {
+    return nullptr;
+  }
+  return prepareTextCorpus(TextCorpusOptions{.source = kind == "text" ? std::string() : kind.substr(5),
+                                             .cacheDir = dataCacheDir(runDir),
+                                             .tokenizer = parseTokenizerSpec(options.tokenizer)})
+      .tokenizer;
 }
 
 // Opens a split, resizing when the model wants another sample shape than the data set has.
 std::shared_ptr<Dataset> openForModel(const TrainOptions& options, DatasetSplit split, const Shape& sample,
-                                      std::int64_t classes) {
-  DatasetSpec spec = datasetSpec(options, split, sample);
+                                      std::int64_t classes, const fs::path& runDir) {
+  DatasetSpec spec = datasetSpec(options, split, sample, classes, runDir);
   std::shared_ptr<Dataset> dataset = openDataset(spec);
   if (dataset->sampleShape() != sample && sample.size() == 3) {
     spec.resizeTo = sample;
@@ -152,6 +181,11 @@ void checkTrainFlags(const TrainOptions& options) {
   recordingOf(options.cudaGraph, Device::cuda(0));
   parseStrategyOptions(options.strategyOptions);
   parseLossKind(options.loss);
+  parseTokenizerSpec(options.tokenizer);
+  if (options.tokenBytes != 2 && options.tokenBytes != 4) {
+    fail("--token-bytes {}: a raw token file's ids are 2 (uint16, nanoGPT's layout) or 4 (uint32) bytes wide",
+         options.tokenBytes);
+  }
 }
 
 // The model made trainable for this run: the strategy's unit partition, mixed precision, layout.
@@ -159,21 +193,48 @@ struct BuiltPlan {
   std::unique_ptr<TrainingPlan> plan;
   TrainingPlanOptions options;
   std::int64_t staticBatch = 0;
-  std::int64_t classes = 0;
+  std::int64_t classes = 0;  // classes, or the vocabulary
   Shape sample;
+  Task task = Task::Classification;
 };
+
+// The model's input for token data: [N, T] int64 ids, T fixed by the model or given by --seq-len.
+std::vector<TensorMeta> tokenInputMetas(const Graph& graph, const TrainOptions& options, const std::string& modelPath) {
+  TensorMeta meta = graph.values[static_cast<std::size_t>(graph.inputs[0])].meta;
+  if (meta.shape.size() != 2 || (meta.dtype != DType::Int64 && meta.dtype != DType::Int32)) {
+    fail(
+        "{}: --data {} feeds token ids [N, T], but the model's input is {}; a language model takes int64 ids "
+        "(models/make_gpt.py writes one)",
+        modelPath, options.data, meta.toString());
+  }
+  if (meta.shape[1] < 0) {
+    if (options.seqLen <= 0) {
+      fail("{}: the model's sequence length is open ({}); give --seq-len T", modelPath, meta.toString());
+    }
+    meta.shape[1] = options.seqLen;
+  } else if (options.seqLen > 0 && options.seqLen != meta.shape[1]) {
+    fail("--seq-len {}: the model {} fixes its sequence length at {} (its input is {})", options.seqLen, modelPath,
+         meta.shape[1], meta.toString());
+  }
+  meta.shape[0] = options.batchSize;
+  return {meta};
+}
 
 BuiltPlan buildPlan(const TrainOptions& options, const std::string& modelPath, Device device,
                     const StrategyRequirements& requirements, bool scaledLoss) {
   Graph graph = importOnnx(modelPath);
   if (graph.inputs.size() != 1) {
-    fail("{}: strata train feeds one image input, but the model has {} inputs", modelPath, graph.inputs.size());
+    fail("{}: strata train feeds one input (images or token ids), but the model has {} inputs", modelPath,
+         graph.inputs.size());
   }
   BuiltPlan built;
   const Shape& declared = graph.values[static_cast<std::size_t>(graph.inputs[0])].meta.shape;
   built.staticBatch = declared.empty() ? 0 : declared[0];
-  built.options.inputMetas = defaultInputMetas(graph, options.batchSize);
+  built.task = taskOfDataset(options.data);
+  built.options.inputMetas = built.task == Task::LanguageModel ? tokenInputMetas(graph, options, modelPath)
+                                                               : defaultInputMetas(graph, options.batchSize);
   built.options.loss = parseLossKind(options.loss);
+  built.options.classAxisLast = built.task == Task::LanguageModel;
   built.options.device = device;
   built.options.mixedPrecision = mixedPrecisionOf(options.device);
   built.options.recording = recordingOf(options.cudaGraph, device);
@@ -184,9 +245,10 @@ BuiltPlan buildPlan(const TrainOptions& options, const std::string& modelPath, D
   const int logits = graph.outputs.at(0);
   built.plan = std::make_unique<TrainingPlan>(std::move(graph), built.options);
   built.sample = Shape(built.options.inputMetas[0].shape.begin() + 1, built.options.inputMetas[0].shape.end());
-  built.classes = built.plan->labelMeta().dtype == DType::Int64
-                      ? built.plan->trainingGraph().graph.values[static_cast<std::size_t>(logits)].meta.shape.at(1)
-                      : 0;
+  const Shape& scores = built.plan->trainingGraph().graph.values[static_cast<std::size_t>(logits)].meta.shape;
+  built.classes = built.plan->labelMeta().dtype != DType::Int64 ? 0
+                  : built.options.classAxisLast                 ? scores.back()
+                                                                : scores.at(1);
   return built;
 }
 
@@ -269,6 +331,13 @@ void train(const TrainOptions& options) {
                          .timeoutS = options.timeoutS,
                          .ranksMayDepart = launched.toleratesWorkerLoss,
                          .ranksMayRejoin = launched.rejoinsWorkers};
+  const fs::path runDir = !options.resume.empty() ? fs::path(options.resume)
+                          : !options.out.empty()  ? fs::path(options.out)
+                                                  : fs::path("runs") / "latest";
+  // A text corpus is tokenized once, here, before any rank starts (their openDataset then finds it cached).
+  if (options.launch.nproc * options.launch.nnodes > 1 && rankEnvironmentIsLauncher(options.launch)) {
+    tokenizerOfData(options, runDir);
+  }
   if (launchIfNeeded(options.launch, roles)) {
     return;
   }
@@ -298,10 +367,9 @@ void train(const TrainOptions& options) {
   // --- end launcher
   const StrategyRequirements requirements =
       strategy->requirements(StrategyQuery{strategyOptions, rankEnv.worldSize, options.launch.nnodes});
-  const std::string modelPath = options.model.modelPath.empty() ? defaultModelPath() : options.model.modelPath;
-  const fs::path runDir = !options.resume.empty() ? fs::path(options.resume)
-                          : !options.out.empty()  ? fs::path(options.out)
-                                                  : fs::path("runs") / "latest";
+  const std::string modelPath = !options.model.modelPath.empty()                     ? options.model.modelPath
+                                : taskOfDataset(options.data) == Task::LanguageModel ? defaultLanguageModelPath()
+                                                                                     : defaultModelPath();
   const bool lead = rankEnv.rank == 0;
   const Device device = selectDevice(options.device, rankEnv.localRank);
   const TrainerOptions trainer = trainerOptions(options, requirements, strategyOptions);
@@ -340,8 +408,17 @@ void train(const TrainOptions& options) {
   if (isFloatingPoint(inputType) && inputType != DType::Float32) {
     shaping.inputType = inputType;
   }
-  const auto trainSet = openForModel(options, DatasetSplit::Train, built.sample, built.classes);
-  const auto testSet = openForModel(options, DatasetSplit::Test, built.sample, built.classes);
+  const auto trainSet = openForModel(options, DatasetSplit::Train, built.sample, built.classes, runDir);
+  const auto testSet = openForModel(options, DatasetSplit::Test, built.sample, built.classes, runDir);
+  if (trainSet->task() != built.task) {
+    fail("--data {}: a {} data set, where {} was expected", options.data, taskName(trainSet->task()),
+         taskName(built.task));
+  }
+  // Note [Tokenizers]: the run keeps the tokenizer of its text, for generation from the trained model.
+  const std::shared_ptr<Tokenizer> tokenizer = tokenizerOfData(options, runDir);
+  if (tokenizer && lead) {
+    saveTokenizer(*tokenizer, runDir);
+  }
   LoaderBatchSource trainBatches(trainSet,
                                  DataLoaderOptions{.batchSize = options.batchSize,
                                                    .rank = rankEnv.rank,
@@ -376,11 +453,20 @@ void train(const TrainOptions& options) {
                          {"strategy_options", strategyOptions},  // e.g. mode=async, lr_staleness=on
                          {"device", describe(device)},
                          {"params", plan.parameters().totalElements()},
-                         {"precision", options.device.precision}};
+                         {"precision", options.device.precision},
+                         {"task", taskName(built.task)}};
+  if (built.task == Task::LanguageModel) {
+    recording.runFields["seq_len"] = built.sample.back();
+    recording.runFields["vocabulary"] = built.classes;
+    recording.runFields["tokenizer"] = tokenizer ? tokenizer->description() : "none (token ids as given)";
+  }
   recording.roles = requirements.roles;
   recording.restarts = restarts;
   recording.finalFields = [&](nlohmann::json& summary) {
     addPlanFields(summary, options, built, device, lossScaler ? &*lossScaler : nullptr);
+    if (built.task == Task::LanguageModel) {
+      summary["tokens_per_s"] = summary.value("samples_per_s", 0.0) * static_cast<double>(built.sample.back());
+    }
   };
   RunFiles runFiles(std::move(recording));
   TensorProtoCheckpoints checkpoints(runDir / "checkpoint", rankEnv.rank, rankEnv.worldSize);
@@ -396,6 +482,8 @@ void train(const TrainOptions& options) {
                    .store = store.get(),
                    .lossScaler = lossScaler ? &*lossScaler : nullptr,
                    .place = RankPlace{rankEnv.rank, rankEnv.worldSize, rankEnv.localRank, options.launch.nnodes},
+                   .task = built.task,
+                   .classes = built.classes,
                    .subgroups =
                        [&](const std::vector<int>& ranks) {
                          return createSubgroup(store, rankEnv, device, trainer.timeout, ranks);
@@ -429,7 +517,8 @@ void train(const TrainOptions& options) {
   if (!options.exportPath.empty()) {
     run.withFullWeights([&] {
       if (lead) {
-        exportOnnxWithWeights(modelPath, plan.modelWithCurrentWeights(), options.exportPath);
+        exportOnnxWithWeights(modelPath, plan.modelWithCurrentWeights(), options.exportPath,
+                              tokenizer ? tokenizerMetadata(*tokenizer) : std::map<std::string, std::string>{});
         fmt::print("exported the trained model to {}\n", options.exportPath);
       }
     });
@@ -442,7 +531,9 @@ void addTrainCommand(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   CLI::App* c = app.add_subcommand("train", "train a model (default: the bundled CNN on Fashion-MNIST)");
   c->add_option("model", o->model.modelPath, "the .onnx file (default: the bundled CNN)");
-  c->add_option("--data", o->data, "fashion-mnist | fashion-mnist:DIR | mnist:DIR | cifar10:DIR | synthetic");
+  c->add_option("--data", o->data,
+                "fashion-mnist | fashion-mnist:DIR | mnist:DIR | cifar10:DIR | synthetic | tokens:FILE | "
+                "tokens:TRAIN,VAL | text (the built-in corpus) | text:FILE|DIR");
   c->add_option("--epochs", o->epochs, "epochs to train")->check(CLI::PositiveNumber);
   c->add_option("--max-steps", o->maxSteps, "stop after this many steps (overrides --epochs)");
   c->add_option("--stop-after-epoch", o->stopAfterEpoch,
@@ -468,6 +559,14 @@ void addTrainCommand(CLI::App& app) {
                 "seconds between samples of memory and utilisation in RUN_DIR/timeseries/rank-R.jsonl (0: off)")
       ->check(CLI::NonNegativeNumber);
   c->add_option("--synthetic-samples", o->syntheticSamples, "training samples of --data synthetic");
+  c->add_option("--seq-len", o->seqLen,
+                "token data: the sequence length T of each sample (default: the model's; needed when the model leaves "
+                "it open)");
+  c->add_option("--tokenizer", o->tokenizer,
+                "text data: bytes (default: one id per byte, 256 ids) | sentencepiece:VOCAB[:bpe|unigram] (trained on "
+                "the corpus, kept in the run directory)");
+  c->add_option("--token-bytes", o->tokenBytes,
+                "tokens:FILE without Strata's header: bytes per id, 2 (uint16, nanoGPT's train.bin) or 4");
   addDeviceOptions(*c, o->device);
   addLossScaleOption(*c, o->device);
   c->add_option("--threads", o->model.threads, "CPU threads (default: all cores, divided among local ranks)");

@@ -12,6 +12,9 @@ packages=(
   # Debian's torch without a real BLAS runs on netlib's reference BLAS (50x slower sgemm): the reference tests need it.
   libopenblas0-pthread
   dataset-fashion-mnist
+  # Language models (docs/language-models.md): the default text corpus (the King James Bible, written out by the
+  # `bible` program of bible-kjv) and SentencePiece's programs for --tokenizer sentencepiece:VOCAB.
+  bible-kjv bible-kjv-text sentencepiece
   # Reliability (docs/reliability.md): the libFuzzer targets (scripts/fuzz.sh: clang, its fuzzer and sanitizer
   # runtimes, llvm-symbolizer for the reports), the two-namespace network tests (iproute2's ip and tc; nftables for
   # packet loss where the kernel has no netem) and the checkpoint durability test (strace).

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -13,9 +14,20 @@
 
 #include <onnx/onnx_pb.h>
 
+#include "strata/error.h"
 #include "strata/tensor.h"
 
 namespace strata::testing {
+
+// The message of the Error `fn` throws, or "no error": for checking that an error says what, where and why.
+inline std::string errorOf(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 class TempDir {
  public:

@@ -54,13 +54,14 @@ int builtInLossNode(const Graph& graph) {
   return -1;
 }
 
-int addLossNode(Graph& graph, const std::string& type, std::vector<int> inputs, Attributes attrs) {
+int addLossNode(Graph& graph, const std::string& type, std::vector<int> inputs, Attributes attrs,
+                const std::string& name = {}) {
   Value out;
   out.name = fmt::format("strata_loss/{}_{}", type, graph.nodes.size());
   out.producer = static_cast<int>(graph.nodes.size());
   const int id = graph.addValue(std::move(out));
   Node node;
-  node.name = fmt::format("strata_loss/{}", type);
+  node.name = name.empty() ? fmt::format("strata_loss/{}", type) : "strata_loss/" + name;
   node.opType = type;
   node.inputs = std::move(inputs);
   node.outputs = {id};
@@ -70,8 +71,38 @@ int addLossNode(Graph& graph, const std::string& type, std::vector<int> inputs, 
   return id;
 }
 
+// A constant int64 vector value (a Reshape's target shape).
+int addShapeConstant(Graph& graph, const std::string& name, const Shape& dims) {
+  Value value;
+  value.name = name;
+  value.meta = TensorMeta{DType::Int64, {static_cast<std::int64_t>(dims.size())}};
+  value.constant = Tensor::empty(DType::Int64, value.meta.shape);
+  std::copy(dims.begin(), dims.end(), value.constant.data<std::int64_t>());
+  return graph.addValue(std::move(value));
+}
+
+// Note [Class axis last]: a language model's scores are [N, T, V], the class axis last, where ONNX's
+// SoftmaxCrossEntropyLoss wants it at 1. Reshaping the scores to [N T, V] and the labels to [N T] is free (views) and
+// gives the mean over every token, which is what the model's per-token loss is; transposing to [N, V, T] would copy
+// the largest tensor of the step. Labels equal to -100 are ignored (PyTorch's ignore_index), for padded targets.
+int addClassLastLoss(Graph& graph, int logits, int labels, const TensorMeta& logitsMeta) {
+  const std::int64_t classes = logitsMeta.shape.back();
+  const std::int64_t rows = numElements(logitsMeta.shape) / std::max<std::int64_t>(classes, 1);
+  const int rowsOfScores =
+      addLossNode(graph, "Reshape", {logits, addShapeConstant(graph, "strata_loss/scores_shape", {rows, classes})}, {},
+                  "scores_by_token");
+  const int rowsOfLabels = addLossNode(
+      graph, "Reshape", {labels, addShapeConstant(graph, "strata_loss/labels_shape", {rows})}, {}, "labels_by_token");
+  Attributes attrs;
+  attrs.set("reduction", std::string("mean"));
+  attrs.set("ignore_index", std::int64_t{-100});
+  return addLossNode(graph, "SoftmaxCrossEntropyLoss", {rowsOfScores, rowsOfLabels}, attrs);
+}
+
+}  // namespace
+
 // Evaluation mode: batch norm on running statistics, dropout off.
-Graph evalModeGraph(Graph graph) {
+Graph evaluationModeGraph(Graph graph) {
   for (Node& node : graph.nodes) {
     if (node.opType == "BatchNormalization") {
       node.attrs.set("training_mode", std::int64_t{0});
@@ -82,8 +113,6 @@ Graph evalModeGraph(Graph graph) {
   }
   return graph;
 }
-
-}  // namespace
 
 LossKind parseLossKind(const std::string& name) {
   if (name == "cross-entropy")
@@ -113,11 +142,17 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     }
     const int logits = model.outputs[0];
     const TensorMeta logitsMeta = specialised.values[static_cast<std::size_t>(logits)].meta;
-    labelMeta_ =
-        options.loss == LossKind::CrossEntropy ? TensorMeta{DType::Int64, {logitsMeta.shape.at(0)}} : logitsMeta;
-    if (options.loss == LossKind::CrossEntropy && logitsMeta.shape.size() < 2) {
-      fail("{}: cross-entropy needs logits of shape [N, C, ...], but output '{}' is {}", model.sourcePath,
+    const bool classLast = options.loss == LossKind::CrossEntropy && options.classAxisLast;
+    if (options.loss == LossKind::CrossEntropy && logitsMeta.shape.size() < (classLast ? 3U : 2U)) {
+      fail("{}: cross-entropy needs logits of shape {}, but output '{}' is {}", model.sourcePath,
+           classLast ? "[N, T, vocabulary] (class axis last)" : "[N, C, ...]",
            specialised.values[static_cast<std::size_t>(logits)].name, logitsMeta.toString());
+    }
+    // The labels: the scores' shape without their class axis ([N], [N, H, W], or [N, T] with the class axis last).
+    labelMeta_ = logitsMeta;
+    if (options.loss == LossKind::CrossEntropy) {
+      labelMeta_.dtype = DType::Int64;
+      labelMeta_.shape.erase(classLast ? labelMeta_.shape.end() - 1 : labelMeta_.shape.begin() + 1);
     }
     Value labels;
     labels.name = "labels";
@@ -125,7 +160,9 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     const int labelsId = withLoss.addValue(std::move(labels));
     withLoss.inputs.push_back(labelsId);
     metas.push_back(labelMeta_);
-    if (options.loss == LossKind::CrossEntropy) {
+    if (classLast) {
+      loss = addClassLastLoss(withLoss, logits, labelsId, logitsMeta);
+    } else if (options.loss == LossKind::CrossEntropy) {
       Attributes attrs;
       attrs.set("reduction", std::string("mean"));
       loss = addLossNode(withLoss, "SoftmaxCrossEntropyLoss", {logits, labelsId}, attrs);
@@ -285,7 +322,7 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
   auto cached = std::find_if(evalExecutors_.begin(), evalExecutors_.end(),
                              [&metas](const auto& entry) { return entry.first == metas; });
   if (cached == evalExecutors_.end()) {
-    Graph eval = evalModeGraph(model_);
+    Graph eval = evaluationModeGraph(model_);
     const int lossNode = builtInLossNode(model_);
     if (lossNode >= 0) {  // evaluate the logits, not the loss
       eval.outputs = {model_.nodes[static_cast<std::size_t>(lossNode)].inputs[0]};

@@ -77,8 +77,9 @@ void Cifar10Dataset::readBatch(const fs::path& file) {
   }
 }
 
-void Cifar10Dataset::get(std::int64_t index, float* image, std::int64_t* label) const {
+void Cifar10Dataset::get(std::int64_t index, void* input, std::int64_t* label) const {
   checkIndex(index);
+  auto* image = static_cast<float*>(input);
   const std::uint8_t* src = pixels_.data() + index * kPixels;
   *label = labels_[static_cast<std::size_t>(index)];
   const bool augment = options_.augment && options_.split == DatasetSplit::Train;

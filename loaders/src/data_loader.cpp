@@ -16,6 +16,8 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, const DataLoaderOptions
                "DataLoader: rank {} is outside a world of {} ranks", options.rank, options.worldSize);
   STRATA_CHECK(options.prefetch >= 0, "DataLoader: prefetch depth must be >= 0, got {}", options.prefetch);
   sampleShape_ = dataset_->sampleShape();
+  targetShape_ = dataset_->targetShape();
+  sampleType_ = dataset_->sampleType();
   const std::int64_t size = dataset_->size();
   STRATA_CHECK(size > 0, "DataLoader: dataset {} is empty", dataset_->description());
   const std::int64_t world = options.worldSize;
@@ -72,22 +74,26 @@ void DataLoader::startEpoch(std::int64_t epoch) {
 Batch DataLoader::makeBatch(std::int64_t batchIndex) const {
   const std::int64_t begin = batchIndex * options_.batchSize;
   const std::int64_t rows = std::min(options_.batchSize, samplesPerRank_ - begin);
-  Shape imageShape = sampleShape_;
-  imageShape.insert(imageShape.begin(), rows);
+  Shape inputShape = sampleShape_;
+  inputShape.insert(inputShape.begin(), rows);
+  Shape targetShape = targetShape_;
+  targetShape.insert(targetShape.begin(), rows);
   Batch batch;
   batch.index = batchIndex;
-  batch.images = Tensor::empty(DType::Float32, imageShape, MemoryCategory::Other);
-  batch.labels = Tensor::empty(DType::Int64, {rows}, MemoryCategory::Other);
+  batch.inputs = Tensor::empty(sampleType_, inputShape, MemoryCategory::Other);
+  batch.targets = Tensor::empty(DType::Int64, targetShape, MemoryCategory::Other);
   batch.samples.assign(shard_.begin() + begin, shard_.begin() + begin + rows);
-  const std::int64_t numel = numElements(sampleShape_);
-  auto* images = batch.images.data<float>();
-  auto* labels = batch.labels.data<std::int64_t>();
+  const std::size_t inputBytes = static_cast<std::size_t>(numElements(sampleShape_)) * dtypeSize(sampleType_);
+  const std::int64_t targetNumel = numElements(targetShape_);
+  auto* inputs = static_cast<char*>(batch.inputs.rawData());
+  auto* targets = batch.targets.data<std::int64_t>();
   for (std::int64_t i = 0; i < rows; ++i) {
     // A large batch (224x224 resizes) takes a while: let a destructor stop us between samples.
     if (stop_.load(std::memory_order_relaxed)) {
       break;
     }
-    dataset_->get(batch.samples[static_cast<std::size_t>(i)], images + i * numel, labels + i);
+    dataset_->get(batch.samples[static_cast<std::size_t>(i)], inputs + static_cast<std::size_t>(i) * inputBytes,
+                  targets + i * targetNumel);
   }
   return batch;
 }

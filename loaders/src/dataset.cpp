@@ -6,6 +6,8 @@
 #include "strata/loaders/cifar10_dataset.h"
 #include "strata/loaders/idx_dataset.h"
 #include "strata/loaders/synthetic_dataset.h"
+#include "strata/loaders/text_corpus.h"
+#include "strata/loaders/token_dataset.h"
 #include "strata/loaders/transformed_dataset.h"
 
 namespace strata {
@@ -31,6 +33,39 @@ DatasetSplit parseDatasetSplit(std::string_view text) {
 
 namespace {
 
+// tokens:FILE, tokens:TRAIN,VAL, text, text:PATH. One file serves both splits: the test split is its last
+// kValidationShare of windows.
+std::unique_ptr<Dataset> openTokens(const DatasetSpec& spec, const std::string& name, const std::string& source) {
+  STRATA_CHECK(!spec.augment, "dataset '{}': augmentation is for images", spec.kind);
+  TokenDatasetOptions options;
+  options.seqLen = spec.seqLen;
+  options.vocabulary = spec.vocabulary;
+  options.rawTokenBytes = spec.rawTokenBytes;
+  options.splitName = spec.split == DatasetSplit::Train ? "train" : "validation";
+  const bool train = spec.split == DatasetSplit::Train;
+  if (name == "text") {
+    const TextCorpus corpus = prepareTextCorpus(TextCorpusOptions{
+        .source = source, .cacheDir = spec.cacheDir, .tokenizer = parseTokenizerSpec(spec.tokenizer)});
+    options.file = corpus.tokens;
+    STRATA_CHECK(
+        spec.vocabulary <= 0 || corpus.tokenizer->vocabulary() <= spec.vocabulary,
+        "dataset '{}': the tokenizer ({}) has {} ids, more than the model's vocabulary of {} (its output's last "
+        "axis); give --tokenizer a vocabulary that fits, or a model that fits the tokenizer",
+        spec.kind, corpus.tokenizer->description(), corpus.tokenizer->vocabulary(), spec.vocabulary);
+  } else {
+    STRATA_CHECK(!source.empty(), "dataset 'tokens' needs a file: tokens:FILE or tokens:TRAIN,VAL");
+    const std::size_t comma = source.find(',');
+    if (comma != std::string::npos) {
+      options.file = train ? source.substr(0, comma) : source.substr(comma + 1);
+      return std::make_unique<TokenDataset>(options);
+    }
+    options.file = source;
+  }
+  options.begin = train ? 0.0 : 1.0 - kValidationShare;
+  options.end = train ? 1.0 - kValidationShare : 1.0;
+  return std::make_unique<TokenDataset>(options);
+}
+
 std::unique_ptr<Dataset> openUnwrapped(const DatasetSpec& spec) {
   const std::size_t colon = spec.kind.find(':');
   const std::string name = spec.kind.substr(0, colon);
@@ -55,6 +90,9 @@ std::unique_ptr<Dataset> openUnwrapped(const DatasetSpec& spec) {
     options.seed = spec.seed;
     return std::make_unique<Cifar10Dataset>(options);
   }
+  if (name == "tokens" || name == "text") {
+    return openTokens(spec, name, directory);
+  }
   if (name == "synthetic" && directory.empty()) {
     SyntheticDatasetOptions options;
     options.sampleShape = spec.sampleShape;
@@ -64,11 +102,18 @@ std::unique_ptr<Dataset> openUnwrapped(const DatasetSpec& spec) {
     options.seed = spec.split == DatasetSplit::Train ? spec.seed : ~spec.seed;
     return std::make_unique<SyntheticDataset>(options);
   }
-  fail("unknown dataset '{}': expected fashion-mnist, fashion-mnist:DIR, mnist:DIR, cifar10:DIR or synthetic",
-       spec.kind);
+  fail(
+      "unknown dataset '{}': expected fashion-mnist, fashion-mnist:DIR, mnist:DIR, cifar10:DIR, synthetic, "
+      "tokens:FILE, tokens:TRAIN,VAL, text or text:FILE|DIR",
+      spec.kind);
 }
 
 }  // namespace
+
+Task taskOfDataset(const std::string& kind) {
+  const std::string name = kind.substr(0, kind.find(':'));
+  return name == "tokens" || name == "text" ? Task::LanguageModel : Task::Classification;
+}
 
 std::unique_ptr<Dataset> openDataset(const DatasetSpec& spec) {
   std::unique_ptr<Dataset> dataset = openUnwrapped(spec);

@@ -99,8 +99,9 @@ void IdxDataset::readLabels() {
   }
 }
 
-void IdxDataset::get(std::int64_t index, float* image, std::int64_t* label) const {
+void IdxDataset::get(std::int64_t index, void* input, std::int64_t* label) const {
   checkIndex(index);
+  auto* image = static_cast<float*>(input);
   const std::int64_t pixels = rows_ * cols_;
   const std::uint8_t* src = pixels_.data() + index * pixels;
   // (x / 255 - mean) / std as one multiply-add.

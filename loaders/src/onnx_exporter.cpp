@@ -12,7 +12,8 @@
 namespace strata {
 
 void exportOnnxWithWeights(const std::filesystem::path& source, const Graph& weights,
-                           const std::filesystem::path& destination) {
+                           const std::filesystem::path& destination,
+                           const std::map<std::string, std::string>& metadata) {
   std::ifstream in(source, std::ios::binary);
   std::stringstream buffer;
   buffer << in.rdbuf();
@@ -32,10 +33,34 @@ void exportOnnxWithWeights(const std::filesystem::path& source, const Graph& wei
       init = detail::tensorToProto(*it->second, init.name());  // inline data, even if the source was external
     }
   }
+  for (const auto& [key, value] : metadata) {
+    onnx::StringStringEntryProto* entry = nullptr;
+    for (auto& existing : *model.mutable_metadata_props()) {
+      entry = existing.key() == key ? &existing : entry;
+    }
+    if (entry == nullptr) {
+      entry = model.add_metadata_props();
+      entry->set_key(key);
+    }
+    entry->set_value(value);
+  }
   std::ofstream out(destination, std::ios::binary | std::ios::trunc);
   if (!out || !model.SerializeToOstream(&out)) {
     fail("{}: cannot write the exported model", destination.string());
   }
+}
+
+std::map<std::string, std::string> readOnnxMetadata(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  onnx::ModelProto model;
+  if (!in || !model.ParseFromIstream(&in)) {
+    fail("{}: cannot read the model's metadata (not an ONNX model?)", path.string());
+  }
+  std::map<std::string, std::string> metadata;
+  for (const auto& entry : model.metadata_props()) {
+    metadata[entry.key()] = entry.value();
+  }
+  return metadata;
 }
 
 }  // namespace strata

@@ -63,8 +63,9 @@ const std::array<float, kQuantiles>& normalQuantiles() {
 
 }  // namespace
 
-void SyntheticDataset::get(std::int64_t index, float* image, std::int64_t* label) const {
+void SyntheticDataset::get(std::int64_t index, void* input, std::int64_t* label) const {
   checkIndex(index);
+  auto* image = static_cast<float*>(input);
   RandomStream rng = RandomStream::keyed({options_.seed, static_cast<std::uint64_t>(index)});
   *label = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(options_.numClasses)));
   const std::array<float, kQuantiles>& quantile = normalQuantiles();

@@ -40,8 +40,9 @@ std::vector<TransformedDataset::Tap> TransformedDataset::makeTaps(std::int64_t i
   return taps;
 }
 
-void TransformedDataset::get(std::int64_t index, float* image, std::int64_t* label) const {
+void TransformedDataset::get(std::int64_t index, void* input, std::int64_t* label) const {
   checkIndex(index);
+  auto* image = static_cast<float*>(input);
   // Per call, not a member: get() may run on several threads (Note [Concurrent get]).
   std::vector<float> source(static_cast<std::size_t>(numElements(innerShape_)));
   inner_->get(index, source.data(), label);

@@ -15,6 +15,7 @@
 
 #include "strata/error.h"
 #include "strata/loaders/synthetic_dataset.h"
+#include "test_models.h"
 
 namespace strata {
 namespace {
@@ -33,13 +34,14 @@ class IndexDataset : public Dataset {
   std::int64_t size() const override { return size_; }
   Shape sampleShape() const override { return {1, 2, 2}; }
   std::int64_t numClasses() const override { return 10; }
-  void get(std::int64_t index, float* image, std::int64_t* label) const override {
+  void get(std::int64_t index, void* input, std::int64_t* label) const override {
     checkIndex(index);
     gets_.fetch_add(1);
     if (delay_.count() > 0) {
       std::this_thread::sleep_for(delay_);
     }
     STRATA_CHECK(index != failAt_, "index dataset: sample {} is unreadable", index);
+    auto* image = static_cast<float*>(input);
     std::fill(image, image + 4, static_cast<float>(index));
     *label = index % 10;
   }
@@ -57,14 +59,7 @@ class IndexDataset : public Dataset {
   mutable std::atomic<int> gets_{0};
 };
 
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::errorOf;
 
 DataLoaderOptions loaderOptions(std::int64_t batchSize, int rank, int worldSize, bool dropLast = false) {
   DataLoaderOptions options;
@@ -83,16 +78,16 @@ std::vector<std::int64_t> drainEpoch(DataLoader& loader, std::int64_t epoch, std
   std::int64_t batches = 0;
   while (std::optional<Batch> batch = loader.next()) {
     EXPECT_EQ(batch->index, batches);
-    const std::int64_t rows = batch->images.dim(0);
-    EXPECT_EQ(batch->images.dtype(), DType::Float32);
-    EXPECT_EQ(batch->images.shape(), (Shape{rows, 1, 2, 2}));
-    EXPECT_EQ(batch->labels.dtype(), DType::Int64);
-    EXPECT_EQ(batch->labels.shape(), (Shape{rows}));
+    const std::int64_t rows = batch->inputs.dim(0);
+    EXPECT_EQ(batch->inputs.dtype(), DType::Float32);
+    EXPECT_EQ(batch->inputs.shape(), (Shape{rows, 1, 2, 2}));
+    EXPECT_EQ(batch->targets.dtype(), DType::Int64);
+    EXPECT_EQ(batch->targets.shape(), (Shape{rows}));
     EXPECT_EQ(static_cast<std::int64_t>(batch->samples.size()), rows);
     for (std::int64_t r = 0; r < rows; ++r) {
-      const auto index = static_cast<std::int64_t>(batch->images.data<float>()[r * 4 + 3]);
+      const auto index = static_cast<std::int64_t>(batch->inputs.data<float>()[r * 4 + 3]);
       EXPECT_EQ(index, batch->samples[static_cast<std::size_t>(r)]);
-      EXPECT_EQ(batch->labels.data<std::int64_t>()[r], index % 10);
+      EXPECT_EQ(batch->targets.data<std::int64_t>()[r], index % 10);
       samples.push_back(index);
     }
     if (batchSizes != nullptr) {
@@ -295,13 +290,13 @@ TEST(DataLoaderTest, BatchesOfASyntheticDatasetMatchItsSamples) {
   loader.startEpoch(0);
   std::optional<Batch> batch = loader.next();
   ASSERT_TRUE(batch.has_value());
-  EXPECT_EQ(batch->images.shape(), (Shape{4, 3, 4, 4}));
+  EXPECT_EQ(batch->inputs.shape(), (Shape{4, 3, 4, 4}));
   std::vector<float> image(48);
   std::int64_t label = 0;
   for (std::int64_t r = 0; r < 4; ++r) {
     dataset->get(batch->samples[static_cast<std::size_t>(r)], image.data(), &label);
-    EXPECT_EQ(batch->labels.data<std::int64_t>()[r], label);
-    EXPECT_TRUE(std::equal(image.begin(), image.end(), batch->images.data<float>() + r * 48));
+    EXPECT_EQ(batch->targets.data<std::int64_t>()[r], label);
+    EXPECT_TRUE(std::equal(image.begin(), image.end(), batch->inputs.data<float>() + r * 48));
   }
 }
 

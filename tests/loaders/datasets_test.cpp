@@ -101,14 +101,7 @@ void writeFile(const fs::path& file, const Bytes& bytes) {
   ASSERT_TRUE(out.good()) << file;
 }
 
-std::string errorOf(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using testing::errorOf;
 
 std::unique_ptr<Dataset> openKind(const std::string& kind, DatasetSplit split = DatasetSplit::Train) {
   DatasetSpec spec;
@@ -543,8 +536,9 @@ class TinyDataset : public Dataset {
   std::int64_t size() const override { return 2; }
   Shape sampleShape() const override { return {1, 2, 2}; }
   std::int64_t numClasses() const override { return 10; }
-  void get(std::int64_t index, float* image, std::int64_t* label) const override {
+  void get(std::int64_t index, void* input, std::int64_t* label) const override {
     checkIndex(index);
+    auto* image = static_cast<float*>(input);
     for (int i = 0; i < 4; ++i) {
       image[i] = static_cast<float>(index * 10 + i);
     }

@@ -11,7 +11,8 @@ With --device cuda both runs train on the GPU (fp32, TF32 off); the N ranks then
 when there are fewer GPUs than ranks, reduce through Gloo with host staging. Exit code 77 (ctest: skipped) when
 the machine has no usable GPU. With --model resnet18 both runs train torchvision's ResNet-18 at 32x32 (exported
 here) instead: a batch-norm network, whose batch statistics differ between one process's batch and each rank's,
-so it is compared with --reference ddp (the same ranks under DDP).
+so it is compared with --reference ddp (the same ranks under DDP). With --model gpt both train a small GPT-2-style
+language model (models/make_gpt.py) on a token file of random bytes (--data tokens:FILE), windows of 16.
 """
 import argparse
 import os
@@ -38,9 +39,29 @@ def export_torchvision(name, work_dir, dtype):
     return path
 
 
-def train(strata, out, batch, extra, lr="0.05", nodes=None, port=None, model=None):
+def export_gpt(work_dir, dtype):
+    """A small GPT over bytes (models/make_gpt.py) and a token file of random bytes for it: (model, data flags)."""
+    path = os.path.join(work_dir, f"gpt_{dtype}.onnx")
+    tokens = os.path.join(work_dir, "gpt_tokens.bin")
+    if not os.path.exists(path):
+        import torch
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
+        import make_gpt
+        torch.manual_seed(0)
+        model = make_gpt.Gpt(layers=2, width=32, heads=4, vocab=256, seq_len=16)
+        make_gpt.export(model, f"{path}.{os.getpid()}.part", 16, dtype=getattr(torch, dtype))
+        os.replace(f"{path}.{os.getpid()}.part", path)
+    if not os.path.exists(tokens):
+        # nanoGPT's layout: raw uint16 ids; 512 windows of 16 and the next token.
+        np.random.default_rng(3).integers(0, 256, 512 * 16 + 1).astype("<u2").tofile(f"{tokens}.{os.getpid()}")
+        os.replace(f"{tokens}.{os.getpid()}", tokens)
+    return path, ["--data", f"tokens:{tokens}"]
+
+
+def train(strata, out, batch, extra, lr="0.05", nodes=None, port=None, model=None, data=None):
     """One job; with nodes=K, K launcher processes (nodes) on this machine (node 0 exports); port: the store's."""
-    command = [strata, "train"] + ([model] if model else []) + ["--data", "synthetic", "--synthetic-samples", "512", "--batch-size", str(batch),
+    data = data or ["--data", "synthetic", "--synthetic-samples", "512"]
+    command = [strata, "train"] + ([model] if model else []) + data + ["--batch-size", str(batch),
                "--max-steps", "5", "--seed", "1", "--lr", lr, "--momentum", "0.9", "--lr-schedule", "constant",
                "--out", out, "--export", out + ".onnx"] + extra
     others = []
@@ -85,7 +106,8 @@ def main() -> int:
                         help="run the ranks as this many launcher processes (nodes) of --nproc ranks each")
     parser.add_argument("--master-port", type=int, help="of the ranks' store (default: the launcher's)")
     parser.add_argument("--loss-scale", help="--loss-scale of both runs (fp16), e.g. dynamic:300000 to skip steps")
-    parser.add_argument("--model", help="a torchvision model to train instead of the bundled CNN (resnet18)")
+    parser.add_argument("--model", help="a torchvision model to train instead of the bundled CNN (resnet18), or gpt: "
+                                        "a small GPT (models/make_gpt.py) on a token file")
     parser.add_argument("--model-dtype", default="float32", choices=["float32", "float64"],
                         help="of --model's weights: float64 where batch norm at small batches amplifies float32's "
                              "reduction-order rounding (4 ranks' sums in another order, as DDP with other buckets)")
@@ -106,7 +128,11 @@ def main() -> int:
            + "".join(f"-{o.replace('=', '')}" for o in args.strategy_opt))
     # Adam divides by the gradients' running RMS, which amplifies float32 reduction-order differences at a high lr.
     device += ["--optimizer", args.optimizer]
-    model = export_torchvision(args.model, args.work_dir, args.model_dtype) if args.model else None
+    data = None
+    if args.model == "gpt":
+        model, data = export_gpt(args.work_dir, args.model_dtype)
+    else:
+        model = export_torchvision(args.model, args.work_dir, args.model_dtype) if args.model else None
     if args.model:
         tag += f"-{args.model}-{args.model_dtype}"
     lr = "0.05" if args.optimizer == "sgd" else "0.002"
@@ -124,14 +150,15 @@ def main() -> int:
     tag += f"-{args.loss_scale}" if args.loss_scale else ""
     if args.reference == "single":
         single = train(args.strata, os.path.join(args.work_dir, f"single-{tag}"),
-                       args.batch * args.nproc * args.nnodes * args.grad_accum, ["--threads", "1"] + device, lr, model=model)
+                       args.batch * args.nproc * args.nnodes * args.grad_accum, ["--threads", "1"] + device, lr, model=model,
+                       data=data)
     else:
         single = train(args.strata, os.path.join(args.work_dir, f"ddp-reference-{tag}"), args.batch,
                        ["--nproc", str(args.nproc), "--grad-accum", str(args.grad_accum), "--threads", "1",
-                        "--strategy", "ddp"] + device, lr, port=args.master_port, model=model)
+                        "--strategy", "ddp"] + device, lr, port=args.master_port, model=model, data=data)
     ranks = train(args.strata, os.path.join(args.work_dir, f"ranks-{tag}"), args.batch,
                   ["--nproc", str(args.nproc), "--grad-accum", str(args.grad_accum), "--threads", "1"] + options
-                  + device, lr, args.nnodes if args.nnodes > 1 else None, args.master_port, model)
+                  + device, lr, args.nnodes if args.nnodes > 1 else None, args.master_port, model, data)
     worst = max((float(np.linalg.norm(ranks[k] - v) / np.linalg.norm(v)), k) for k, v in single.items())
     print(f"{args.strategy} {' '.join(args.strategy_opt)} with {args.optimizer}, {args.nnodes} node(s) x "
           f"{args.nproc} ranks x {args.grad_accum} micro-batches, {args.precision}, vs "

@@ -41,28 +41,6 @@ void mergePeaks(MemorySnapshot& into, const MemorySnapshot& from) {
   into.reserved = std::max(into.reserved, from.reserved);
 }
 
-// Rows of `logits` ([N, classes], float32 or float64) whose argmax is the class in `classes`, over the first `rows`.
-std::int64_t correctRows(const Tensor& deviceLogits, const Tensor& classes, std::int64_t rows) {
-  const Tensor logits = deviceLogits.to(Device::cpu());
-  if (logits.rank() != 2 || !classes.defined()) {
-    return 0;
-  }
-  const std::int64_t width = logits.dim(1);
-  std::int64_t correct = 0;
-  for (std::int64_t r = 0; r < std::min(rows, logits.dim(0)); ++r) {
-    std::int64_t best = 0;
-    for (std::int64_t c = 1; c < width; ++c) {
-      const double value =
-          logits.dtype() == DType::Float64 ? logits.data<double>()[r * width + c] : logits.data<float>()[r * width + c];
-      const double top = logits.dtype() == DType::Float64 ? logits.data<double>()[r * width + best]
-                                                          : logits.data<float>()[r * width + best];
-      best = value > top ? c : best;
-    }
-    correct += best == classes.data<std::int64_t>()[r] ? 1 : 0;
-  }
-  return correct;
-}
-
 std::string joinDoubles(const std::vector<double>& values) {
   std::string text;
   for (double v : values) {
@@ -112,6 +90,8 @@ Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(parts), op
   if (micro > 1) {
     parts_.program.setGradientScale(1.0 / micro);
   }
+  trainMetric_ = makeMetric(parts_.task, parts_.classes);
+  testMetric_ = makeMetric(parts_.task, parts_.classes);
   context_ =
       std::make_unique<TrainerContext>(parts_.program, options_.optimizer, parts_.lossScaler, parts_.group,
                                        parts_.store, parts_.place, options_.strategyOptions, micro, options_.timeout);
@@ -215,9 +195,8 @@ RunTotals Trainer::run() {
     const std::int64_t stepsBefore = step_;
     double lossSum = 0;
     std::int64_t lossCount = 0;
-    double correct = 0;
-    double counted = 0;
-    trainEpoch(epoch, lossSum, lossCount, correct, counted);
+    std::vector<double> metricSums;
+    trainEpoch(epoch, lossSum, lossCount, metricSums);
     parts_.strategy.afterEpoch(StepInfo{step_ - 1, options_.microBatches - 1, options_.microBatches});
     const double epochSeconds = seconds(std::chrono::steady_clock::now() - epochStart);
     totals.trainTimeS += epochSeconds;
@@ -226,14 +205,17 @@ RunTotals Trainer::run() {
     record.epoch = epoch;
     record.step = step_;
     record.trainLoss = lossCount > 0 ? lossSum / static_cast<double>(lossCount) : NAN;
-    record.trainAccuracy = counted > 0 ? correct / counted : -1;
+    record.trainFigures = metricSums.empty() ? MetricFigures{} : trainMetric_->figures(metricSums);
+    record.trainAccuracy = figureOr(record.trainFigures, "accuracy", -1);
     // Evaluation holds the full weights (a sharded strategy gathers them): its peaks are the run's, not training's.
     MemoryStats& memory = allocatorFor(parts_.program.parameters().device()).stats();
     mergePeaks(trainingPeaks_, memory.snapshot());
-    record.testAccuracy = evaluate(epoch);
+    record.testFigures = evaluate(epoch);
+    record.testAccuracy = figureOr(record.testFigures, "accuracy", -1);
     mergePeaks(runPeaks_, memory.snapshotAndResetPeaks());
     record.epochTimeS = epochSeconds;
     totals.testAccuracy = record.testAccuracy;
+    totals.testFigures = record.testFigures;
     if (lead()) {
       parts_.recorder.epoch(record);
     }
@@ -258,8 +240,8 @@ RunTotals Trainer::run() {
   return totals;
 }
 
-void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t& epochLossCount, double& epochCorrect,
-                         double& epochCounted) {
+void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t& epochLossCount,
+                         std::vector<double>& epochMetricSums) {
   TrainableProgram& program = parts_.program;
   Executor& executor = program.executor();
   const int micro = options_.microBatches;
@@ -310,23 +292,27 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
       }
       lossSum += loss / micro;  // a step's loss is the mean of its micro-batches'
     }
-    double correct = 0;
-    double counted = 0;
+    trainMetric_->reset();
     for (const LogWindow::Kept& kept : window.kept) {
-      correct += static_cast<double>(correctRows(kept.logits, kept.classes, kept.rows));
-      counted += static_cast<double>(kept.rows);
+      trainMetric_->add(kept.logits, kept.classes, kept.rows);
     }
-    const std::vector<double> mine{lossSum, static_cast<double>(windowSteps), correct, counted};
+    std::vector<double> mine{lossSum, static_cast<double>(windowSteps)};
+    const std::vector<double> metricSums = trainMetric_->sums();
+    mine.insert(mine.end(), metricSums.begin(), metricSums.end());
     // Note [Shared steps]: ranks that do not wait for each other do not meet at log points either.
     const std::vector<double> sums = shared ? mine : sumOverRanks(fmt::format("trainer/log/{}", step_), mine);
     const double steps = std::max(sums[1], 1.0);
     lastLoss_ = sums[0] / steps;
     epochLossSum += sums[0];
     epochLossCount += static_cast<std::int64_t>(sums[1]);
-    epochCorrect += sums[2];
-    epochCounted += sums[3];
+    const std::vector<double> windowSums(sums.begin() + 2, sums.end());
+    epochMetricSums.resize(windowSums.size(), 0.0);
+    for (std::size_t i = 0; i < windowSums.size(); ++i) {
+      epochMetricSums[i] += windowSums[i];
+    }
     record.loss = lastLoss_;
-    record.accuracy = sums[3] > 0 ? sums[2] / sums[3] : -1;
+    record.figures = trainMetric_->figures(windowSums);
+    record.accuracy = figureOr(record.figures, "accuracy", -1);
     pendingLosses_.clear();
     window.kept.clear();
     windowSteps = 0;
@@ -411,23 +397,20 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
   }
 }
 
-double Trainer::evaluate(std::int64_t epoch) {
+MetricFigures Trainer::evaluate(std::int64_t epoch) {
   if (parts_.test == nullptr) {
-    return -1;
+    return {};
   }
   parts_.strategy.beforeEvaluate();
-  std::int64_t correct = 0;
-  std::int64_t counted = 0;
+  testMetric_->reset();
   parts_.test->startEpoch(0);
   while (std::optional<TrainBatch> batch = parts_.test->next()) {
-    const Tensor logits = parts_.program.evaluate({batch->input})[0];
-    correct += correctRows(logits, batch->classes, batch->countedRows);
-    counted += batch->countedRows;
+    const Tensor scores = parts_.program.evaluate({batch->input})[0];
+    testMetric_->add(scores, batch->classes, batch->countedRows);
   }
   parts_.strategy.afterEvaluate();
-  const std::vector<double> sums =
-      sumOverRanks(fmt::format("trainer/eval/{}", epoch), {static_cast<double>(correct), static_cast<double>(counted)});
-  return sums[1] > 0 ? sums[0] / sums[1] : -1;
+  const std::vector<double> sums = sumOverRanks(fmt::format("trainer/eval/{}", epoch), testMetric_->sums());
+  return testMetric_->figures(sums);
 }
 
 void Trainer::withFullWeights(const std::function<void()>& fn) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "strata/memory_stats.h"
+#include "strata/train/metric.h"
 
 namespace strata {
 
@@ -15,7 +16,8 @@ struct StepRecord {
   std::int64_t stepsInEpoch = 0;
   std::int64_t stepInEpoch = 0;
   double loss = 0;
-  double accuracy = -1;  // of the logged step's batches; < 0 when the labels are not classes
+  double accuracy = -1;   // of the logged step's batches; < 0 when the labels are not classes
+  MetricFigures figures;  // the task's figures of the logged step's batches (Note [Metrics])
   double lr = 0;
   double samplesPerS = 0;
   double stepTimeMs = 0;
@@ -25,9 +27,11 @@ struct StepRecord {
 struct EpochRecord {
   std::int64_t epoch = 0;
   std::int64_t step = 0;
-  double trainLoss = 0;       // mean over the epoch's steps and every rank
-  double trainAccuracy = -1;  // over the logged steps' batches of every rank; < 0 without classes
-  double testAccuracy = -1;   // over the whole test split, every rank evaluating its share; < 0 without classes
+  double trainLoss = 0;        // mean over the epoch's steps and every rank
+  double trainAccuracy = -1;   // over the logged steps' batches of every rank; < 0 without classes
+  double testAccuracy = -1;    // over the whole test split, every rank evaluating its share; < 0 without classes
+  MetricFigures trainFigures;  // the task's figures over the logged steps' batches (Note [Metrics])
+  MetricFigures testFigures;   // ... over the whole test split; empty without one
   double epochTimeS = 0;
 };
 
@@ -48,6 +52,7 @@ struct RunTotals {
   double samplesPerS = 0;
   double finalTrainLoss = 0;
   double testAccuracy = -1;
+  MetricFigures testFigures;
 };
 
 // Where a run's figures go (metrics.jsonl and summary.json in `strata train`). Only the lead rank (0) gets

@@ -17,6 +17,7 @@
 #include "strata/plugin_host.h"
 #include "strata/train/batch_source.h"
 #include "strata/train/checkpoint_store.h"
+#include "strata/train/metric.h"
 #include "strata/train/run_recorder.h"
 #include "strata/train/trainable_program.h"
 #include "strata/train/trainer_context.h"
@@ -59,6 +60,9 @@ struct TrainerParts {
   Store* store = nullptr;                  // nullptr in a single-process run
   LossScaler* lossScaler = nullptr;        // fp16 dynamic loss scaling
   RankPlace place{};
+  // What the data teaches (Note [Tasks]), which decides the metric, and the model's classes (or vocabulary).
+  Task task = Task::Classification;
+  std::int64_t classes = 0;
   SubgroupFactory subgroups = nullptr;  // none: StrategyContext::subgroup answers nullptr
   // "rank 2 of 4 is silent (...)" from the job's heartbeats (describeSilentRanks), for the lead rank's errors when
   // a rank's figures never come; none: the error names the ranks that did not write them, and no more.
@@ -94,9 +98,9 @@ class Trainer {
 
  private:
   struct LogWindow;
-  void trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t& epochLossCount, double& epochCorrect,
-                  double& epochCounted);
-  double evaluate(std::int64_t epoch);
+  void trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t& epochLossCount,
+                  std::vector<double>& epochMetricSums);
+  MetricFigures evaluate(std::int64_t epoch);
   void saveCheckpoint(std::int64_t epochsDone);
   void restoreCheckpoint();
   void checkParameterLayouts(const std::vector<std::string>& saved) const;
@@ -111,6 +115,8 @@ class Trainer {
   TrainerParts parts_;
   TrainerOptions options_;
   std::unique_ptr<TrainerContext> context_;
+  std::unique_ptr<Metric> trainMetric_;  // the logged steps' batches (Note [Metrics])
+  std::unique_ptr<Metric> testMetric_;   // the test split
   bool setUp_ = false;
   std::int64_t stepsPerEpoch_ = 0;
   std::int64_t epochs_ = 0;

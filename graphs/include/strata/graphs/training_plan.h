@@ -24,6 +24,9 @@ struct TrainingPlanOptions {
   std::vector<TensorMeta> inputMetas;
   std::int64_t defaultBatch = 1;
   LossKind loss = LossKind::CrossEntropy;
+  // Cross-entropy appended to a graph without a loss: the scores' class axis is 1 ([N, C, ...], classifiers and
+  // segmentation nets) or, when set, the last ([N, T, V], language models; Note [Class axis last]).
+  bool classAxisLast = false;
   Device device = Device::cpu();
   // Float16 or BFloat16: mixed precision (graphs/autocast.h) over float32 master weights and gradients.
   std::optional<DType> mixedPrecision;
@@ -42,6 +45,10 @@ struct TrainingPlanOptions {
   // mixed precision; elsewhere this does nothing).
   bool fuseRelu = true;
 };
+
+// The graph in evaluation mode: batch norm on running statistics, dropout off (a training-mode export's Dropout
+// loses its training_mode input, so the executor's mode decides).
+Graph evaluationModeGraph(Graph graph);
 
 // A model made trainable: a loss appended when the graph has none, the backward graph built once, parameters and
 // gradients in a ParameterStore's flat buffers (the plan reads parameter views and writes gradient views

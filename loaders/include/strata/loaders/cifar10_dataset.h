@@ -29,7 +29,7 @@ class Cifar10Dataset : public Dataset {
   std::int64_t size() const override { return static_cast<std::int64_t>(labels_.size()); }
   Shape sampleShape() const override { return {kChannels, kSide, kSide}; }
   std::int64_t numClasses() const override { return kClasses; }
-  void get(std::int64_t index, float* image, std::int64_t* label) const override;
+  void get(std::int64_t index, void* input, std::int64_t* label) const override;
   void setEpoch(std::int64_t epoch) override { epoch_.store(epoch); }
   std::string description() const override { return description_; }
 

@@ -30,8 +30,8 @@ struct DataLoaderOptions {
 };
 
 struct Batch {
-  Tensor images;                      // [B, sample shape...] float32, MemoryCategory::Other
-  Tensor labels;                      // [B] int64
+  Tensor inputs;                      // [B, sample shape...] of the data set's sampleType(), MemoryCategory::Other
+  Tensor targets;                     // [B, target shape...] int64 class indices
   std::int64_t index = 0;             // batch number within this rank's epoch
   std::vector<std::int64_t> samples;  // dataset indices of the B rows
 };
@@ -79,6 +79,8 @@ class DataLoader {
   std::shared_ptr<Dataset> dataset_;
   DataLoaderOptions options_;
   Shape sampleShape_;
+  Shape targetShape_;
+  DType sampleType_ = DType::Float32;
   std::int64_t samplesPerRank_ = 0;
   std::int64_t batchesPerEpoch_ = 0;
 

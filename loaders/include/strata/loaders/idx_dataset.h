@@ -29,7 +29,7 @@ class IdxDataset : public Dataset {
   std::int64_t size() const override { return count_; }
   Shape sampleShape() const override { return {1, rows_, cols_}; }
   std::int64_t numClasses() const override { return kClasses; }
-  void get(std::int64_t index, float* image, std::int64_t* label) const override;
+  void get(std::int64_t index, void* input, std::int64_t* label) const override;
   std::string description() const override { return description_; }
 
   // The files this split is read from (for messages and tests).

@@ -24,7 +24,7 @@ class SyntheticDataset : public Dataset {
   std::int64_t size() const override { return options_.numSamples; }
   Shape sampleShape() const override { return options_.sampleShape; }
   std::int64_t numClasses() const override { return options_.numClasses; }
-  void get(std::int64_t index, float* image, std::int64_t* label) const override;
+  void get(std::int64_t index, void* input, std::int64_t* label) const override;
   std::string description() const override;
 
  private:

@@ -25,7 +25,7 @@ class TransformedDataset : public Dataset {
   std::int64_t size() const override { return inner_->size(); }
   Shape sampleShape() const override { return options_.targetShape; }
   std::int64_t numClasses() const override { return inner_->numClasses(); }
-  void get(std::int64_t index, float* image, std::int64_t* label) const override;
+  void get(std::int64_t index, void* input, std::int64_t* label) const override;
   void setEpoch(std::int64_t epoch) override { inner_->setEpoch(epoch); }
   std::string description() const override;
 
