@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "strata/graphs/attention_fusion.h"
 #include "strata/graphs/batch_norm_folding.h"
 #include "strata/graphs/channels_last.h"
 #include "strata/graphs/gelu_fusion.h"
@@ -48,7 +49,10 @@ std::unique_ptr<Executor> buildInferenceExecutor(const Graph& specialised, const
     int fusedClips = 0;  // a forward-only plan: Clip's gradient is never needed
     fused = fuseClipIntoConv(fused, &fusedClips);
     fusedRelus += fusedClips;
+    int fusedAttention = 0;
+    fused = fuseAttention(fused, &fusedAttention);    // Note [Fused attention]
     fused = fuseBiasIntoMatMul(fused, &fusedBiases);  // Note [MatMul bias fusion]: the CPU's MatMul takes the bias
+    fusedBiases += fusedAttention;
   }
   if (fusedGelus + fusedSilus + fusedMishes + fusedRelus + fusedBiases > 0)
     fused = specialize(fused, again);

@@ -9,12 +9,46 @@
 #include "strata/graphs/flops.h"
 #include "strata/graphs/lower.h"
 #include "strata/graphs/specialize.h"
+#include "strata/graphs/training_plan.h"
 #include "strata/loaders/onnx_importer.h"
 #include "strata/op_registry.h"
 #include "strategy_inspection.h"
 
 namespace strata::cli {
 namespace {
+
+// The training step's plan on the CPU as `strata train` builds it (a language model's loss over every position when
+// the input is token ids and the scores [N, T, V]): its peak activation memory, forward and backward, and how many
+// attention chains run fused (Note [Fused attention]: no [T, T] matrix kept).
+void printTrainingPlan(const Graph& graph, const std::vector<TensorMeta>& inputs) {
+  TrainingPlanOptions options;
+  options.inputMetas = inputs;
+  const Graph specialised = specialize(graph, SpecializeOptions{.inputMetas = inputs});
+  const TensorMeta& scores = specialised.values[static_cast<std::size_t>(specialised.outputs.at(0))].meta;
+  options.classAxisLast = inputs.size() == 1 && !isFloatingPoint(inputs[0].dtype) && scores.shape.size() == 3;
+  try {
+    TrainingPlan plan(graph, options);
+    const Graph& step = plan.trainingGraph().graph;
+    int fused = 0;
+    int written = 0;
+    for (const Node& node : step.nodes) {
+      fused += node.opType == "ScaledDotProductAttention" ? 1 : 0;
+      written += node.opType == "Softmax" && node.phase == NodePhase::Forward ? 1 : 0;
+    }
+    const std::int64_t peak = plan.executor().program().peakActivationBytes;
+    fmt::print("training step: peak activation memory {} ({} bytes), forward and backward", humanBytes(peak), peak);
+    if (fused > 0) {
+      options.fuseAttention = false;
+      TrainingPlan writtenOut(graph, options);
+      const std::int64_t unfused = writtenOut.executor().program().peakActivationBytes;
+      fmt::print("; attention fused in {} of {} softmax chains (no [T, T] matrix kept; written out: {})", fused,
+                 fused + written, humanBytes(unfused));
+    }
+    fmt::print("\n");
+  } catch (const Error& e) {
+    fmt::print("training step: no plan ({})\n", e.what());
+  }
+}
 
 void inspect(const ModelOptions& options, const StrategyInspection& strategy) {
   checkStrategyInspection(strategy);
@@ -97,6 +131,7 @@ void inspect(const ModelOptions& options, const StrategyInspection& strategy) {
   fmt::print("plan: {} steps ({} nodes folded at load), peak activation memory {} ({} bytes)\n", program.steps.size(),
              graph.nodes.size() - specialised.nodes.size(), humanBytes(program.peakActivationBytes),
              program.peakActivationBytes);
+  printTrainingPlan(graph, specializeOptions.inputMetas);
   printStrategyMemory(strategy, graph, specializeOptions.inputMetas);
 }
 

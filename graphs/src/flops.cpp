@@ -1,5 +1,7 @@
 #include "strata/graphs/flops.h"
 
+#include <algorithm>
+
 namespace strata {
 namespace {
 
@@ -29,6 +31,14 @@ std::int64_t nodeFlops(const Graph& graph, const Node& node) {
   if (node.opType == "MatMul") {
     const Shape& a = meta(node.inputs[0]).shape;
     return 2 * outElements * (a.empty() ? 1 : a.back());
+  }
+  if (node.opType == "ScaledDotProductAttention") {
+    // Q K^T and P V over the keys each query sees (half of them when causal), plus the softmax.
+    const Shape& q = meta(node.inputs[0]).shape;
+    const Shape& k = meta(node.inputs[1]).shape;
+    const std::int64_t rows = out.numel() / std::max<std::int64_t>(out.shape.back(), 1);
+    const std::int64_t keys = node.attrs.getInt("causal", 0) != 0 ? (k[k.size() - 2] + 1) / 2 : k[k.size() - 2];
+    return rows * keys * (2 * q.back() + 2 * out.shape.back() + 1);
   }
   if (node.opType == "MaxPool" || node.opType == "AveragePool") {
     std::int64_t window = 1;

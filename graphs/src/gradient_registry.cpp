@@ -66,6 +66,7 @@ GradientRegistry& GradientRegistry::instance() {
     gradients::registerReductionGradients(registry);
     gradients::registerShapeGradients(registry);
     gradients::registerNnGradients(registry);
+    gradients::registerAttentionGradients(registry);
   });
   return registry;
 }

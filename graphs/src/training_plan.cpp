@@ -7,6 +7,7 @@
 
 #include "strata/channels_last.h"
 #include "strata/error.h"
+#include "strata/graphs/attention_fusion.h"
 #include "strata/graphs/autocast.h"
 #include "strata/graphs/channels_last_weights.h"
 #include "strata/graphs/gelu_fusion.h"
@@ -190,7 +191,11 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
   int fusedMishes = 0;  // Note [Mish fusion]
   if (fusesForCpu(options))
     full = fuseMish(fuseSilu(full, &fusedSilus), &fusedMishes);
-  if (folded > 0 || fusedGelus > 0 || fusedRelus > 0 || fusedSilus > 0 || fusedMishes > 0)
+  // Note [Fused attention]: exported attention as one node that keeps no [T, T] matrix (a CPU kernel for now).
+  int fusedAttention = 0;
+  if (fusesForCpu(options) && options.fuseAttention)
+    full = fuseAttention(full, &fusedAttention);
+  if (folded > 0 || fusedGelus > 0 || fusedRelus > 0 || fusedSilus > 0 || fusedMishes > 0 || fusedAttention > 0)
     full = specialize(full, SpecializeOptions{.inputMetas = metas, .training = true});
   if (options.mixedPrecision) {
     full =
@@ -337,6 +342,8 @@ std::vector<Tensor> TrainingPlan::evaluate(const std::vector<Tensor>& inputs) {
       fused = fuseRelu(fused);
     if (fusesForCpu(options_))
       fused = fuseMish(fuseSilu(fused));
+    if (fusesForCpu(options_) && options_.fuseAttention)
+      fused = fuseAttention(fused);
     std::vector<int> stored;
     if (options_.channelsLast) {  // the step's layout, reading the weights as they are stored
       fused = storeWeightsChannelsLast(fused, channelsLastWeights_, &stored);

@@ -277,10 +277,14 @@ TEST(TextCorpusTest, ACorpusIsTokenizedOnceAndReused) {
   std::ofstream(dir / "books" / "b" / "c.txt", std::ios::app) << " changed";
   EXPECT_NE(prepareTextCorpus(options).tokens, corpus.tokens) << "a changed corpus is tokenized again";
 
-  EXPECT_THAT(errorOf([&] { prepareTextCorpus({.source = (dir / "none").string(), .cacheDir = dir / "cache"}); }),
+  EXPECT_THAT(errorOf([&] {
+                prepareTextCorpus({.source = (dir / "none").string(), .cacheDir = dir / "cache", .tokenizer = {}});
+              }),
               AllOf(HasSubstr("none"), HasSubstr("no such file or directory")));
   fs::create_directories(dir / "empty");
-  EXPECT_THAT(errorOf([&] { prepareTextCorpus({.source = (dir / "empty").string(), .cacheDir = dir / "cache"}); }),
+  EXPECT_THAT(errorOf([&] {
+                prepareTextCorpus({.source = (dir / "empty").string(), .cacheDir = dir / "cache", .tokenizer = {}});
+              }),
               HasSubstr("holds no files"));
 }
 

@@ -77,6 +77,7 @@ void registerElementwiseGradients(GradientRegistry& registry);  // activations, 
 void registerReductionGradients(GradientRegistry& registry);    // Reduce*, Softmax, LogSoftmax, LayerNorm, losses
 void registerShapeGradients(GradientRegistry& registry);        // Reshape, Transpose, Concat, Split, Slice, Gather, ...
 void registerNnGradients(GradientRegistry& registry);           // Conv, pooling, BatchNormalization, Gemm, MatMul
+void registerAttentionGradients(GradientRegistry& registry);    // ScaledDotProductAttention (fused attention)
 }  // namespace gradients
 
 }  // namespace strata

@@ -44,6 +44,8 @@ struct TrainingPlanOptions {
   // Note [Fused ReLU]: batch norms and Adds and the Relu that alone reads them run as one node (CPU plans without
   // mixed precision; elsewhere this does nothing).
   bool fuseRelu = true;
+  // Note [Fused attention]: attention chains run as one node on the CPU (off: as written, for comparison).
+  bool fuseAttention = true;
 };
 
 // The graph in evaluation mode: batch norm on running statistics, dropout off (a training-mode export's Dropout
