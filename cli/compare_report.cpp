@@ -108,10 +108,47 @@ std::string timeCell(const nlohmann::json* r) {
   return done(*r) ? orDash((*r)["train_time_s"]) : "failed";
 }
 
-std::string accuracyCell(const nlohmann::json* r) {
+// Note [Metrics]: each run's headline test figure is its task's (accuracy, perplexity, mean IoU); shares are shown
+// in percent, other figures as they are.
+std::string metricOf(const nlohmann::json& r) {
+  return r.contains("test_metric") && r["test_metric"].is_string() ? r["test_metric"].get<std::string>() : "accuracy";
+}
+
+bool isShare(const std::string& metric) {
+  return metric.find("accuracy") != std::string::npos || metric == "mean_iou";
+}
+
+// "acc. (%)", "perplexity", "mean IoU (%)": a column header for a metric.
+std::string metricHeader(const std::string& metric) {
+  if (metric == "accuracy")
+    return "acc. (%)";
+  if (metric == "mean_iou")
+    return "mean IoU (%)";
+  std::string words = metric;
+  std::replace(words.begin(), words.end(), '_', ' ');
+  return isShare(metric) ? words + " (%)" : words;
+}
+
+std::string metricValue(const nlohmann::json& r) {
+  const std::string metric = metricOf(r);
+  const nlohmann::json value =
+      r.contains("test_metric_value") ? r["test_metric_value"] : r.value("test_accuracy", nlohmann::json());
+  return isShare(metric) ? orDash(value, "{:.2f}", 100.0) : orDash(value, "{:.3f}");
+}
+
+std::string metricCell(const nlohmann::json* r) {
   if (r == nullptr)
     return "";
-  return done(*r) ? orDash((*r)["test_accuracy"], "{:.2f}", 100.0) : "failed";
+  return done(*r) ? metricValue(*r) : "failed";
+}
+
+// The metric of a model's runs (the first run's: one model, one task).
+std::string metricOfModel(const nlohmann::json& results, const std::string& model) {
+  for (const nlohmann::json& r : results) {
+    if (r["model"] == model)
+      return metricOf(r);
+  }
+  return "accuracy";
 }
 
 std::vector<Table> tables(const nlohmann::json& results) {
@@ -134,17 +171,18 @@ std::vector<Table> tables(const nlohmann::json& results) {
   }
   {
     Table t("Time and accuracy (the study's Tables III/IV form)",
-            "Training time (s) and test accuracy (%) after the last epoch, on the whole test split.");
+            "Training time (s) and the test figure after the last epoch, on the whole test split: accuracy for "
+            "classifiers, perplexity for language models (lower is better), mean IoU for segmentation.");
     t.headers = {"configuration"};
     for (const std::string& m : models) {
       t.headers.push_back(m + " time (s)");
-      t.headers.push_back(m + " acc. (%)");
+      t.headers.push_back(m + " " + metricHeader(metricOfModel(results, m)));
     }
     for (const auto& s : setups) {
       std::vector<std::string> row = {fmt::format("{}, {} rank(s)", s.first, s.second)};
       for (const std::string& m : models) {
         row.push_back(timeCell(find(results, m, s)));
-        row.push_back(accuracyCell(find(results, m, s)));
+        row.push_back(metricCell(find(results, m, s)));
       }
       t.rows.push_back(row);
     }
@@ -160,7 +198,7 @@ std::vector<Table> tables(const nlohmann::json& results) {
         "before the run, with its error against the measurement (step time: the median logged step after the first "
         "log point).");
     t.headers = {"model",     "configuration", "status",        "time (s)",      "samples/s",
-                 "step (ms)", "final loss",    "test acc. %",   "peak/rank MiB", "comm. (s)",
+                 "step (ms)", "final loss",    "test metric",   "peak/rank MiB", "comm. (s)",
                  "hidden",    "comm. CPU",     "predicted MiB", "mem. error",    "predicted step (ms)",
                  "step error"};
     for (const nlohmann::json& r : results) {
@@ -170,7 +208,7 @@ std::vector<Table> tables(const nlohmann::json& results) {
            orDash(r.value("samples_per_s", nlohmann::json()), "{:.0f}"),
            orDash(r.value("step_time_s", nlohmann::json()), "{:.1f}", 1000.0),
            orDash(r.value("final_train_loss", nlohmann::json()), "{:.4f}"),
-           orDash(r.value("test_accuracy", nlohmann::json()), "{:.2f}", 100.0),
+           done(r) ? fmt::format("{} {}", metricHeader(metricOf(r)), metricValue(r)) : "-",
            orDash(r.value("training_peak_memory_bytes", nlohmann::json()), "{:.1f}", 1.0 / (1 << 20)),
            orDash(r.value("communication_s", nlohmann::json()), "{:.2f}"),
            orDash(r.value("hidden_communication", nlohmann::json()), "{:.0f}%", 100.0),
@@ -278,22 +316,31 @@ std::vector<std::pair<double, double>> pointsOf(const nlohmann::json& pairs) {
 std::vector<Figure> figures(const nlohmann::json& results) {
   std::vector<Figure> out;
   std::vector<ChartSeries> loss;
-  std::vector<ChartSeries> accuracy;
+  std::map<std::string, std::vector<ChartSeries>> byMetric;  // one chart per task's metric
   for (const nlohmann::json& r : results) {
     const std::string name = fmt::format("{} ({})", configTitle(r), r["model"].get<std::string>());
     loss.push_back({name, pointsOf(r["loss_curve"])});
-    std::vector<std::pair<double, double>> acc = pointsOf(r["accuracy_curve"]);
-    for (auto& [epoch, a] : acc) {
+    const std::string metric = metricOf(r);
+    std::vector<std::pair<double, double>> curve =
+        pointsOf(r.contains("metric_curve") ? r["metric_curve"] : r["accuracy_curve"]);
+    for (auto& [epoch, value] : curve) {
       epoch += 1;  // after epoch 1, 2, ...
-      a *= 100;
+      value *= isShare(metric) ? 100 : 1;
     }
-    accuracy.push_back({name, acc});
+    byMetric[metric].push_back({name, curve});
   }
   out.push_back({"Training loss", "loss.svg",
                  svgLineChart({.title = "Training loss (logged steps)", .xLabel = "step", .yLabel = "loss"}, loss)});
-  out.push_back(
-      {"Test accuracy", "accuracy.svg",
-       svgLineChart({.title = "Test accuracy after each epoch", .xLabel = "epoch", .yLabel = "%"}, accuracy)});
+  for (const auto& [metric, series] : byMetric) {
+    std::string words = metric;
+    std::replace(words.begin(), words.end(), '_', ' ');
+    const std::string title = metric == "accuracy" ? "Test accuracy" : "Test " + words;
+    out.push_back(
+        {title, metric + ".svg",
+         svgLineChart(
+             {.title = title + " after each epoch", .xLabel = "epoch", .yLabel = isShare(metric) ? "%" : words},
+             series)});
+  }
   // One scatter per model: a front across models would compare unlike work.
   for (const std::string& model : modelsOf(results)) {
     std::vector<std::pair<std::string, std::pair<double, double>>> scatter;
@@ -368,14 +415,30 @@ std::vector<std::string> answer(const nlohmann::json& results) {
     };
     const nlohmann::json& fastest = **std::min_element(ok.begin(), ok.end(), by("train_time_s"));
     const nlohmann::json& leanest = **std::min_element(ok.begin(), ok.end(), by("training_peak_memory_bytes"));
-    const nlohmann::json& best = **std::max_element(ok.begin(), ok.end(), by("test_accuracy"));
-    const nlohmann::json& worst = **std::min_element(ok.begin(), ok.end(), by("test_accuracy"));
-    const bool sameAccuracy = best.value("test_accuracy", 0.0) - worst.value("test_accuracy", 0.0) < 0.0005;
-    const std::string accuracy = ok.size() > 1 && sameAccuracy
-                                     ? fmt::format("accuracy: the same in every configuration ({} %)",
-                                                   orDash(best["test_accuracy"], "{:.2f}", 100.0))
-                                     : fmt::format("most accurate: {} ({} %)", configTitle(best),
-                                                   orDash(best["test_accuracy"], "{:.2f}", 100.0));
+    // The best by the task's metric: the highest accuracy or mean IoU, the lowest perplexity.
+    const std::string metric = metricOf(*ok.front());
+    const bool higher = ok.front()->value("metric_higher_is_better", true);
+    const auto valueOf = [&](const nlohmann::json* r) {
+      const nlohmann::json& v = r->contains("test_metric_value") ? (*r)["test_metric_value"] : (*r)["test_accuracy"];
+      return v.is_number() ? v.get<double>() : (higher ? -1e300 : 1e300);
+    };
+    const auto worse = [&](const nlohmann::json* a, const nlohmann::json* b) {
+      return higher ? valueOf(a) < valueOf(b) : valueOf(a) > valueOf(b);
+    };
+    const nlohmann::json& best = **std::max_element(ok.begin(), ok.end(), worse);
+    const nlohmann::json& worst = **std::min_element(ok.begin(), ok.end(), worse);
+    const double tolerance = isShare(metric) ? 0.0005 : 0.0005 * std::abs(valueOf(&best));
+    const bool same = std::abs(valueOf(&best) - valueOf(&worst)) < tolerance;
+    const std::string unit = isShare(metric) ? " %" : "";
+    std::string words = metric;
+    std::replace(words.begin(), words.end(), '_', ' ');
+    const std::string accuracy =
+        ok.size() > 1 && same
+            ? fmt::format("{}: the same in every configuration ({}{})", words, metricValue(best), unit)
+            : fmt::format(
+                  "{}: {} ({}{})",
+                  metric == "accuracy" ? std::string("most accurate") : (higher ? "highest " : "lowest ") + words,
+                  configTitle(best), metricValue(best), unit);
     std::string text = fmt::format(
         "**{}**: fastest: {} ({:.1f} s, {} MiB per rank); least memory: {} ({} MiB per rank, {:.1f} s); {}.", model,
         configTitle(fastest), fastest["train_time_s"].get<double>(),
@@ -512,6 +575,9 @@ std::string csv(const nlohmann::json& results) {
                                             "step_time_s",
                                             "final_train_loss",
                                             "test_accuracy",
+                                            "test_metric",
+                                            "test_metric_value",
+                                            "tokens_per_s",
                                             "peak_memory_bytes",
                                             "training_peak_memory_bytes",
                                             "compute_s",

@@ -83,22 +83,36 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
                       {"run_dir", runDir.string()}};
   const std::optional<nlohmann::json> summary = readJson(runDir / "summary.json");
   const std::vector<nlohmann::json> metrics = readJsonLines(runDir / "metrics.jsonl");
+  // Note [Metrics]: the headline test figure of the run's task (accuracy, perplexity, mean IoU), named by its
+  // summary.json; runs from before the field were classifiers.
+  const std::string metric =
+      summary && (*summary)["test_metric"].is_string() ? (*summary)["test_metric"].get<std::string>() : "accuracy";
   nlohmann::json loss = nlohmann::json::array();
   nlohmann::json accuracy = nlohmann::json::array();
+  nlohmann::json metricCurve = nlohmann::json::array();
   for (const nlohmann::json& m : metrics) {
     if (m.value("type", "") == "step" && m["loss"].is_number()) {
       loss.push_back({m["step"], m["loss"]});
-    } else if (m.value("type", "") == "epoch" && m.contains("test_accuracy") && m["test_accuracy"].is_number()) {
-      accuracy.push_back({m["epoch"], m["test_accuracy"]});
+    } else if (m.value("type", "") == "epoch") {
+      if (m.contains("test_accuracy") && m["test_accuracy"].is_number()) {
+        accuracy.push_back({m["epoch"], m["test_accuracy"]});
+      }
+      if (m.contains("test_" + metric) && m["test_" + metric].is_number()) {
+        metricCurve.push_back({m["epoch"], m["test_" + metric]});
+      }
     }
   }
   r["loss_curve"] = loss;
   r["accuracy_curve"] = accuracy;
+  r["test_metric"] = metric;
+  r["metric_curve"] = metricCurve;
+  r["metric_higher_is_better"] = metric != "perplexity" && metric != "loss";
   if (summary) {
-    for (const char* key : {"train_time_s", "samples_per_s", "steps", "epochs", "global_batch_size", "final_train_loss",
-                            "test_accuracy", "params", "device"}) {
+    for (const char* key : {"train_time_s", "samples_per_s", "tokens_per_s", "steps", "epochs", "global_batch_size",
+                            "final_train_loss", "test_accuracy", "params", "device", "task"}) {
       r[key] = summary->value(key, nlohmann::json(nullptr));
     }
+    r["test_metric_value"] = summary->value("test_" + metric, nlohmann::json(nullptr));
     nlohmann::json ranks = nlohmann::json::array();
     double peak = 0;
     double trainingPeak = 0;

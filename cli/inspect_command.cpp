@@ -23,9 +23,7 @@ namespace {
 void printTrainingPlan(const Graph& graph, const std::vector<TensorMeta>& inputs) {
   TrainingPlanOptions options;
   options.inputMetas = inputs;
-  const Graph specialised = specialize(graph, SpecializeOptions{.inputMetas = inputs});
-  const TensorMeta& scores = specialised.values[static_cast<std::size_t>(specialised.outputs.at(0))].meta;
-  options.classAxisLast = inputs.size() == 1 && !isFloatingPoint(inputs[0].dtype) && scores.shape.size() == 3;
+  options.classAxisLast = takesTokensForScoresClassLast(graph, inputs);
   try {
     TrainingPlan plan(graph, options);
     const Graph& step = plan.trainingGraph().graph;

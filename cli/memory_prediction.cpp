@@ -26,6 +26,7 @@ std::unique_ptr<TrainingPlan> buildPredictionPlan(const MemoryQuery& query, Grap
   planOptions.mixedPrecision = mixedPrecisionOf(device);
   planOptions.channelsLast = channelsLastOf(device, Device::cpu(), hasFloat32Inputs(model));
   planOptions.seededLoss = query.gradAccum > 1;
+  planOptions.classAxisLast = takesTokensForScoresClassLast(model, inputMetas);
   return std::make_unique<TrainingPlan>(std::move(model), planOptions);
 }
 

@@ -115,6 +115,14 @@ Graph evaluationModeGraph(Graph graph) {
   return graph;
 }
 
+bool takesTokensForScoresClassLast(const Graph& model, const std::vector<TensorMeta>& inputs) {
+  if (inputs.size() != 1 || isFloatingPoint(inputs[0].dtype) || inputs[0].shape.size() != 2 || model.outputs.empty())
+    return false;
+  const Graph specialised = specialize(model, SpecializeOptions{.inputMetas = inputs});
+  const Shape& scores = specialised.values[static_cast<std::size_t>(specialised.outputs[0])].meta.shape;
+  return scores.size() == 3 && scores[0] == inputs[0].shape[0] && scores[1] == inputs[0].shape[1];
+}
+
 LossKind parseLossKind(const std::string& name) {
   if (name == "cross-entropy")
     return LossKind::CrossEntropy;

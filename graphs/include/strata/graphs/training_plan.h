@@ -48,6 +48,10 @@ struct TrainingPlanOptions {
   bool fuseAttention = true;
 };
 
+// Note [Tasks] without data at hand (strata plan, inspect): a model that takes integer ids [N, T] and whose first
+// output is [N, T, V] is a language model, whose cross-entropy has the class axis last.
+bool takesTokensForScoresClassLast(const Graph& model, const std::vector<TensorMeta>& inputs);
+
 // The graph in evaluation mode: batch norm on running statistics, dropout off (a training-mode export's Dropout
 // loses its training_mode input, so the executor's mode decides).
 Graph evaluationModeGraph(Graph graph);
