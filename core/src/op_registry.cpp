@@ -69,6 +69,7 @@ OpRegistry& OpRegistry::instance() {
     cpu::registerReductionOps(registry);
     cpu::registerShapeOps(registry);
     cpu::registerDnnlOps(registry);
+    cpu::registerResizeOps(registry);
     cpu::registerElementwiseGradOps(registry);
     cpu::registerReductionGradOps(registry);
     cpu::registerShapeGradOps(registry);

@@ -9,6 +9,7 @@ void registerElementwiseOps(OpRegistry& registry);  // unary, binary (broadcasti
 void registerReductionOps(OpRegistry& registry);    // Reduce*, Softmax, LogSoftmax, LayerNormalization, losses
 void registerShapeOps(OpRegistry& registry);        // Reshape, Transpose, Concat, Slice, Gather, Shape, ...
 void registerDnnlOps(OpRegistry& registry);         // Conv, pooling, BatchNormalization, Gemm, MatMul (oneDNN)
+void registerResizeOps(OpRegistry& registry);       // Resize and its gradient, ResizeGrad
 
 }  // namespace strata::cpu
 
