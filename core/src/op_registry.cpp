@@ -70,6 +70,7 @@ OpRegistry& OpRegistry::instance() {
     cpu::registerShapeOps(registry);
     cpu::registerDnnlOps(registry);
     cpu::registerResizeOps(registry);
+    cpu::registerEinsumOps(registry);
     cpu::registerElementwiseGradOps(registry);
     cpu::registerReductionGradOps(registry);
     cpu::registerShapeGradOps(registry);

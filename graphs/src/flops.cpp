@@ -1,7 +1,34 @@
 #include "strata/graphs/flops.h"
 
+#include "strata/einsum_equation.h"
+#include "strata/error.h"
+
 namespace strata {
 namespace {
+
+// A multiply and an add per output element and per combination of the letters the output does not hold (what a
+// product of two operands costs; longer chains cost about as much again per extra operand, counted once here).
+std::int64_t einsumFlops(const Graph& graph, const Node& node, std::int64_t outElements) {
+  std::vector<Shape> shapes;
+  std::vector<std::size_t> ranks;
+  for (int id : node.inputs) {
+    if (id == kNoValue)
+      return outElements;
+    shapes.push_back(graph.values[static_cast<std::size_t>(id)].meta.shape);
+    ranks.push_back(shapes.back().size());
+  }
+  try {
+    const EinsumEquation equation = parseEinsum(node.attrs.getString("equation"), ranks);
+    std::int64_t summed = 1;
+    for (const auto& [letter, size] : einsumLetterSizes(equation, shapes)) {
+      if (equation.output.find(letter) == std::string::npos)
+        summed *= size;
+    }
+    return 2 * outElements * summed;
+  } catch (const Error&) {
+    return outElements;  // shape inference reports the equation's faults
+  }
+}
 
 std::int64_t nodeFlops(const Graph& graph, const Node& node) {
   auto meta = [&](int id) -> const TensorMeta& { return graph.values[static_cast<std::size_t>(id)].meta; };
@@ -29,6 +56,9 @@ std::int64_t nodeFlops(const Graph& graph, const Node& node) {
   if (node.opType == "MatMul") {
     const Shape& a = meta(node.inputs[0]).shape;
     return 2 * outElements * (a.empty() ? 1 : a.back());
+  }
+  if (node.opType == "Einsum") {
+    return einsumFlops(graph, node, outElements);
   }
   if (node.opType == "MaxPool" || node.opType == "AveragePool") {
     std::int64_t window = 1;
