@@ -66,6 +66,8 @@ GradientRegistry& GradientRegistry::instance() {
     gradients::registerReductionGradients(registry);
     gradients::registerShapeGradients(registry);
     gradients::registerNnGradients(registry);
+    gradients::registerResizeGradients(registry);
+    gradients::registerEinsumGradients(registry);
   });
   return registry;
 }

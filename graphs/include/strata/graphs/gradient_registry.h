@@ -77,6 +77,8 @@ void registerElementwiseGradients(GradientRegistry& registry);  // activations, 
 void registerReductionGradients(GradientRegistry& registry);    // Reduce*, Softmax, LogSoftmax, LayerNorm, losses
 void registerShapeGradients(GradientRegistry& registry);        // Reshape, Transpose, Concat, Split, Slice, Gather, ...
 void registerNnGradients(GradientRegistry& registry);           // Conv, pooling, BatchNormalization, Gemm, MatMul
+void registerResizeGradients(GradientRegistry& registry);       // Resize
+void registerEinsumGradients(GradientRegistry& registry);       // Einsum
 }  // namespace gradients
 
 }  // namespace strata
