@@ -1,6 +1,6 @@
 // Resize's gradient rule (graphs/src/gradients/resize_gradients.cpp) and its ResizeGrad kernel against finite
 // differences, in float64, for every mode, coordinate transformation and nearest rounding, upsampling, downsampling
-// and odd sizes.
+// and odd sizes, channels-first and channels-last.
 
 #include <gtest/gtest.h>
 
@@ -96,6 +96,16 @@ TEST(ResizeGradientsTest, CropAndResizeAndOtherRanks) {
   expectGradientsMatchFiniteDifferences(
       "Resize", {randomTensor(DType::Float64, {1, 2, 3, 2, 4}, 302), Tensor(), floats({1, 1, 2, 1.5F, 0.5F})},
       resizeAttrs("linear", "align_corners"));
+}
+
+// A channels-last node: X and dX are [N, H, W, C], input_shape too; scales stay in the node's NCHW order.
+TEST(ResizeGradientsTest, ChannelsLast) {
+  for (const char* mode : {"nearest", "linear", "cubic"}) {
+    Attributes attrs = resizeAttrs(mode, "half_pixel");
+    attrs.set("channels_last", std::int64_t{1});
+    expectGradientsMatchFiniteDifferences(
+        "Resize", {randomTensor(DType::Float64, {2, 3, 4, 5}, 400), Tensor(), floats({1, 1, 2, 0.5F})}, attrs);
+  }
 }
 
 TEST(ResizeGradientsTest, Float32) {
