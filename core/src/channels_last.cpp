@@ -11,9 +11,18 @@
 namespace strata {
 namespace {
 
-constexpr std::array<std::string_view, 10> kChannelsLastOps = {
-    "Conv",    "ConvGrad",    "ConvGradInput", "ConvGradWeight", "BatchNormalization", "BatchNormalizationGrad",
-    "MaxPool", "MaxPoolGrad", "AveragePool",   "AveragePoolGrad"};
+constexpr std::array<std::string_view, 12> kChannelsLastOps = {"Conv",
+                                                               "ConvGrad",
+                                                               "ConvGradInput",
+                                                               "ConvGradWeight",
+                                                               "BatchNormalization",
+                                                               "BatchNormalizationGrad",
+                                                               "MaxPool",
+                                                               "MaxPoolGrad",
+                                                               "AveragePool",
+                                                               "AveragePoolGrad",
+                                                               "Resize",
+                                                               "ResizeGrad"};
 
 // Gradient nodes carry channels-last shapes of X or W as attributes (Note [Channels-last]).
 constexpr std::array<const char*, 2> kShapeAttributes = {"input_shape", "weight_shape"};

@@ -70,6 +70,8 @@ OpRegistry& OpRegistry::instance() {
     cpu::registerShapeOps(registry);
     cpu::registerDnnlOps(registry);
     cpu::registerAttentionOps(registry);
+    cpu::registerResizeOps(registry);
+    cpu::registerEinsumOps(registry);
     cpu::registerElementwiseGradOps(registry);
     cpu::registerReductionGradOps(registry);
     cpu::registerShapeGradOps(registry);

@@ -95,6 +95,8 @@ class ChannelsLastRewriter {
       convertLayoutNode(node, {0});
     } else if (node.opType == "BatchNormalization" && hasLast(node.inputs[0]) && convertible(node)) {
       convertLayoutNode(node, {0});
+    } else if (node.opType == "Resize" && hasLast(node.inputs[0]) && convertible(node)) {
+      convertLayoutNode(node, {0});  // its roi, scales and sizes stay in the node's own (channels-first) order
     } else if (node.opType == "GlobalAveragePool" && hasLast(node.inputs[0]) && convertible(node)) {
       convertGlobalAveragePool(node);
     } else if (kElementwiseOps.contains(node.opType) && followsLayout(node)) {

@@ -2,8 +2,35 @@
 
 #include <algorithm>
 
+#include "strata/einsum_equation.h"
+#include "strata/error.h"
+
 namespace strata {
 namespace {
+
+// A multiply and an add per output element and per combination of the letters the output does not hold (what a
+// product of two operands costs; longer chains cost about as much again per extra operand, counted once here).
+std::int64_t einsumFlops(const Graph& graph, const Node& node, std::int64_t outElements) {
+  std::vector<Shape> shapes;
+  std::vector<std::size_t> ranks;
+  for (int id : node.inputs) {
+    if (id == kNoValue)
+      return outElements;
+    shapes.push_back(graph.values[static_cast<std::size_t>(id)].meta.shape);
+    ranks.push_back(shapes.back().size());
+  }
+  try {
+    const EinsumEquation equation = parseEinsum(node.attrs.getString("equation"), ranks);
+    std::int64_t summed = 1;
+    for (const auto& [letter, size] : einsumLetterSizes(equation, shapes)) {
+      if (equation.output.find(letter) == std::string::npos)
+        summed *= size;
+    }
+    return 2 * outElements * summed;
+  } catch (const Error&) {
+    return outElements;  // shape inference reports the equation's faults
+  }
+}
 
 std::int64_t nodeFlops(const Graph& graph, const Node& node) {
   auto meta = [&](int id) -> const TensorMeta& { return graph.values[static_cast<std::size_t>(id)].meta; };
@@ -39,6 +66,9 @@ std::int64_t nodeFlops(const Graph& graph, const Node& node) {
     const std::int64_t rows = out.numel() / std::max<std::int64_t>(out.shape.back(), 1);
     const std::int64_t keys = node.attrs.getInt("causal", 0) != 0 ? (k[k.size() - 2] + 1) / 2 : k[k.size() - 2];
     return rows * keys * (2 * q.back() + 2 * out.shape.back() + 1);
+  }
+  if (node.opType == "Einsum") {
+    return einsumFlops(graph, node, outElements);
   }
   if (node.opType == "MaxPool" || node.opType == "AveragePool") {
     std::int64_t window = 1;

@@ -67,6 +67,8 @@ GradientRegistry& GradientRegistry::instance() {
     gradients::registerShapeGradients(registry);
     gradients::registerNnGradients(registry);
     gradients::registerAttentionGradients(registry);
+    gradients::registerResizeGradients(registry);
+    gradients::registerEinsumGradients(registry);
   });
   return registry;
 }

@@ -163,6 +163,27 @@ TEST(ChannelsLastOpsTest, PoolingMatchesChannelsFirst) {
   expectLayoutsAgree({"AveragePoolGrad", {dy}, average}, 1e-6);
 }
 
+// Resize and ResizeGrad read channels-last operands themselves (their passes run along H and W with the channels
+// innermost); roi, scales and sizes stay in the node's channels-first order.
+TEST(ChannelsLastOpsTest, ResizeMatchesChannelsFirst) {
+  const Tensor roi = Tensor::empty(DType::Float32, {0});
+  Tensor scales = Tensor::empty(DType::Float32, {4});
+  const float values[] = {1.0f, 1.0f, 2.0f, 0.5f};
+  std::copy(values, values + 4, scales.data<float>());
+  for (DType dtype : {DType::Float32, DType::Float64}) {
+    const Tensor x = random(dtype, {2, 3, 5, 6}, 35);
+    const Tensor dy = random(dtype, {2, 3, 10, 3}, 36);
+    for (const char* mode : {"nearest", "linear", "cubic"}) {
+      SCOPED_TRACE(mode);
+      const Attributes resize = attrs({{"mode", std::string(mode)}});
+      expectLayoutsAgree({"Resize", {x, roi, scales}, resize}, 1e-6);
+      Attributes grad = resize;
+      grad.set("input_shape", x.shape());
+      expectLayoutsAgree({"ResizeGrad", {dy, roi, scales}, grad}, 1e-6);
+    }
+  }
+}
+
 // 16-bit data beside float32 batch-norm parameters, as mixed precision runs them (cuDNN's NHWC tensor-core paths).
 TEST(ChannelsLastOpsTest, SixteenBitConvAndBatchNormMatchChannelsFirst) {
   for (DType low : {DType::BFloat16, DType::Float16}) {

@@ -71,6 +71,31 @@ onnx::ModelProto denseJoinModel() {
   return model;
 }
 
+// x -> Conv -> c -> Resize (bilinear x2, scales) -> u -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm ->
+// y[N, 10]: a decoder's upsampling between two convolutions.
+onnx::ModelProto upsamplingModel() {
+  using namespace testing;
+  onnx::ModelProto model = emptyModel();
+  setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {-1, 3, 8, 8});
+  addInitializer(model, "w1", {4, 3, 3, 3}, randomValues(108, 31, 0.4f));
+  addInitializer(model, "w2", {5, 4, 3, 3}, randomValues(180, 32, 0.3f));
+  addInitializer(model, "scales", {4}, {1.0f, 1.0f, 2.0f, 2.0f});
+  addInitializer(model, "wf", {10, 5}, randomValues(50, 33, 0.3f));
+  setInts(addNode(model, "Conv", {"x", "w1"}, {"c"}, "conv1"), "pads", {1, 1, 1, 1});
+  auto* resize = addNode(model, "Resize", {"c", "", "scales"}, {"u"}, "upsample");
+  auto* mode = resize->add_attribute();
+  mode->set_name("mode");
+  mode->set_type(onnx::AttributeProto::STRING);
+  mode->set_s("linear");
+  setInts(addNode(model, "Conv", {"u", "w2"}, {"c2"}, "conv2"), "pads", {1, 1, 1, 1});
+  addNode(model, "Relu", {"c2"}, {"r2"}, "relu2");
+  addNode(model, "GlobalAveragePool", {"r2"}, {"pooled"}, "pool");
+  addNode(model, "Flatten", {"pooled"}, {"flat"}, "flatten");
+  setInt(addNode(model, "Gemm", {"flat", "wf"}, {"y"}, "fc"), "transB", 1);
+  setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {-1, 10});
+  return model;
+}
+
 Graph import(const testing::TempDir& dir, const onnx::ModelProto& model, const std::string& name) {
   return importOnnx(testing::save(model, dir / (name + ".onnx")));
 }
@@ -158,6 +183,25 @@ TEST(ChannelsLastTest, LeavesWhatItCannotRunChannelsLast) {
   EXPECT_FALSE(nodeNamed(graph, "bn1")->attrs.has("channels_last")) << "its input is channels-first";
   EXPECT_FALSE(nodeNamed(graph, "pool1")->attrs.has("channels_last"));
   EXPECT_EQ(nodeNamed(graph, "conv2")->attrs.getInt("channels_last", 0), 1);
+}
+
+// A Resize between channels-last convolutions follows their layout: no Transpose on either side of it.
+TEST(ChannelsLastTest, AResizeOfAChannelsLastValueStaysChannelsLast) {
+  testing::TempDir dir;
+  ChannelsLastReport report;
+  const Graph graph = rewritten(import(dir, upsamplingModel(), "upsampling"), report);
+  const Node* resize = nodeNamed(graph, "upsample");
+  ASSERT_NE(resize, nullptr);
+  EXPECT_EQ(resize->attrs.getInt("channels_last", 0), 1);
+  EXPECT_EQ(graph.values[static_cast<std::size_t>(resize->outputs[0])].meta.shape, (Shape{4, 16, 16, 4}));
+  EXPECT_EQ(nodeNamed(graph, "conv2")->attrs.getInt("channels_last", 0), 1);
+  for (const Node& node : graph.nodes) {
+    if (node.opType == "Transpose") {
+      EXPECT_NE(node.outputs[0], resize->inputs[0]) << node.name;
+      EXPECT_NE(node.inputs[0], resize->outputs[0]) << node.name;
+    }
+  }
+  EXPECT_EQ(report.layoutNodes, 4);  // two Convs, the Resize and the pooling (a ReduceMean)
 }
 
 // ---- Training: the same step with and without the rewrite ----
@@ -283,6 +327,12 @@ TEST(ChannelsLastTrainingTest, DenseJoinTrainsAsChannelsFirst) {
   // 1e-4: a batch norm's scale gradient is a cancelling sum, and the two layouts add it in different orders; it
   // differed by 1.1e-5 in the ASan build on an AVX2 host. A misplaced channel is off by order 1.
   expectSameTraining(import(dir, denseJoinModel(), "dense"), std::nullopt, 1e-4);
+}
+
+// ResizeGrad's channels-last passes (Note [Separable resize]) against the channels-first plan.
+TEST(ChannelsLastTrainingTest, UpsamplingTrainsAsChannelsFirst) {
+  testing::TempDir dir;
+  expectSameTraining(import(dir, upsamplingModel(), "upsampling"), std::nullopt, 1e-5);
 }
 
 TEST(ChannelsLastTrainingTest, Bfloat16TrainsAsChannelsFirstBfloat16) {

@@ -1,5 +1,6 @@
 // Note [Opsets above 17]: models of opsets 18..23 are read as opset 17. Checked through importOnnx and a run of the
 // imported graph against the ops' definitions (std::erf, std::tanh, a mean by hand), and the error paths.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -136,6 +137,39 @@ TEST(OpsetDowngradeTest, ReduceWithoutAxesAndNoopWithEmptyAxesIsTheIdentity) {
   for (std::int64_t i = 0; i < x.numel(); ++i) {
     EXPECT_EQ(y.data<float>()[i], x.data<float>()[i]);
   }
+}
+
+// Resize-19 with its new attributes at their defaults runs as Resize-17: bilinear x2 along the last axis
+// (half_pixel), by hand; antialias and half_pixel_symmetric have no opset-17 form.
+TEST(OpsetDowngradeTest, ResizeOfOpset19WithDefaultOptionsRunsAsOpset17) {
+  const Tensor x = testing::randomTensor({2, 3, 4}, 12);
+  const auto model = [](const std::string& coordinates, std::int64_t antialias) {
+    onnx::ModelProto m = unaryModel("Resize", 19, {2, 3, 8});
+    onnx::NodeProto* node = m.mutable_graph()->mutable_node(0);
+    node->add_input("");
+    node->add_input("scales");
+    testing::addInitializer(m, "scales", {3}, {1.0f, 1.0f, 2.0f});
+    setString(node, "mode", "linear");
+    setString(node, "coordinate_transformation_mode", coordinates);
+    setString(node, "keep_aspect_ratio_policy", "stretch");
+    testing::setInt(node, "antialias", antialias);
+    return m;
+  };
+  const Tensor y = run(model("half_pixel", 0), x)[0];
+  ASSERT_EQ(y.shape(), (Shape{2, 3, 8}));
+  for (std::int64_t row = 0; row < 6; ++row) {
+    for (std::int64_t r = 0; r < 8; ++r) {
+      const double at = std::clamp((static_cast<double>(r) + 0.5) / 2.0 - 0.5, 0.0, 3.0);
+      const auto left = static_cast<std::int64_t>(std::floor(at));
+      const std::int64_t right = std::min<std::int64_t>(left + 1, 3);
+      const double w = at - static_cast<double>(left);
+      const double expected = (1 - w) * x.data<float>()[row * 4 + left] + w * x.data<float>()[row * 4 + right];
+      EXPECT_NEAR(y.data<float>()[row * 8 + r], expected, 1e-6) << row << ", " << r;
+    }
+  }
+  EXPECT_THAT(importError(model("half_pixel", 1)), AllOf(HasSubstr("node 'the_Resize'"), HasSubstr("antialias=1")));
+  EXPECT_THAT(importError(model("half_pixel_symmetric", 0)),
+              AllOf(HasSubstr("node 'the_Resize'"), HasSubstr("half_pixel_symmetric")));
 }
 
 TEST(OpsetDowngradeTest, OpsThatChangedOnlyTheirTypesStayAsTheyAre) {

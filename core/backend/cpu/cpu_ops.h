@@ -10,6 +10,8 @@ void registerReductionOps(OpRegistry& registry);    // Reduce*, Softmax, LogSoft
 void registerShapeOps(OpRegistry& registry);        // Reshape, Transpose, Concat, Slice, Gather, Shape, ...
 void registerDnnlOps(OpRegistry& registry);         // Conv, pooling, BatchNormalization, Gemm, MatMul (oneDNN)
 void registerAttentionOps(OpRegistry& registry);    // ScaledDotProductAttention and its gradient (fused attention)
+void registerResizeOps(OpRegistry& registry);       // Resize and its gradient, ResizeGrad
+void registerEinsumOps(OpRegistry& registry);       // Einsum (contractions on the MatMul kernel)
 
 }  // namespace strata::cpu
 

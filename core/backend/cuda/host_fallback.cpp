@@ -4,6 +4,7 @@
 // ops that take this path are listed at plan time (hostFallbackOps) and none of the paper models' hot ops do.
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <set>
 
@@ -75,18 +76,24 @@ void registerHostFallbackKernels(OpRegistry& registry) {
       std::lock_guard lock(fallbackMutex());
       fallbackOps().insert(type);
     }
-    registry.addKernel(type, DeviceType::CUDA, [cpuFactory = *cpuFactory](const KernelInit& init) {
-      // Plan-time constants that live on the device are trainable parameters (views of the device flat buffer):
-      // the CPU kernel sees them as run-time inputs, so it never caches values derived from a snapshot.
-      std::vector<InputInfo> inputs = init.inputs;
-      for (InputInfo& input : inputs) {
-        if (input.constant != nullptr && input.constant->device().type != DeviceType::CPU) {
-          input.constant = nullptr;
-        }
-      }
-      KernelInit hostInit{inputs, init.outputs, init.attrs, init.nodeName, init.training};
-      return std::make_unique<HostStagedKernel>(cpuFactory(hostInit));
-    });
+    // A layout-aware op whose CPU kernel reads channels-last operands itself (Resize) gets them as they are; the
+    // others are transposed on the device first (Note [Channels-last]).
+    std::function<bool(const KernelInit&)> cpuNative = registry.nativeChannelsLast(type, DeviceType::CPU);
+    registry.addKernel(
+        type, DeviceType::CUDA,
+        [cpuFactory = *cpuFactory](const KernelInit& init) {
+          // Plan-time constants that live on the device are trainable parameters (views of the device flat buffer):
+          // the CPU kernel sees them as run-time inputs, so it never caches values derived from a snapshot.
+          std::vector<InputInfo> inputs = init.inputs;
+          for (InputInfo& input : inputs) {
+            if (input.constant != nullptr && input.constant->device().type != DeviceType::CPU) {
+              input.constant = nullptr;
+            }
+          }
+          KernelInit hostInit{inputs, init.outputs, init.attrs, init.nodeName, init.training};
+          return std::make_unique<HostStagedKernel>(cpuFactory(hostInit));
+        },
+        std::move(cpuNative));
   }
 }
 

@@ -20,7 +20,7 @@
 
 namespace strata {
 
-// Conv, its three gradients, BatchNormalization and its gradient, MaxPool, AveragePool and their gradients.
+// Conv, its three gradients, BatchNormalization and its gradient, MaxPool, AveragePool, Resize and their gradients.
 bool isChannelsLastOp(std::string_view opType);
 
 // The channels_last attribute (absent: false); an error when it is neither 0 nor 1.

@@ -6,7 +6,7 @@ namespace strata {
 
 // What the channels-last rewrite did, for the run summary.
 struct ChannelsLastReport {
-  int layoutNodes = 0;       // Conv, BatchNormalization and pooling nodes now channels_last = 1
+  int layoutNodes = 0;       // Conv, BatchNormalization, pooling and Resize nodes now channels_last = 1
   int elementwiseNodes = 0;  // elementwise and Concat nodes that now run on channels-last values
   int transposes = 0;        // Transpose nodes left between the layouts (weights included)
 };
@@ -16,6 +16,8 @@ struct ChannelsLastReport {
 // (Note [Channels-last] in strata/channels_last.h):
 // - 4-D Conv (explicit symmetric pads), BatchNormalization, MaxPool (without Indices) and AveragePool nodes get
 //   channels_last = 1; their data operands become [N, H, W, C] values and Conv weights [K, R, S, C / group] ones.
+//   So does a Resize of a channels-last value (a decoder's upsampling), whose scales and sizes keep the model's
+//   channels-first order.
 // - Elementwise nodes with a channels-last operand follow it (broadcast operands are transposed too), so does a
 //   Concat of 4-D values (along its axis's new place), and a GlobalAveragePool of a channels-last value becomes a
 //   ReduceMean over H and W.

@@ -78,6 +78,8 @@ void registerReductionGradients(GradientRegistry& registry);    // Reduce*, Soft
 void registerShapeGradients(GradientRegistry& registry);        // Reshape, Transpose, Concat, Split, Slice, Gather, ...
 void registerNnGradients(GradientRegistry& registry);           // Conv, pooling, BatchNormalization, Gemm, MatMul
 void registerAttentionGradients(GradientRegistry& registry);    // ScaledDotProductAttention (fused attention)
+void registerResizeGradients(GradientRegistry& registry);       // Resize
+void registerEinsumGradients(GradientRegistry& registry);       // Einsum
 }  // namespace gradients
 
 }  // namespace strata

@@ -12,6 +12,7 @@
 
 #include "graphs/gradient_check.h"
 #include "strata/attributes.h"
+#include "strata/op_registry.h"
 
 namespace strata {
 namespace {

@@ -84,6 +84,24 @@ TEST(CudaBackendTest, PaperModelOpsRunNatively) {
   }
 }
 
+// Ops without CUDA kernels yet run their CPU kernels through host staging (Note [Host fallback]); Resize's
+// channels-last nodes reach its CPU kernel as they are (it reads that layout itself), without device transposes.
+TEST(CudaBackendTest, ResizeAndEinsumTakeTheHostFallback) {
+  registerCudaKernels();
+  const std::set<std::string> fallback = fallbackSet();
+  for (const char* op : {"Resize", "ResizeGrad", "Einsum"}) {
+    EXPECT_EQ(fallback.count(op), 1U) << op;
+  }
+  for (const char* op : {"Resize", "ResizeGrad"}) {
+    const auto native = OpRegistry::instance().nativeChannelsLast(op, DeviceType::CUDA);
+    ASSERT_TRUE(native) << op;
+    Attributes attrs;
+    attrs.set("channels_last", std::int64_t{1});
+    const std::string node = "node";
+    EXPECT_TRUE(native(KernelInit{{}, {}, attrs, node, false})) << op;
+  }
+}
+
 TEST(CudaBackendTest, MachineWithoutGpuIsExplained) {
   const DeviceProbe probe = probeDevices();
   if (probe.count > 0) {
