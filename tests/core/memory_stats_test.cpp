@@ -14,7 +14,8 @@
 #include "cpu_allocator.h"
 
 namespace strata {
-namespace {
+// A named namespace: the unity build compiles test files together, and their helpers must not meet.
+namespace memory_stats_test {
 
 TEST(MemoryStatsTest, PeakTracksTheMaximum) {
   MemoryStats stats;
@@ -132,5 +133,5 @@ TEST(MemoryStatsTest, SnapshotsAddUpWhileOtherThreadsAllocate) {
   EXPECT_EQ(inconsistency(end), "");
 }
 
-}  // namespace
+}  // namespace memory_stats_test
 }  // namespace strata

@@ -18,7 +18,8 @@
 #include "test_models.h"
 
 namespace strata {
-namespace {
+// A named namespace: the unity build compiles test files together, and their helpers must not meet.
+namespace attention_fusion_test {
 
 using testing::countOps;
 
@@ -158,5 +159,5 @@ TEST(AttentionFusionTest, LeavesOtherAttentionAsWritten) {
   }
 }
 
-}  // namespace
+}  // namespace attention_fusion_test
 }  // namespace strata

@@ -21,7 +21,8 @@
 #include "test_models.h"
 
 namespace strata {
-namespace {
+// A named namespace: the unity build compiles test files together, and their helpers must not meet.
+namespace token_dataset_test {
 
 namespace fs = std::filesystem;
 using ::testing::AllOf;
@@ -300,5 +301,5 @@ TEST(TextCorpusTest, TheDefaultCorpusIsRealEnglishProse) {
   EXPECT_THAT(corpus.description, HasSubstr("King James"));
 }
 
-}  // namespace
+}  // namespace token_dataset_test
 }  // namespace strata

@@ -7,7 +7,8 @@
 #include <gtest/gtest.h>
 
 namespace strata {
-namespace {
+// A named namespace: the unity build compiles test files together, and their helpers must not meet.
+namespace metric_test {
 
 Tensor floats(const Shape& shape, const std::vector<float>& values) {
   Tensor t = Tensor::empty(DType::Float32, shape);
@@ -74,5 +75,5 @@ TEST(MetricTest, MeanIouOverClassesPresent) {
   EXPECT_DOUBLE_EQ(figures[1].value, 2.0 / 3.0);
 }
 
-}  // namespace
+}  // namespace metric_test
 }  // namespace strata

@@ -12,7 +12,8 @@
 #include "strata/tensor.h"
 
 namespace strata {
-namespace {
+// A named namespace: the unity build compiles test files together, and their helpers must not meet.
+namespace attention_gradients_test {
 
 using testing::expectGradientsMatchFiniteDifferences;
 using testing::GradientCheckOptions;
@@ -146,5 +147,5 @@ TEST(AttentionGradientsTest, BadOperandsAreNamed) {
   EXPECT_THROW(runOpEagerly("ScaledDotProductAttention", {&q, &k, &v, &floatScale}, causal(false), 1), Error);
 }
 
-}  // namespace
+}  // namespace attention_gradients_test
 }  // namespace strata
