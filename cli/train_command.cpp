@@ -28,6 +28,7 @@
 #include "strata/loaders/dataset.h"
 #include "strata/loaders/onnx_exporter.h"
 #include "strata/loaders/onnx_importer.h"
+#include "strata/loaders/segmentation_dataset.h"
 #include "strata/loaders/text_corpus.h"
 #include "strata/loaders/tokenizer.h"
 #include "strata/optim/lr_schedule.h"
@@ -136,6 +137,9 @@ DatasetSpec datasetSpec(const TrainOptions& options, DatasetSplit split, const S
   spec.numSamples = split == DatasetSplit::Train ? options.syntheticSamples : options.syntheticSamples / 4;
   spec.seqLen = sample.empty() ? 0 : sample.back();
   spec.vocabulary = classes;
+  if (taskOfDataset(options.data) == Task::Segmentation) {
+    spec.numClasses = classes;
+  }
   spec.rawTokenBytes = options.tokenBytes;
   spec.cacheDir = dataCacheDir(runDir).string();
   spec.tokenizer = options.tokenizer;
@@ -235,6 +239,9 @@ BuiltPlan buildPlan(const TrainOptions& options, const std::string& modelPath, D
                                                                : defaultInputMetas(graph, options.batchSize);
   built.options.loss = parseLossKind(options.loss);
   built.options.classAxisLast = built.task == Task::LanguageModel;
+  if (built.task == Task::Segmentation) {
+    built.options.ignoreIndex = kIgnoredPixel;  // Note [Segmentation folders]
+  }
   built.options.device = device;
   built.options.mixedPrecision = mixedPrecisionOf(options.device);
   built.options.recording = recordingOf(options.cudaGraph, device);
@@ -414,6 +421,17 @@ void train(const TrainOptions& options) {
     fail("--data {}: a {} data set, where {} was expected", options.data, taskName(trainSet->task()),
          taskName(built.task));
   }
+  const Shape& labels = plan.labelMeta().shape;
+  if (plan.labelMeta().dtype == DType::Int64 && Shape(labels.begin() + 1, labels.end()) != trainSet->targetShape()) {
+    fail(
+        "{}: --data {} gives {} targets of shape {} per sample, but the model's loss takes labels of shape {} (its "
+        "scores must be {} for this data)",
+        modelPath, options.data, taskName(trainSet->task()), shapeToString(trainSet->targetShape()),
+        shapeToString(Shape(labels.begin() + 1, labels.end())),
+        trainSet->task() == Task::Segmentation    ? "[N, classes, H, W]"
+        : trainSet->task() == Task::LanguageModel ? "[N, T, vocabulary]"
+                                                  : "[N, classes]");
+  }
   // Note [Tokenizers]: the run keeps the tokenizer of its text, for generation from the trained model.
   const std::shared_ptr<Tokenizer> tokenizer = tokenizerOfData(options, runDir);
   if (tokenizer && lead) {
@@ -533,7 +551,8 @@ void addTrainCommand(CLI::App& app) {
   c->add_option("model", o->model.modelPath, "the .onnx file (default: the bundled CNN)");
   c->add_option("--data", o->data,
                 "fashion-mnist | fashion-mnist:DIR | mnist:DIR | cifar10:DIR | synthetic | tokens:FILE | "
-                "tokens:TRAIN,VAL | text (the built-in corpus) | text:FILE|DIR");
+                "tokens:TRAIN,VAL | text (the built-in corpus) | text:FILE|DIR | images:DIR (a folder per class) | "
+                "segmentation:DIR (images/ and masks/)");
   c->add_option("--epochs", o->epochs, "epochs to train")->check(CLI::PositiveNumber);
   c->add_option("--max-steps", o->maxSteps, "stop after this many steps (overrides --epochs)");
   c->add_option("--stop-after-epoch", o->stopAfterEpoch,
@@ -553,7 +572,7 @@ void addTrainCommand(CLI::App& app) {
   c->add_flag("--save", o->save, "write a checkpoint to RUN_DIR/checkpoint after each epoch");
   c->add_option("--resume", o->resume, "continue the run in RUN_DIR from its checkpoint");
   c->add_option("--export", o->exportPath, "write the trained model as .onnx");
-  c->add_flag("--augment", o->augment, "random crop and flip (CIFAR-10)");
+  c->add_flag("--augment", o->augment, "random crop and flip (CIFAR-10); random flip (images, segmentation)");
   c->add_option("--log-every", o->logEvery, "log a metrics line every N steps")->check(CLI::PositiveNumber);
   c->add_option("--sample-every", o->sampleEveryS,
                 "seconds between samples of memory and utilisation in RUN_DIR/timeseries/rank-R.jsonl (0: off)")

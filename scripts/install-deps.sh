@@ -15,6 +15,8 @@ packages=(
   # Language models (docs/language-models.md): the default text corpus (the King James Bible, written out by the
   # `bible` program of bible-kjv) and SentencePiece's programs for --tokenizer sentencepiece:VOCAB.
   bible-kjv bible-kjv-text sentencepiece
+  # Users' photos and segmentation masks (images:DIR, segmentation:DIR): JPEG through libjpeg-turbo, PNG through libpng.
+  libturbojpeg0-dev libpng-dev
   # Reliability (docs/reliability.md): the libFuzzer targets (scripts/fuzz.sh: clang, its fuzzer and sanitizer
   # runtimes, llvm-symbolizer for the reports), the two-namespace network tests (iproute2's ip and tc; nftables for
   # packet loss where the kernel has no netem) and the checkpoint durability test (strace).

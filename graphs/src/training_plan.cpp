@@ -174,6 +174,9 @@ TrainingPlan::TrainingPlan(Graph modelGraph, const TrainingPlanOptions& options)
     } else if (options.loss == LossKind::CrossEntropy) {
       Attributes attrs;
       attrs.set("reduction", std::string("mean"));
+      if (options.ignoreIndex) {
+        attrs.set("ignore_index", *options.ignoreIndex);
+      }
       loss = addLossNode(withLoss, "SoftmaxCrossEntropyLoss", {logits, labelsId}, attrs);
     } else {
       const int diff = addLossNode(withLoss, "Sub", {logits, labelsId}, {});

@@ -5,6 +5,8 @@
 #include "strata/error.h"
 #include "strata/loaders/cifar10_dataset.h"
 #include "strata/loaders/idx_dataset.h"
+#include "strata/loaders/image_folder_dataset.h"
+#include "strata/loaders/segmentation_dataset.h"
 #include "strata/loaders/synthetic_dataset.h"
 #include "strata/loaders/text_corpus.h"
 #include "strata/loaders/token_dataset.h"
@@ -71,8 +73,10 @@ std::unique_ptr<Dataset> openUnwrapped(const DatasetSpec& spec) {
   const std::string name = spec.kind.substr(0, colon);
   const std::string directory = colon == std::string::npos ? "" : spec.kind.substr(colon + 1);
   const bool cifar = name == "cifar10";
-  STRATA_CHECK(!spec.augment || (cifar && spec.split == DatasetSplit::Train),
-               "dataset '{}': augmentation is implemented for the cifar10 train split only", spec.kind);
+  const bool photos = name == "images" || name == "segmentation";
+  STRATA_CHECK(!spec.augment || ((cifar || photos) && spec.split == DatasetSplit::Train),
+               "dataset '{}': augmentation is implemented for the train split of cifar10, images and segmentation",
+               spec.kind);
   if (name == "fashion-mnist" || name == "mnist") {
     STRATA_CHECK(name == "fashion-mnist" || !directory.empty(), "dataset 'mnist' needs a directory: mnist:DIR");
     IdxDatasetOptions options;
@@ -93,6 +97,23 @@ std::unique_ptr<Dataset> openUnwrapped(const DatasetSpec& spec) {
   if (name == "tokens" || name == "text") {
     return openTokens(spec, name, directory);
   }
+  if (name == "images") {
+    STRATA_CHECK(!directory.empty(), "dataset 'images' needs a directory: images:DIR");
+    return std::make_unique<ImageFolderDataset>(ImageFolderOptions{.directory = directory,
+                                                                   .split = spec.split,
+                                                                   .sampleShape = spec.sampleShape,
+                                                                   .augment = spec.augment,
+                                                                   .seed = spec.seed});
+  }
+  if (name == "segmentation") {
+    STRATA_CHECK(!directory.empty(), "dataset 'segmentation' needs a directory: segmentation:DIR");
+    return std::make_unique<SegmentationDataset>(SegmentationOptions{.directory = directory,
+                                                                     .split = spec.split,
+                                                                     .sampleShape = spec.sampleShape,
+                                                                     .classes = spec.numClasses,
+                                                                     .augment = spec.augment,
+                                                                     .seed = spec.seed});
+  }
   if (name == "synthetic" && directory.empty()) {
     SyntheticDatasetOptions options;
     options.sampleShape = spec.sampleShape;
@@ -112,7 +133,10 @@ std::unique_ptr<Dataset> openUnwrapped(const DatasetSpec& spec) {
 
 Task taskOfDataset(const std::string& kind) {
   const std::string name = kind.substr(0, kind.find(':'));
-  return name == "tokens" || name == "text" ? Task::LanguageModel : Task::Classification;
+  if (name == "tokens" || name == "text") {
+    return Task::LanguageModel;
+  }
+  return name == "segmentation" ? Task::Segmentation : Task::Classification;
 }
 
 std::unique_ptr<Dataset> openDataset(const DatasetSpec& spec) {

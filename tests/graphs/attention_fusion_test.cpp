@@ -133,8 +133,9 @@ TEST(AttentionFusionTest, FusesTheSpellingsOfAttentionItKnowsAndComputesTheSame)
     EXPECT_EQ(countOps(rewritten, "MatMul"), 0);
     const bool causal = spelling != Spelling::NoMask;
     for (const Node& node : rewritten.nodes) {
-      if (node.opType == "ScaledDotProductAttention")
+      if (node.opType == "ScaledDotProductAttention") {
         EXPECT_EQ(node.attrs.getInt("causal", -1), causal ? 1 : 0);
+      }
     }
     std::vector<Tensor> inputs;
     for (const TensorMeta& meta : inputMetas(spelling))

@@ -27,6 +27,9 @@ struct TrainingPlanOptions {
   // Cross-entropy appended to a graph without a loss: the scores' class axis is 1 ([N, C, ...], classifiers and
   // segmentation nets) or, when set, the last ([N, T, V], language models; Note [Class axis last]).
   bool classAxisLast = false;
+  // Labels equal to it add nothing to the appended cross-entropy (segmentation masks' 255 on object boundaries).
+  // A language model's loss ignores -100 whatever this says (Note [Class axis last]).
+  std::optional<std::int64_t> ignoreIndex;
   Device device = Device::cpu();
   // Float16 or BFloat16: mixed precision (graphs/autocast.h) over float32 master weights and gradients.
   std::optional<DType> mixedPrecision;

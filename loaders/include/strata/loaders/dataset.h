@@ -59,14 +59,16 @@ inline constexpr std::string_view kDefaultFashionMnistDir = "/usr/share/datasets
 struct DatasetSpec {
   // "fashion-mnist" (files in kDefaultFashionMnistDir), "fashion-mnist:DIR", "mnist:DIR", "cifar10:DIR",
   // "synthetic", "tokens:FILE" or "tokens:TRAIN,VAL" (Note [Token files]), "text" (the default corpus) or
-  // "text:FILE|DIR" (Note [Text corpora]).
+  // "text:FILE|DIR" (Note [Text corpora]), "images:DIR" (Note [Image folders]) or "segmentation:DIR"
+  // (Note [Segmentation folders]).
   std::string kind = "fashion-mnist";
   DatasetSplit split = DatasetSplit::Train;
   // CIFAR-10 training only: random crop 32 with padding 4 and horizontal flip, re-drawn every epoch from `seed`.
   bool augment = false;
   // Seed of the synthetic data and of augmentation.
   std::uint64_t seed = 0;
-  // Synthetic only.
+  // Synthetic data; images and segmentation fit photos to sampleShape (the model's input), and segmentation takes the
+  // model's class count.
   Shape sampleShape = {1, 28, 28};
   std::int64_t numClasses = 10;
   std::int64_t numSamples = 1024;
