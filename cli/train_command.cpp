@@ -62,6 +62,7 @@ struct TrainOptions {
   std::string loss = "cross-entropy";
   std::string out;
   bool save = false;
+  std::int64_t saveEvery = 0;
   std::string resume;
   std::string exportPath;
   bool augment = false;
@@ -279,7 +280,8 @@ TrainerOptions trainerOptions(const TrainOptions& options, const StrategyRequire
   t.accumulation = requirements.accumulation;
   t.sharedSteps = requirements.sharedSteps;
   t.strategyOptions = strategyOptions;
-  t.saveEachEpoch = options.save;
+  t.saveEachEpoch = options.save || options.saveEvery > 0;
+  t.saveEverySteps = options.saveEvery;
   t.resume = !options.resume.empty();
   t.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(options.timeoutS * 1000));
   if (!options.slowRank.empty()) {
@@ -324,6 +326,11 @@ void train(const TrainOptions& options) {
   // process the world size is still 1: the job's is nproc x nnodes.
   const StrategyRequirements launched = strategy->requirements(
       StrategyQuery{strategyOptions, options.launch.nproc * options.launch.nnodes, options.launch.nnodes});
+  if (options.saveEvery > 0 && launched.sharedSteps) {
+    fail(
+        "--save-every: this strategy's workers do not wait for each other (asynchronous), so no step is the job's "
+        "to checkpoint inside an epoch; it saves at epoch ends (--save)");
+  }
   if (options.launch.maxRestarts > 0 && !launched.rejoinsWorkers) {
     fail(
         "--max-restarts {}: strategy '{}'{} cannot take a restarted rank back into a running job; it works with "
@@ -509,7 +516,9 @@ void train(const TrainOptions& options) {
                    .describeSilentRanks = describeSilentRanksOf(store, rankEnv, trainer.timeout)},
       trainer);
   if (trainer.resume) {
-    fmt::print("resumed from {} after epoch {} (step {})\n", checkpoints.describe(), run.startEpoch(), run.stepsDone());
+    const bool inside = run.stepsDone() > run.startEpoch() * run.stepsPerEpoch();
+    fmt::print("resumed from {} {} epoch {} (step {})\n", checkpoints.describe(), inside ? "inside" : "after",
+               inside ? run.startEpoch() : run.startEpoch(), run.stepsDone());
   }
   if (rankEnv.worldSize > 1) {
     fmt::print("rank {} of {}: strategy {} set up, {} batches of {} per epoch (local rank {} of {})\n", rankEnv.rank,
@@ -570,6 +579,10 @@ void addTrainCommand(CLI::App& app) {
   c->add_option("--loss", o->loss, "cross-entropy | mse, when the graph has no loss");
   c->add_option("--out", o->out, "run directory for metrics.jsonl, summary.json and checkpoints");
   c->add_flag("--save", o->save, "write a checkpoint to RUN_DIR/checkpoint after each epoch");
+  c->add_option("--save-every", o->saveEvery,
+                "also write a checkpoint every N steps inside an epoch (implies --save; --resume continues at the "
+                "exact batch)")
+      ->check(CLI::NonNegativeNumber);
   c->add_option("--resume", o->resume, "continue the run in RUN_DIR from its checkpoint");
   c->add_option("--export", o->exportPath, "write the trained model as .onnx");
   c->add_flag("--augment", o->augment, "random crop and flip (CIFAR-10); random flip (images, segmentation)");

@@ -90,6 +90,9 @@ Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(parts), op
   if (micro > 1) {
     parts_.program.setGradientScale(1.0 / micro);
   }
+  STRATA_CHECK(options_.saveEverySteps == 0 || !options_.sharedSteps,
+               "--save-every: this strategy's workers do not wait for each other (asynchronous), so no step is the "
+               "job's to checkpoint inside an epoch; it saves at epoch ends (--save)");
   trainMetric_ = makeMetric(parts_.task, parts_.classes);
   testMetric_ = makeMetric(parts_.task, parts_.classes);
   context_ =
@@ -220,7 +223,8 @@ RunTotals Trainer::run() {
       parts_.recorder.epoch(record);
     }
     if (options_.saveEachEpoch) {
-      saveCheckpoint(epoch + 1);
+      // A run that --max-steps ended inside the epoch saves where it is, so a resume continues there.
+      saveCheckpoint(epochCutShort_ ? epoch : epoch + 1);
     }
   }
   totals.steps = step_;
@@ -259,6 +263,7 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
     }
   }
   const std::int64_t stepsThisEpoch = std::min(stepsPerEpoch_, stepInEpoch + totalSteps_ - step_);
+  epochCutShort_ = stepsThisEpoch < stepsPerEpoch_;
   LogWindow window;
   double lastStepSeconds = 0;
   std::int64_t windowSteps = 0;
@@ -383,6 +388,10 @@ void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t&
     if (lead()) {
       parts_.recorder.progress(record);
     }
+    // Note [Checkpoints within an epoch]: the epoch's end saves anyway; here only the steps before it.
+    if (options_.saveEverySteps > 0 && step_ % options_.saveEverySteps == 0 && stepInEpoch < stepsThisEpoch) {
+      saveCheckpoint(epoch);
+    }
   }
   if (shared) {
     // Every rank ends the epoch at the job's step, whichever claims it took last (the time series' last step too).
@@ -446,7 +455,8 @@ void Trainer::saveCheckpoint(std::int64_t epochsDone) {
   }
   if (parts_.store != nullptr && parts_.place.worldSize > 1) {
     // One key per rank, not a counter: a rank that writes twice (restarted, Note [Rejoining workers]) counts once.
-    const std::string key = fmt::format("trainer/checkpoint/{}", epochsDone);
+    // The step tells checkpoints of one epoch apart (Note [Checkpoints within an epoch]).
+    const std::string key = fmt::format("trainer/checkpoint/{}/{}", epochsDone, step_);
     parts_.store->setString(fmt::format("{}/{}", key, parts_.place.rank), "1");
     if (lead()) {
       std::vector<std::string> keys;
@@ -455,8 +465,8 @@ void Trainer::saveCheckpoint(std::int64_t epochsDone) {
       }
       const std::vector<std::string> missing = parts_.store->tryWait(keys, options_.timeout);
       if (!missing.empty()) {
-        fail("checkpoint after epoch {}: only {} of {} ranks finished writing within the timeout", epochsDone,
-             parts_.place.worldSize - static_cast<int>(missing.size()), parts_.place.worldSize);
+        fail("checkpoint at step {} (epoch {}): only {} of {} ranks finished writing within the timeout", step_,
+             epochsDone, parts_.place.worldSize - static_cast<int>(missing.size()), parts_.place.worldSize);
       }
     }
   }
@@ -512,6 +522,20 @@ void Trainer::restoreCheckpoint() {
     trainer = nlohmann::json::parse(reader->getText("trainer"));
     startEpoch_ = trainer.at("epochs_done").get<std::int64_t>();
     step_ = trainer.at("steps").get<std::int64_t>();
+    // Note [Checkpoints within an epoch]: a checkpoint taken inside epoch E says E is not done and how many steps
+    // the job took; the resumed run skips the batches of those steps in E (the loader's order depends on the seed
+    // and the epoch only, so the same windows or images follow), as a rejoining rank does.
+    rejoinSkip_ = std::max<std::int64_t>(0, step_ - startEpoch_ * stepsPerEpoch_);
+    const int savedWorld = trainer.value("world_size", parts_.place.worldSize);
+    STRATA_CHECK(rejoinSkip_ == 0 || savedWorld == parts_.place.worldSize,
+                 "{}: the checkpoint was taken {} steps into epoch {} by {} ranks; inside an epoch a run resumes on "
+                 "the same number of ranks (their shards of the epoch differ otherwise): resume on {} ranks, or from "
+                 "a checkpoint at an epoch's end",
+                 parts_.checkpoints->describe(), rejoinSkip_, startEpoch_, savedWorld, savedWorld);
+    STRATA_CHECK(rejoinSkip_ < stepsPerEpoch_ || stepsPerEpoch_ == 0,
+                 "{}: the checkpoint is {} steps into epoch {}, which has {} steps in this run (another batch size, "
+                 "world size or data set?)",
+                 parts_.checkpoints->describe(), rejoinSkip_, startEpoch_, stepsPerEpoch_);
     parts_.program.executor().setRunCount(trainer.at("executor_runs").get<std::uint64_t>());
     checkParameterLayouts(trainer.value("channels_last_parameters", std::vector<std::string>{}));
   } catch (const nlohmann::json::exception& e) {

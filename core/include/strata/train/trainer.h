@@ -36,6 +36,8 @@ struct TrainerOptions {
   bool sharedSteps = false;                           // the strategy's requirements().sharedSteps
   std::map<std::string, std::string> strategyOptions;
   bool saveEachEpoch = false;
+  // > 0: also a checkpoint every this many steps within an epoch (Note [Checkpoints within an epoch]).
+  std::int64_t saveEverySteps = 0;
   bool resume = false;
   // This rank was started again after it died (--max-restarts; Note [Rejoining workers]): the strategy's rejoin()
   // instead of setup() and of any checkpoint, then training from the step it returns, in the middle of its epoch.
@@ -123,7 +125,9 @@ class Trainer {
   std::int64_t totalSteps_ = 0;
   std::int64_t startEpoch_ = 0;
   std::int64_t step_ = 0;
-  std::int64_t rejoinSkip_ = 0;  // steps of the first epoch a rejoining rank does not take (the job took them)
+  std::int64_t rejoinSkip_ = 0;
+  bool epochCutShort_ = false;  // the last epoch ended before its last batch (--max-steps)  // steps of the first epoch
+                                // a rejoining rank does not take (the job took them)
   double computeSeconds_ = 0;
   double lastLoss_ = NAN;              // until the first log point reads the losses
   std::vector<Tensor> pendingLosses_;  // this log window's micro-batch losses, still on the device
