@@ -99,6 +99,12 @@ std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::u
     if (!beforeHooks_.empty()) {
       fire(beforeHooks_, s);
     }
+    if (step.viewsInput) {  // Note [Views without copies]: a new name for the input's bytes
+      const auto out = static_cast<std::size_t>(step.outputs[0]);
+      slots[out] = slots[static_cast<std::size_t>(step.inputs[0])].reshape(program_.values[out].meta.shape);
+      finishStep(s, slots);
+      continue;
+    }
     ctx.inputs.assign(step.inputs.size(), nullptr);
     for (std::size_t i = 0; i < step.inputs.size(); ++i) {
       if (step.inputs[i] >= 0) {
@@ -133,19 +139,7 @@ std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::u
     } catch (const Error& e) {
       fail("node '{}' ({}): {}", step.nodeName, step.opType, e.what());
     }
-    for (int id : step.releaseAfter) {
-      slots[static_cast<std::size_t>(id)] = Tensor();
-    }
-    if (!afterHooks_.empty()) {
-      fire(afterHooks_, s);
-    }
-    if (!gradientHooks_.empty()) {
-      for (int parameter : step.gradientsReady) {
-        for (const auto& [id, hook] : gradientHooks_) {
-          hook(parameter);
-        }
-      }
-    }
+    finishStep(s, slots);
   }
 
   std::vector<Tensor> outputs;
@@ -154,6 +148,24 @@ std::vector<Tensor> Executor::runNodes(const std::vector<Tensor>& inputs, std::u
     outputs.push_back(slots[static_cast<std::size_t>(id)]);
   }
   return outputs;
+}
+
+// After step s: its dead values released, the after-node and gradient-ready hooks fired.
+void Executor::finishStep(std::size_t s, std::vector<Tensor>& slots) {
+  const ProgramStep& step = program_.steps[s];
+  for (int id : step.releaseAfter) {
+    slots[static_cast<std::size_t>(id)] = Tensor();
+  }
+  if (!afterHooks_.empty()) {
+    fire(afterHooks_, s);
+  }
+  if (!gradientHooks_.empty()) {
+    for (int parameter : step.gradientsReady) {
+      for (const auto& [id, hook] : gradientHooks_) {
+        hook(parameter);
+      }
+    }
+  }
 }
 
 void Executor::accumulateInto(const ProgramStep& step, std::vector<Tensor>& slots, KernelContext& ctx) {

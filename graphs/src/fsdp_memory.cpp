@@ -262,8 +262,9 @@ class Replay {
         const ProgramValue& value = program_.values[static_cast<std::size_t>(v)];
         const auto bytes = static_cast<std::int64_t>(value.meta.bytes());
         if (!value.bound.defined()) {
-          allocate(MemoryCategory::Activations, bytes);
-          live += bytes;
+          const std::int64_t owned = storageBytes(value);  // Note [Views without copies]
+          allocate(MemoryCategory::Activations, owned);
+          live += owned;
         } else if (accumulateInPlace && value.gradient) {
           allocate(MemoryCategory::Gradients, bytes);
           temporaries += bytes;
@@ -273,7 +274,7 @@ class Replay {
       total_ -= scratchBeside_;
       scratchBeside_ = 0;
       for (int v : step.releaseAfter) {
-        const auto bytes = static_cast<std::int64_t>(program_.values[static_cast<std::size_t>(v)].meta.bytes());
+        const std::int64_t bytes = storageBytes(program_.values[static_cast<std::size_t>(v)]);
         free(MemoryCategory::Activations, bytes);
         live -= bytes;
       }

@@ -21,7 +21,8 @@ class ValueTable {
     auto [it, inserted] = ids_.try_emplace(graphId, static_cast<int>(program_.values.size()));
     if (inserted) {
       const Value& value = graph_.values[static_cast<std::size_t>(graphId)];
-      program_.values.push_back(ProgramValue{value.name, value.meta, onDevice(value.constant), Tensor(), false, false});
+      program_.values.push_back(
+          ProgramValue{value.name, value.meta, onDevice(value.constant), Tensor(), false, false, -1});
     }
     return it->second;
   }
@@ -141,7 +142,45 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
     }
   }
 
-  // Liveness: an intermediate value (produced by a step, not a graph output) is released after its last reader.
+  // Note [Views without copies]: a Reshape, Flatten, Squeeze or Unsqueeze of an activation on the CPU hands on a view
+  // of its input's storage instead of copying it (these ops only rename the dims of contiguous bytes; the copies
+  // were a few percent of a language model's step). Only activations a step produced and no bound output (a flat
+  // gradient view is written, not aliased); a CUDA plan keeps its copies (its recorded replays fix addresses).
+  const auto root = [&](int v) {
+    while (program.values[static_cast<std::size_t>(v)].viewOf >= 0) {
+      v = program.values[static_cast<std::size_t>(v)].viewOf;
+    }
+    return v;
+  };
+  {
+    std::vector<bool> produced(program.values.size(), false);
+    for (ProgramStep& step : program.steps) {
+      static const char* const kViews[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+      const bool viewOp =
+          std::any_of(std::begin(kViews), std::end(kViews), [&](const char* type) { return step.opType == type; });
+      if (viewOp && options.device.type == DeviceType::CPU && !step.inputs.empty() && step.inputs[0] >= 0 &&
+          step.outputs.size() == 1 && step.outputs[0] >= 0 && produced[static_cast<std::size_t>(step.inputs[0])]) {
+        ProgramValue& out = program.values[static_cast<std::size_t>(step.outputs[0])];
+        const ProgramValue& in = program.values[static_cast<std::size_t>(step.inputs[0])];
+        const auto known = [](const Shape& shape) {
+          return std::all_of(shape.begin(), shape.end(), [](std::int64_t d) { return d >= 0; });
+        };
+        if (!out.bound.defined() && !in.bound.defined() && !in.isInput && !in.constant.defined() &&
+            known(in.meta.shape) && known(out.meta.shape) && out.meta.bytes() == in.meta.bytes()) {
+          out.viewOf = root(step.inputs[0]);
+          step.viewsInput = true;
+        }
+      }
+      for (int v : step.outputs) {
+        if (v >= 0) {
+          produced[static_cast<std::size_t>(v)] = true;
+        }
+      }
+    }
+  }
+
+  // Liveness: an intermediate value (produced by a step, not a graph output) is released after its last reader; a
+  // storage shared by views after the last reader of any of them (each view is released there too).
   std::vector<int> lastUse(program.values.size(), -1);
   std::vector<int> producedAt(program.values.size(), -1);
   for (std::size_t s = 0; s < program.steps.size(); ++s) {
@@ -160,24 +199,37 @@ Program lowerToProgram(const Graph& graph, const LowerOptions& options) {
   for (int v : program.outputs) {
     keep[static_cast<std::size_t>(v)] = true;
   }
+  std::vector<int> groupRelease(program.values.size(), -1);
+  std::vector<bool> groupKept(program.values.size(), false);
+  for (std::size_t v = 0; v < program.values.size(); ++v) {
+    if (producedAt[v] < 0 || program.values[v].bound.defined()) {
+      continue;
+    }
+    const auto r = static_cast<std::size_t>(root(static_cast<int>(v)));
+    groupRelease[r] = std::max(groupRelease[r], std::max(lastUse[v], producedAt[v]));
+    groupKept[r] = groupKept[r] || keep[v];
+  }
   for (std::size_t v = 0; v < program.values.size(); ++v) {
     if (producedAt[v] < 0 || keep[v] || program.values[v].bound.defined()) {
       continue;
     }
-    const int releaseStep = std::max(lastUse[v], producedAt[v]);
-    program.steps[static_cast<std::size_t>(releaseStep)].releaseAfter.push_back(static_cast<int>(v));
+    const auto r = static_cast<std::size_t>(root(static_cast<int>(v)));
+    if (groupKept[r] && r == v) {
+      continue;  // a view of it is a graph output: the storage outlives the run
+    }
+    program.steps[static_cast<std::size_t>(groupRelease[r])].releaseAfter.push_back(static_cast<int>(v));
   }
 
   std::int64_t live = 0;
   for (const ProgramStep& step : program.steps) {
     for (int v : step.outputs) {
       if (v >= 0 && !program.values[static_cast<std::size_t>(v)].bound.defined()) {
-        live += static_cast<std::int64_t>(program.values[static_cast<std::size_t>(v)].meta.bytes());
+        live += storageBytes(program.values[static_cast<std::size_t>(v)]);
       }
     }
     program.peakActivationBytes = std::max(program.peakActivationBytes, live);
     for (int v : step.releaseAfter) {
-      live -= static_cast<std::int64_t>(program.values[static_cast<std::size_t>(v)].meta.bytes());
+      live -= storageBytes(program.values[static_cast<std::size_t>(v)]);
     }
   }
   return program;

@@ -91,6 +91,7 @@ class Executor {
   // The next run, node by node.
   std::vector<Tensor> runEagerly(const std::vector<Tensor>& inputs);
   // Adds each temporary gradient of `step` into its bound view (accumulate mode), leaving the view in its slot.
+  void finishStep(std::size_t s, std::vector<Tensor>& slots);
   void accumulateInto(const ProgramStep& step, std::vector<Tensor>& slots, KernelContext& ctx);
   // executor_recording.cpp
   std::vector<Tensor> runRecordingPhase(const std::vector<Tensor>& inputs);

@@ -19,6 +19,9 @@ struct ProgramValue {
   Tensor bound;           // defined when a step writes this value into external storage (a flat gradient view)
   bool isInput = false;   // bound by the caller at each run
   bool gradient = false;  // `bound` is a parameter's gradient: accumulate mode adds into it (Executor)
+  // Note [Views without copies]: >= 0 when this value is a view of that value's storage (a Reshape, Flatten,
+  // Squeeze or Unsqueeze of an activation on the CPU): it allocates nothing, and memory estimates count its bytes 0.
+  int viewOf = -1;
 };
 
 // One kernel invocation of a static plan.
@@ -32,8 +35,14 @@ struct ProgramStep {
   NodePhase phase = NodePhase::Forward;
   int sourceNode = -1;  // forward nodes: their own index; backward nodes: the forward node they differentiate
   std::vector<int> parametersRead;  // parameter indices whose values this step reads (LowerOptions::parameters)
+  bool viewsInput = false;          // output 0 is a view of input 0 (Note [Views without copies]): no kernel runs
   std::unique_ptr<OpKernel> kernel;
 };
+
+// The bytes a value's own storage holds: 0 for a view (Note [Views without copies]).
+inline std::int64_t storageBytes(const ProgramValue& value) {
+  return value.viewOf >= 0 ? 0 : static_cast<std::int64_t>(value.meta.bytes());
+}
 
 // A static execution plan: shapes fixed, kernels created, liveness known. Built by graphs/, run by Executor.
 struct Program {
