@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "rank_environment.h"  // RankEnvironment
 #include "strata/sdk/roles.h"
 
 namespace strata::cli {
@@ -16,7 +17,10 @@ struct LaunchOptions {
   int nnodes = 1;  // nodes in the job
   int nodeRank = 0;
   std::string masterAddr = "127.0.0.1";
+  // The store's port. Unless --master-port was given (masterPortGiven) or MASTER_PORT is set, a job on one node
+  // takes a free port instead (Note [Standalone port] in free_port.h); over several nodes this default is kept.
   int masterPort = 29500;
+  bool masterPortGiven = false;  // --master-port was on the command line
   // How often a rank other than 0 that dies is started again, when the strategy can take it back
   // (StrategyRequirements::rejoinsWorkers; Note [Rejoining workers]). 0: a dead rank ends the job.
   int maxRestarts = 0;
@@ -38,27 +42,6 @@ struct RoleLaunch {
   // StrategyRequirements::rejoinsWorkers: a rank other than 0 that dies is started again (LaunchOptions::maxRestarts)
   // with STRATA_RANK_RESTARTS=n, and rejoins the job (Note [Rejoining workers]).
   bool ranksMayRejoin = false;
-};
-
-// Where this process stands in the job, read from torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE,
-// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or from Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...).
-struct RankEnvironment {
-  int rank = 0;
-  int localRank = 0;
-  int worldSize = 1;
-  int localWorldSize = 1;
-  std::string masterAddr = "127.0.0.1";
-  int masterPort = 29500;
-  bool distributed = false;  // set by a launcher (ours, torchrun's variables, or srun)
-  // Note [Slurm roles]: under srun the first tasks run the strategy's role processes. In such a task, which process
-  // of which role (rank and localRank are then -1, worldSize the workers').
-  struct RoleTask {
-    std::string name;
-    int index = 0;
-    int count = 0;
-  };
-  std::optional<RoleTask> roleTask = std::nullopt;
-  int roleTasks = 0;  // tasks that run roles (0 outside srun): SLURM_PROCID - roleTasks is the rank
 };
 
 // Adds --nproc, --nnodes, --node-rank, --master-addr and --master-port to a command.

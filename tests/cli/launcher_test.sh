@@ -92,4 +92,18 @@ kill -KILL "$launcher"
 wait "$launcher" 2> /dev/null || true
 wait_for_none "$marker"
 
+# (f) Two one-node jobs at once without --master-port: each store takes a free port (Note [Standalone port] in
+# cli/free_port.h) instead of both asking for 29500, so the second job trains while the first is still running.
+marker="$work/alone-marker"
+alone=(--data synthetic --synthetic-samples 64 --batch-size 16 --nproc 2)
+"$strata" train "${alone[@]}" --max-steps 100000000 --log-every 1000000 --out "$marker" > "$work/alone1.out" 2>&1 &
+launcher=$!
+pids+=("$launcher")
+wait_for_ranks "$work/alone1.out" 2
+timeout 300 "$strata" train "${alone[@]}" --seed 1 --max-steps 2 --out "$work/alone2" > "$work/alone2.out" 2>&1 \
+  || { echo "a second one-node job without --master-port failed beside the first"; cat "$work/alone2.out"; exit 1; }
+kill -TERM "$launcher"
+wait "$launcher" 2> /dev/null || true
+wait_for_none "$marker"
+
 echo "launcher checks passed"
