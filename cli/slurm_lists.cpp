@@ -54,13 +54,12 @@ std::vector<int> taskIds(const char* name, const std::string& value) {
 }
 
 std::string firstHost(const std::string& nodeList) {
-  const std::size_t bracket = nodeList.find('[');
-  const std::size_t comma = nodeList.find(',');
-  if (bracket == std::string::npos || (comma != std::string::npos && comma < bracket)) {
-    return nodeList.substr(0, comma);
+  // The whole first name expanded: "n[1-2]-ib[01]" starts with n1-ib01, not n1.
+  const std::vector<std::string> hosts = expandHostList(nodeList);
+  if (hosts.empty()) {
+    fail("Slurm node list '{}' names no host", nodeList);
   }
-  const std::size_t stop = nodeList.find_first_of(",-]", bracket + 1);
-  return nodeList.substr(0, bracket) + nodeList.substr(bracket + 1, stop - bracket - 1);
+  return hosts.front();
 }
 
 // One name of a host list with its bracket groups expanded: "n[1-2]-ib[01,03]" -> n1-ib01, n1-ib03, n2-ib01, ...

@@ -86,6 +86,8 @@ TEST(SlurmListsTest, FirstHostIsTheFirstNameOfTheList) {
   EXPECT_EQ(firstHost("n[1,3]"), "n1");
   EXPECT_EQ(firstHost("n[5]"), "n5");
   EXPECT_EQ(firstHost("node7"), "node7");
+  EXPECT_EQ(firstHost("n[1-2]-ib[01,03]"), "n1-ib01");  // every bracket group of the first name
+  EXPECT_EQ(firstHost("gpu[03-06]-ib,cpu1"), "gpu03-ib");
 }
 
 TEST(SlurmListsTest, TaskCountsRepeatWhatTheyMarkWithX) {
