@@ -6,11 +6,13 @@ exports (--export-python, /usr/bin/python3) on a token file of random ids (`stra
 forward + backward + update per step); PyTorch (this interpreter: run it with the peer from
 ../shared/tools/peer-torch.sh) runs the same model with the same weights, attention through
 torch.nn.functional.scaled_dot_product_attention(is_causal=True), cross-entropy over every position and AdamW, on a
-fixed random batch. Same batch, sequence and threads; rounds alternate the two sides. The table gives median ms per
+fixed random batch; ONNX Runtime Training (--ort-python, ../shared/tools/peer-ort.sh's $ORT_PY) trains the same .onnx
+file with AdamW (bench/ort_train_step.py --tokens). Same batch, sequence and threads; rounds alternate the sides. The table gives median ms per
 step, tokens/s and the ratio Strata/PyTorch (below 1.0: Strata is faster), and each side's peak resident memory
 (whole process; Strata's allocator peak beside it).
 
-  eval "$(../shared/tools/peer-torch.sh)"; "$PEER_PY" bench/gpt_step.py --cases small:256:8,small:1024:2
+  eval "$(../shared/tools/peer-torch.sh)"; eval "$(../shared/tools/peer-ort.sh)"
+  "$PEER_PY" bench/gpt_step.py --cases small:256:8,small:1024:2
 """
 import argparse
 import json
@@ -86,6 +88,17 @@ def torch_run(size, seq_len, batch, threads, steps):
     return figures["ms"], figures["rss"]
 
 
+def ort_run(python, model, vocab, seq_len, batch, threads, steps):
+    """ONNX Runtime Training's median step on the same file; None where it cannot build the training graph."""
+    result = subprocess.run([python, os.path.join(ROOT, "bench", "ort_train_step.py"), model, "--shape",
+                             f"{batch},{seq_len}", "--tokens", str(vocab), "--optimizer", "adamw", "--threads",
+                             str(threads), "--steps", str(steps)], capture_output=True, text=True)
+    if result.returncode != 0:
+        print(f"  ONNX Runtime Training failed: {result.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
+    return statistics.median(json.loads(result.stdout.strip().splitlines()[-1])["ms"])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strata", default=os.path.join(ROOT, "build", "cli", "strata"))
@@ -95,10 +108,13 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ort-python", default=os.environ.get("ORT_PY"),
+                        help="interpreter of ../shared/tools/peer-ort.sh (default: $ORT_PY; unset or 'none': skipped)")
     args = parser.parse_args()
+    use_ort = args.ort_python not in (None, "", "none")
     print(f"torch {torch.__version__}, threads {args.threads}, {args.rounds} rounds x {args.steps} steps (medians)")
     print(f"{'case':<18}{'strata ms':>10}{'torch ms':>10}{'ratio':>7}{'strata tok/s':>13}{'torch tok/s':>12}"
-          f"{'strata RSS MiB':>15}{'(allocator)':>12}{'torch RSS MiB':>14}")
+          f"{'strata RSS MiB':>15}{'(allocator)':>12}{'torch RSS MiB':>14}{'ort ms':>8}{'vs ort':>7}")
     with tempfile.TemporaryDirectory() as tmp:
         for case in args.cases.split(","):
             size, seq_len, batch = case.split(":")
@@ -108,7 +124,7 @@ def main():
             vocab = make_gpt.SIZES[size]["vocab"]
             tokens = os.path.join(tmp, f"tokens_{vocab}.bin")
             np.random.default_rng(0).integers(0, vocab, 2_000_000).astype("<u2").tofile(tokens)
-            ours, theirs, rss, peers_rss, allocator = [], [], [], [], []
+            ours, theirs, rss, peers_rss, allocator, orts = [], [], [], [], [], []
             for _ in range(args.rounds):
                 ms, peak, held = strata_run(args.strata, model, tokens, batch, args.threads, args.steps, tmp)
                 ours.append(ms)
@@ -117,11 +133,16 @@ def main():
                 ms, peak = torch_run(size, seq_len, batch, args.threads, args.steps)
                 theirs.append(ms)
                 peers_rss.append(peak)
+                if use_ort:
+                    orts.append(ort_run(args.ort_python, model, vocab, seq_len, batch, args.threads, args.steps))
             s, t = statistics.median(ours), statistics.median(theirs)
             ratios = sorted(a / b for a, b in zip(ours, theirs))
+            ort_ratios = sorted(a / b for a, b in zip(ours, orts) if b is not None)
+            ort = (f"{statistics.median([o for o in orts if o is not None]):>8.1f}{statistics.median(ort_ratios):>7.2f}"
+                   if ort_ratios else f"{'-':>8}{'-':>7}")
             print(f"{case:<18}{s:>10.1f}{t:>10.1f}{statistics.median(ratios):>7.2f}{batch * seq_len * 1000 / s:>13.0f}"
                   f"{batch * seq_len * 1000 / t:>12.0f}{max(rss) / 2**20:>15.0f}{max(allocator) / 2**20:>12.0f}"
-                  f"{max(peers_rss) / 2**20:>14.0f}   rounds {', '.join(f'{r:.2f}' for r in ratios)}", flush=True)
+                  f"{max(peers_rss) / 2**20:>14.0f}{ort}   rounds {', '.join(f'{r:.2f}' for r in ratios)}", flush=True)
 
 
 if __name__ == "__main__":
