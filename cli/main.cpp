@@ -2,7 +2,7 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include "commands.h"
+#include "commands/commands.h"
 #include "strata/error.h"
 
 int main(int argc, char** argv) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints reach the disk before they are published (Note [Checkpoint durability], cli/durable_files.h): a
+# Checkpoints reach the disk before they are published (Note [Checkpoint durability], cli/run/durable_files.h): a
 # 2-rank DDP run saving after each of 2 epochs runs under strace, and for the published checkpoint (the second
 # save, which replaces the first with the renameat2 exchange):
 #   every tensor file, manifest and state.json was fsynced (under checkpoint.tmp) before the exchange,

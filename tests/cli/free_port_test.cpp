@@ -1,5 +1,6 @@
-// cli/free_port.cpp: the port a one-node job's store takes when no --master-port was given (Note [Standalone port]).
-#include "free_port.h"
+// cli/launch/free_port.cpp: the port a one-node job's store takes when no --master-port was given
+// (Note [Standalone port]).
+#include "launch/free_port.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

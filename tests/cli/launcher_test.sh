@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# strata train --nproc: the local rank launcher (cli/launcher.cpp). Output prefixes, per-rank run directories,
+# strata train --nproc: the local rank launcher (cli/launch/launcher.cpp). Output prefixes, per-rank run directories,
 # a failing rank stopping the others, signals reaching the ranks, no orphans, and malformed rank environments.
 set -euo pipefail
 strata=$1
@@ -93,7 +93,7 @@ wait "$launcher" 2> /dev/null || true
 wait_for_none "$marker"
 
 # (f) Two one-node jobs at once without --master-port: each store takes a free port (Note [Standalone port] in
-# cli/free_port.h) instead of both asking for 29500, so the second job trains while the first is still running.
+# cli/launch/free_port.h) instead of both asking for 29500, so the second job trains while the first is still running.
 marker="$work/alone-marker"
 alone=(--data synthetic --synthetic-samples 64 --batch-size 16 --nproc 2)
 "$strata" train "${alone[@]}" --max-steps 100000000 --log-every 1000000 --out "$marker" > "$work/alone1.out" 2>&1 &

@@ -1,11 +1,11 @@
-// The launcher's placement of role processes by host name (cli/node_hosts.h, Note [Placing roles by host]): the
+// The launcher's placement of role processes by host name (cli/launch/node_hosts.h, Note [Placing roles by host]): the
 // matching rules, and the gathering of every node's name through a real store.
 #include <chrono>
 #include <thread>
 
 #include <gtest/gtest.h>
 
-#include "node_hosts.h"
+#include "launch/node_hosts.h"
 #include "strata/comm/tcp_store.h"
 #include "strata/error.h"
 

@@ -1,7 +1,7 @@
-// strata plan's step-time model (cli/plan_step_time.cpp) on hand-made calibrations, where every term is known.
+// strata plan's step-time model (cli/plan/plan_step_time.cpp) on hand-made calibrations, where every term is known.
 #include <gtest/gtest.h>
 
-#include "plan_step_time.h"
+#include "plan/plan_step_time.h"
 #include "strata/optim/parameter_store.h"
 
 namespace strata::cli {

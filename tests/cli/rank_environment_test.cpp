@@ -1,6 +1,6 @@
-// cli/rank_environment.cpp: where a rank stands in the job, from torchrun's or srun's variables (given here as a map,
-// not the process's environment), and the role tasks under srun (Note [Slurm roles]).
-#include "rank_environment.h"
+// cli/launch/rank_environment.cpp: where a rank stands in the job, from torchrun's or srun's variables (given here as a
+// map, not the process's environment), and the role tasks under srun (Note [Slurm roles]).
+#include "launch/rank_environment.h"
 
 #include <map>
 #include <optional>

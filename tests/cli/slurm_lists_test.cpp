@@ -1,5 +1,6 @@
-// cli/slurm_lists.cpp: Slurm's compressed host lists, task counts and task ids, and srun's layout of tasks on nodes.
-#include "slurm_lists.h"
+// cli/launch/slurm_lists.cpp: Slurm's compressed host lists, task counts and task ids, and srun's layout of tasks
+// on nodes.
+#include "launch/slurm_lists.h"
 
 #include <functional>
 #include <optional>

@@ -1,5 +1,5 @@
-// cli/yaml_document.cpp: a YAML file as the JSON document it spells.
-#include "yaml_document.h"
+// cli/common/yaml_document.cpp: a YAML file as the JSON document it spells.
+#include "common/yaml_document.h"
 
 #include <filesystem>
 #include <fstream>

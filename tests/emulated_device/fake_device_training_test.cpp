@@ -7,8 +7,8 @@
 // ParameterStore, Optimizer, in-place gradient accumulation and checkpoints move device tensors correctly.
 //
 // Build it as its own executable (it replaces the registry's CUDA kernels): sources this file plus
-// cli/checkpoint.cpp, cli/durable_files.cpp, cli/run_outputs.cpp and cli/process_group_factory.cpp; include
-// directories cli/ and tests/; link strata::loaders, onnx_proto, protobuf, nlohmann_json, CLI11::CLI11,
+// cli/run/checkpoint.cpp, cli/run/durable_files.cpp, cli/run/run_outputs.cpp and cli/launch/process_group_factory.cpp;
+// include directories cli/ and tests/; link strata::loaders, onnx_proto, protobuf, nlohmann_json, CLI11::CLI11,
 // GTest::gtest_main (not strata::cuda, and without STRATA_HAS_CUDA).
 
 #include <cmath>
@@ -19,10 +19,10 @@
 
 #include <gtest/gtest.h>
 
-#include "checkpoint.h"
 #include "core/train/trainer_fixtures.h"
+#include "launch/process_group_factory.h"
 #include "plugins/ps/ps_test_support.h"
-#include "process_group_factory.h"
+#include "run/checkpoint.h"
 #include "strata/allocator.h"
 #include "strata/comm/in_memory_store.h"
 #include "strata/device_backend.h"

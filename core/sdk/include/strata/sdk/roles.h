@@ -26,9 +26,9 @@ struct RoleRequest {
   int maxRestarts = 0;
   // The node rank (--node-rank) whose launcher runs each process of the role, by index; empty: all on node 0.
   std::vector<int> nodes = {};
-  // Or the host name of the node each process runs on, by index (Note [Placing roles by host] in cli/node_hosts.h):
-  // every node's launcher publishes its host name in the job's store and the node of that name starts the process.
-  // At most one of `nodes` and `hosts` is given.
+  // Or the host name of the node each process runs on, by index (Note [Placing roles by host] in
+  // cli/launch/node_hosts.h): every node's launcher publishes its host name in the job's store and the node of that
+  // name starts the process. At most one of `nodes` and `hosts` is given.
   std::vector<std::string> hosts = {};
   int nodeOf(int index) const {
     return index < static_cast<int>(nodes.size()) ? nodes[static_cast<std::size_t>(index)] : 0;
