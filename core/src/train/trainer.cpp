@@ -61,7 +61,8 @@ std::vector<double> splitDoubles(const std::string& text) {
 
 }  // namespace
 
-// The outputs of the logged step's micro-batches, kept until the log point reads them for the accuracy.
+// The steps since the last log point, and the outputs of the logged step's micro-batches, kept until the log point
+// reads them for the metric.
 struct Trainer::LogWindow {
   struct Kept {
     Tensor logits;
@@ -69,6 +70,26 @@ struct Trainer::LogWindow {
     std::int64_t rows = 0;
   };
   std::vector<Kept> kept;
+  std::int64_t steps = 0;
+};
+
+// One epoch's running state, shared by the parts of trainEpoch.
+struct Trainer::EpochPass {
+  std::int64_t epoch = 0;
+  std::int64_t stepsThisEpoch = 0;
+  std::int64_t stepInEpoch = 0;
+  std::chrono::steady_clock::time_point start;
+  // Note [Shared steps]: claims of the epoch's budget of worker-steps, and how often this rank's shard restarted.
+  bool shared = false;
+  std::int64_t firstStep = 0;
+  std::int64_t budget = 0;
+  std::int64_t claimed = 0;
+  int reshuffles = 0;
+  LogWindow window;
+  // The epoch's sums of the logged windows (over the ranks, or this rank's own with shared steps).
+  double lossSum = 0;
+  std::int64_t lossCount = 0;
+  std::vector<double> metricSums;
 };
 
 Trainer::Trainer(TrainerParts parts, TrainerOptions options) : parts_(parts), options_(std::move(options)) {
@@ -246,163 +267,176 @@ RunTotals Trainer::run() {
 
 void Trainer::trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t& epochLossCount,
                          std::vector<double>& epochMetricSums) {
-  TrainableProgram& program = parts_.program;
-  Executor& executor = program.executor();
-  const int micro = options_.microBatches;
-  const bool accumulateInPlace = options_.accumulation == Accumulation::InPlace && micro > 1;
-  const std::int64_t rowsPerStep = parts_.train.batchSize() * micro * parts_.place.worldSize;
   parts_.train.startEpoch(epoch);
   parts_.recorder.started(epoch);
-  const auto epochStart = std::chrono::steady_clock::now();
+  EpochPass pass;
+  pass.epoch = epoch;
+  pass.start = std::chrono::steady_clock::now();
   // Note [Rejoining workers]: a restarted rank starts inside its first epoch, past the batches the job has taken.
-  std::int64_t stepInEpoch = std::exchange(rejoinSkip_, 0);
-  for (std::int64_t skipped = 0; skipped < stepInEpoch * micro; ++skipped) {
+  pass.stepInEpoch = std::exchange(rejoinSkip_, 0);
+  for (std::int64_t skipped = 0; skipped < pass.stepInEpoch * options_.microBatches; ++skipped) {
     if (!parts_.train.next()) {
       fail("rank {}: the data loader ran out of batches skipping to step {} of epoch {}", parts_.place.rank,
-           stepInEpoch, epoch);
+           pass.stepInEpoch, epoch);
     }
   }
-  const std::int64_t stepsThisEpoch = std::min(stepsPerEpoch_, stepInEpoch + totalSteps_ - step_);
-  epochCutShort_ = stepsThisEpoch < stepsPerEpoch_;
-  LogWindow window;
-  double lastStepSeconds = 0;
-  std::int64_t windowSteps = 0;
-  // Note [Shared steps]: with a strategy whose workers do not wait for each other (asynchronous parameter
-  // servers), the epoch's steps are a budget of stepsThisEpoch x W worker-steps that the ranks claim one at a time
-  // through the store, so a fast rank takes more of them than a slow one instead of idling at the epoch's end. A
-  // rank whose shard runs out goes over it again (reshuffled). step_ follows the epoch's global position (the claim
-  // over W), so the learning-rate schedule and the step counts are the job's; logged losses are each rank's own.
-  const bool shared = options_.sharedSteps && parts_.store != nullptr && parts_.place.worldSize > 1;
-  const std::int64_t epochFirstStep = step_;
-  const std::int64_t budget = stepsThisEpoch * parts_.place.worldSize;
-  std::int64_t claimed = 0;
-  int pass = 0;
-  const auto nextStep = [&] {
-    if (!shared) {
-      return stepInEpoch < stepsThisEpoch;
-    }
-    claimed = parts_.store->add(fmt::format("trainer/claims/{}", epoch), 1);
-    step_ = epochFirstStep + (claimed - 1) / parts_.place.worldSize;
-    return claimed <= budget;
-  };
-  const auto closeWindow = [&](StepRecord& record, bool recordIt) {
-    // Note [Reading the loss]: one read of the window's losses, then the ranks' sums through the store.
-    double lossSum = 0;
-    for (std::size_t i = 0; i < pendingLosses_.size(); ++i) {
-      const double loss = hostScalar(pendingLosses_[i]);
-      if (!std::isfinite(loss)) {
-        const std::int64_t badStep = step_ - windowSteps + static_cast<std::int64_t>(i) / micro;
-        fail("rank {}: the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
-             parts_.place.rank, loss, epoch, badStep, learningRateAt(options_.schedule, badStep));
-      }
-      lossSum += loss / micro;  // a step's loss is the mean of its micro-batches'
-    }
-    trainMetric_->reset();
-    for (const LogWindow::Kept& kept : window.kept) {
-      trainMetric_->add(kept.logits, kept.classes, kept.rows);
-    }
-    std::vector<double> mine{lossSum, static_cast<double>(windowSteps)};
-    const std::vector<double> metricSums = trainMetric_->sums();
-    mine.insert(mine.end(), metricSums.begin(), metricSums.end());
-    // Note [Shared steps]: ranks that do not wait for each other do not meet at log points either.
-    const std::vector<double> sums = shared ? mine : sumOverRanks(fmt::format("trainer/log/{}", step_), mine);
-    const double steps = std::max(sums[1], 1.0);
-    lastLoss_ = sums[0] / steps;
-    epochLossSum += sums[0];
-    epochLossCount += static_cast<std::int64_t>(sums[1]);
-    const std::vector<double> windowSums(sums.begin() + 2, sums.end());
-    epochMetricSums.resize(windowSums.size(), 0.0);
-    for (std::size_t i = 0; i < windowSums.size(); ++i) {
-      epochMetricSums[i] += windowSums[i];
-    }
-    record.loss = lastLoss_;
-    record.figures = trainMetric_->figures(windowSums);
-    record.accuracy = figureOr(record.figures, "accuracy", -1);
-    pendingLosses_.clear();
-    window.kept.clear();
-    windowSteps = 0;
-    if (lead() && recordIt && (shared || step_ % options_.logEvery == 0)) {
-      parts_.recorder.step(record);
-    }
-  };
-  while (nextStep()) {
-    const auto stepStart = std::chrono::steady_clock::now();
-    const bool logged = shared ? (stepInEpoch + 1) % options_.logEvery == 0
-                               : (step_ + 1) % options_.logEvery == 0 || stepInEpoch + 1 == stepsThisEpoch;
-    if (parts_.lossScaler != nullptr) {
-      program.setLossScale(parts_.lossScaler->scale());  // the scale after the last step's overflow check
-    }
-    if (accumulateInPlace) {
-      program.parameters().zeroGradients();
-    }
-    for (int m = 0; m < micro; ++m) {
-      std::optional<TrainBatch> batch = parts_.train.next();
-      if (!batch && shared) {
-        parts_.train.startEpoch(epoch + 100003 * ++pass);  // Note [Shared steps]: this rank's shard again
-        batch = parts_.train.next();
-      }
-      if (!batch) {
-        fail("the data loader ran out of batches in epoch {} at step {}", epoch, step_);
-      }
-      const StepInfo at{step_, m, micro};
-      parts_.strategy.beforeForward(at);
-      if (parts_.group != nullptr) {
-        parts_.group->setStep(step_);
-      }
-      StepResult result = program.step({batch->input}, batch->targets);
-      parts_.strategy.afterBackward(at);
-      pendingLosses_.push_back(result.loss);
-      if (logged && batch->classes.defined() && !result.outputs.empty()) {
-        window.kept.push_back({result.outputs[0], batch->classes, batch->countedRows});
-      }
-    }
-    if (parts_.place.rank == options_.slowRank && options_.slowFactor > 1) {
-      std::this_thread::sleep_for((std::chrono::steady_clock::now() - stepStart) * (options_.slowFactor - 1));
-    }
+  pass.stepsThisEpoch = std::min(stepsPerEpoch_, pass.stepInEpoch + totalSteps_ - step_);
+  epochCutShort_ = pass.stepsThisEpoch < stepsPerEpoch_;
+  pass.shared = options_.sharedSteps && parts_.store != nullptr && parts_.place.worldSize > 1;
+  pass.firstStep = step_;
+  pass.budget = pass.stepsThisEpoch * parts_.place.worldSize;
+  while (claimStep(pass)) {
+    const bool logged = pass.shared
+                            ? (pass.stepInEpoch + 1) % options_.logEvery == 0
+                            : (step_ + 1) % options_.logEvery == 0 || pass.stepInEpoch + 1 == pass.stepsThisEpoch;
     const double lr = learningRateAt(options_.schedule, step_);
-    parts_.strategy.step(StepInfo{step_, micro - 1, micro}, lr);
-    if (program.parameters().device().type != DeviceType::CPU) {
-      executor.synchronize();  // the optimizer's kernels belong to this step's time
-    }
-    lastStepSeconds = seconds(std::chrono::steady_clock::now() - stepStart);
-    computeSeconds_ += lastStepSeconds;
+    const double stepSeconds = trainStep(pass, logged, lr);
     ++step_;
-    ++stepInEpoch;
-    ++windowSteps;
-    const double elapsed = seconds(std::chrono::steady_clock::now() - epochStart);
-    StepRecord record;
-    record.epoch = epoch;
-    record.step = step_;
-    record.stepsInEpoch = stepsThisEpoch;
-    record.stepInEpoch = shared ? std::min(claimed / parts_.place.worldSize, stepsThisEpoch) : stepInEpoch;
-    record.lr = lr;
-    record.samplesPerS = static_cast<double>(record.stepInEpoch * rowsPerStep) / std::max(elapsed, 1e-9);
-    record.stepTimeMs = 1000.0 * lastStepSeconds;
-    record.etaS =
-        static_cast<double>((stepsThisEpoch - record.stepInEpoch) * rowsPerStep) / std::max(record.samplesPerS, 1e-9);
-    record.loss = lastLoss_;
+    ++pass.stepInEpoch;
+    ++pass.window.steps;
+    StepRecord record = stepRecord(pass, lr, stepSeconds);
     if (logged) {
-      closeWindow(record, true);
+      closeLogWindow(pass, record, true);
     }
     parts_.recorder.stepDone(record.step);
     if (lead()) {
       parts_.recorder.progress(record);
     }
     // Note [Checkpoints within an epoch]: the epoch's end saves anyway; here only the steps before it.
-    if (options_.saveEverySteps > 0 && step_ % options_.saveEverySteps == 0 && stepInEpoch < stepsThisEpoch) {
+    if (options_.saveEverySteps > 0 && step_ % options_.saveEverySteps == 0 && pass.stepInEpoch < pass.stepsThisEpoch) {
       saveCheckpoint(epoch);
     }
   }
-  if (shared) {
+  if (pass.shared) {
     // Every rank ends the epoch at the job's step, whichever claims it took last (the time series' last step too).
-    step_ = epochFirstStep + stepsThisEpoch;
+    step_ = pass.firstStep + pass.stepsThisEpoch;
     parts_.recorder.stepDone(step_);
-    if (windowSteps > 0) {
+    if (pass.window.steps > 0) {
       StepRecord record;
       record.epoch = epoch;
       record.step = step_;
-      closeWindow(record, false);
+      closeLogWindow(pass, record, false);
     }
+  }
+  epochLossSum = pass.lossSum;
+  epochLossCount = pass.lossCount;
+  epochMetricSums = std::move(pass.metricSums);
+}
+
+// Note [Shared steps]: with a strategy whose workers do not wait for each other (asynchronous parameter servers),
+// the epoch's steps are a budget of stepsThisEpoch x W worker-steps that the ranks claim one at a time through the
+// store, so a fast rank takes more of them than a slow one instead of idling at the epoch's end. A rank whose shard
+// runs out goes over it again (reshuffled). step_ follows the epoch's global position (the claim over W), so the
+// learning-rate schedule and the step counts are the job's; logged losses are each rank's own.
+bool Trainer::claimStep(EpochPass& pass) {
+  if (!pass.shared) {
+    return pass.stepInEpoch < pass.stepsThisEpoch;
+  }
+  pass.claimed = parts_.store->add(fmt::format("trainer/claims/{}", pass.epoch), 1);
+  step_ = pass.firstStep + (pass.claimed - 1) / parts_.place.worldSize;
+  return pass.claimed <= pass.budget;
+}
+
+double Trainer::trainStep(EpochPass& pass, bool logged, double lr) {
+  TrainableProgram& program = parts_.program;
+  const int micro = options_.microBatches;
+  const auto stepStart = std::chrono::steady_clock::now();
+  if (parts_.lossScaler != nullptr) {
+    program.setLossScale(parts_.lossScaler->scale());  // the scale after the last step's overflow check
+  }
+  if (options_.accumulation == Accumulation::InPlace && micro > 1) {
+    program.parameters().zeroGradients();
+  }
+  for (int m = 0; m < micro; ++m) {
+    std::optional<TrainBatch> batch = parts_.train.next();
+    if (!batch && pass.shared) {
+      parts_.train.startEpoch(pass.epoch + 100003 * ++pass.reshuffles);  // Note [Shared steps]: this rank's shard again
+      batch = parts_.train.next();
+    }
+    if (!batch) {
+      fail("the data loader ran out of batches in epoch {} at step {}", pass.epoch, step_);
+    }
+    const StepInfo at{step_, m, micro};
+    parts_.strategy.beforeForward(at);
+    if (parts_.group != nullptr) {
+      parts_.group->setStep(step_);
+    }
+    StepResult result = program.step({batch->input}, batch->targets);
+    parts_.strategy.afterBackward(at);
+    pendingLosses_.push_back(result.loss);
+    if (logged && batch->classes.defined() && !result.outputs.empty()) {
+      pass.window.kept.push_back({result.outputs[0], batch->classes, batch->countedRows});
+    }
+  }
+  if (parts_.place.rank == options_.slowRank && options_.slowFactor > 1) {
+    std::this_thread::sleep_for((std::chrono::steady_clock::now() - stepStart) * (options_.slowFactor - 1));
+  }
+  parts_.strategy.step(StepInfo{step_, micro - 1, micro}, lr);
+  if (program.parameters().device().type != DeviceType::CPU) {
+    program.executor().synchronize();  // the optimizer's kernels belong to this step's time
+  }
+  const double stepSeconds = seconds(std::chrono::steady_clock::now() - stepStart);
+  computeSeconds_ += stepSeconds;
+  return stepSeconds;
+}
+
+StepRecord Trainer::stepRecord(const EpochPass& pass, double lr, double stepSeconds) const {
+  const std::int64_t rowsPerStep = parts_.train.batchSize() * options_.microBatches * parts_.place.worldSize;
+  const double elapsed = seconds(std::chrono::steady_clock::now() - pass.start);
+  StepRecord record;
+  record.epoch = pass.epoch;
+  record.step = step_;
+  record.stepsInEpoch = pass.stepsThisEpoch;
+  record.stepInEpoch =
+      pass.shared ? std::min(pass.claimed / parts_.place.worldSize, pass.stepsThisEpoch) : pass.stepInEpoch;
+  record.lr = lr;
+  record.samplesPerS = static_cast<double>(record.stepInEpoch * rowsPerStep) / std::max(elapsed, 1e-9);
+  record.stepTimeMs = 1000.0 * stepSeconds;
+  record.etaS = static_cast<double>((pass.stepsThisEpoch - record.stepInEpoch) * rowsPerStep) /
+                std::max(record.samplesPerS, 1e-9);
+  record.loss = lastLoss_;
+  return record;
+}
+
+void Trainer::closeLogWindow(EpochPass& pass, StepRecord& record, bool recordIt) {
+  const int micro = options_.microBatches;
+  // Note [Reading the loss]: one read of the window's losses, then the ranks' sums through the store.
+  double lossSum = 0;
+  for (std::size_t i = 0; i < pendingLosses_.size(); ++i) {
+    const double loss = hostScalar(pendingLosses_[i]);
+    if (!std::isfinite(loss)) {
+      const std::int64_t badStep = step_ - pass.window.steps + static_cast<std::int64_t>(i) / micro;
+      fail("rank {}: the loss became {} at epoch {} step {} (learning rate {}); lower --lr or clip gradients",
+           parts_.place.rank, loss, pass.epoch, badStep, learningRateAt(options_.schedule, badStep));
+    }
+    lossSum += loss / micro;  // a step's loss is the mean of its micro-batches'
+  }
+  trainMetric_->reset();
+  for (const LogWindow::Kept& kept : pass.window.kept) {
+    trainMetric_->add(kept.logits, kept.classes, kept.rows);
+  }
+  std::vector<double> mine{lossSum, static_cast<double>(pass.window.steps)};
+  const std::vector<double> metricSums = trainMetric_->sums();
+  mine.insert(mine.end(), metricSums.begin(), metricSums.end());
+  // Note [Shared steps]: ranks that do not wait for each other do not meet at log points either.
+  const std::vector<double> sums = pass.shared ? mine : sumOverRanks(fmt::format("trainer/log/{}", step_), mine);
+  const double steps = std::max(sums[1], 1.0);
+  lastLoss_ = sums[0] / steps;
+  pass.lossSum += sums[0];
+  pass.lossCount += static_cast<std::int64_t>(sums[1]);
+  const std::vector<double> windowSums(sums.begin() + 2, sums.end());
+  pass.metricSums.resize(windowSums.size(), 0.0);
+  for (std::size_t i = 0; i < windowSums.size(); ++i) {
+    pass.metricSums[i] += windowSums[i];
+  }
+  record.loss = lastLoss_;
+  record.figures = trainMetric_->figures(windowSums);
+  record.accuracy = figureOr(record.figures, "accuracy", -1);
+  pendingLosses_.clear();
+  pass.window.kept.clear();
+  pass.window.steps = 0;
+  if (lead() && recordIt && (pass.shared || step_ % options_.logEvery == 0)) {
+    parts_.recorder.step(record);
   }
 }
 

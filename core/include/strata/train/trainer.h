@@ -100,8 +100,15 @@ class Trainer {
 
  private:
   struct LogWindow;
+  struct EpochPass;
   void trainEpoch(std::int64_t epoch, double& epochLossSum, std::int64_t& epochLossCount,
                   std::vector<double>& epochMetricSums);
+  // The parts of one epoch's step: whether this rank takes another step (Note [Shared steps]), the step's
+  // micro-batches and update (returns its seconds), its record, and the log point that reads the window's losses.
+  bool claimStep(EpochPass& pass);
+  double trainStep(EpochPass& pass, bool logged, double lr);
+  StepRecord stepRecord(const EpochPass& pass, double lr, double stepSeconds) const;
+  void closeLogWindow(EpochPass& pass, StepRecord& record, bool recordIt);
   MetricFigures evaluate(std::int64_t epoch);
   void saveCheckpoint(std::int64_t epochsDone);
   void restoreCheckpoint();
@@ -125,9 +132,8 @@ class Trainer {
   std::int64_t totalSteps_ = 0;
   std::int64_t startEpoch_ = 0;
   std::int64_t step_ = 0;
-  std::int64_t rejoinSkip_ = 0;
-  bool epochCutShort_ = false;  // the last epoch ended before its last batch (--max-steps)  // steps of the first epoch
-                                // a rejoining rank does not take (the job took them)
+  std::int64_t rejoinSkip_ = 0;  // steps of the first epoch a rejoining rank does not take (the job took them)
+  bool epochCutShort_ = false;   // the last epoch ended before its last batch (--max-steps)
   double computeSeconds_ = 0;
   double lastLoss_ = NAN;              // until the first log point reads the losses
   std::vector<Tensor> pendingLosses_;  // this log window's micro-batch losses, still on the device
