@@ -317,15 +317,8 @@ void addPlanFields(nlohmann::json& summary, const TrainOptions& options, const B
   }
 }
 
-void train(const TrainOptions& options) {
-  checkTrainFlags(options);
-  const std::map<std::string, std::string> strategyOptions = parseStrategyOptions(options.strategyOptions);
-  const std::unique_ptr<LoadedStrategy> strategy = PluginHost(toPaths(options.pluginDirs)).load(options.strategy);
-  // --- launcher (cli/launch/launcher.h): with --nproc/--nnodes this process starts the ranks and waits for them.
-  // The roles the strategy asks for, started beside the ranks by the launcher (on node rank 0). In the launcher
-  // process the world size is still 1: the job's is nproc x nnodes.
-  const StrategyRequirements launched = strategy->requirements(
-      StrategyQuery{strategyOptions, options.launch.nproc * options.launch.nnodes, options.launch.nnodes});
+// The job's requirements (the strategy's, for nproc x nnodes ranks) against the flags that need them.
+void checkJobRequirements(const TrainOptions& options, const StrategyRequirements& launched) {
   if (options.saveEvery > 0 && launched.sharedSteps) {
     fail(
         "--save-every: this strategy's workers do not wait for each other (asynchronous), so no step is the job's "
@@ -338,6 +331,146 @@ void train(const TrainOptions& options) {
         options.launch.maxRestarts, options.strategy,
         options.strategyOptions.empty() ? "" : fmt::format(" ({})", fmt::join(options.strategyOptions, " ")));
   }
+}
+
+fs::path runDirOf(const TrainOptions& options) {
+  return !options.resume.empty() ? fs::path(options.resume)
+         : !options.out.empty()  ? fs::path(options.out)
+                                 : fs::path("runs") / "latest";
+}
+
+// Note [Slurm roles]: under srun the first tasks run the strategy's roles (its parameter servers).
+void runRoleTask(const TrainOptions& options, const RankEnvironment& rankEnv) {
+  runRoleProcess(RoleOptions{.name = rankEnv.roleTask->name,
+                             .index = rankEnv.roleTask->index,
+                             .count = rankEnv.roleTask->count,
+                             .workers = rankEnv.worldSize,
+                             .nodes = options.launch.nnodes,
+                             .strategy = options.strategy,
+                             .strategyOptions = options.strategyOptions,
+                             .pluginDirs = options.pluginDirs,
+                             .timeoutS = options.timeoutS,
+                             .masterAddr = rankEnv.masterAddr,
+                             .masterPort = rankEnv.masterPort,
+                             .hostAddress = {}});
+}
+
+// This rank's links to the others: rank 0's store and the process group.
+struct RankLinks {
+  std::shared_ptr<Store> store;
+  std::unique_ptr<ProcessGroup> group;
+  int restarts = 0;  // how often the launcher restarted this rank
+};
+
+RankLinks connectRank(const RankEnvironment& rankEnv, const StrategyRequirements& requirements, Device device,
+                      std::chrono::milliseconds timeout) {
+  RankLinks links;
+  // Role processes find the workers (and each other) through rank 0's store, also in a one-rank job.
+  const bool hasRoles = std::any_of(requirements.roles.begin(), requirements.roles.end(),
+                                    [](const RoleRequest& role) { return role.count > 0; });
+  if (rankEnv.worldSize > 1 || hasRoles) {
+    links.store = std::make_shared<TcpStore>(TcpStoreOptions{.host = rankEnv.masterAddr,
+                                                             .port = static_cast<std::uint16_t>(rankEnv.masterPort),
+                                                             .isServer = rankEnv.rank == 0,
+                                                             .worldSize = rankEnv.worldSize,
+                                                             .rank = rankEnv.rank,
+                                                             .timeout = timeout});
+  }
+  // Note [Rejoining workers]: a restarted rank cannot join the others' collectives (their groups were made without
+  // it); the strategies that take one back use none.
+  links.restarts = rankRestarts();
+  if (rankEnv.worldSize > 1 && links.restarts == 0) {
+    links.group = createProcessGroup(links.store, rankEnv, device, timeout);
+  }
+  return links;
+}
+
+// The data sets of the run, checked against the model's task and labels, and how their batches are shaped.
+struct TrainData {
+  std::shared_ptr<Dataset> train;
+  std::shared_ptr<Dataset> test;
+  BatchShaping shaping;      // the training batches'
+  BatchShaping evalShaping;  // the test split's
+};
+
+TrainData openTrainData(const TrainOptions& options, const BuiltPlan& built, const std::string& modelPath,
+                        const fs::path& runDir) {
+  const TrainingPlan& plan = *built.plan;
+  TrainData data;
+  if (plan.labelMeta().dtype != DType::Int64) {
+    data.shaping.oneHotTargets = plan.labelMeta();
+  }
+  const DType inputType = built.options.inputMetas.at(0).dtype;
+  if (isFloatingPoint(inputType) && inputType != DType::Float32) {
+    data.shaping.inputType = inputType;
+  }
+  data.evalShaping.staticBatch = built.staticBatch;
+  data.evalShaping.inputType = data.shaping.inputType;
+  data.train = openForModel(options, DatasetSplit::Train, built.sample, built.classes, runDir);
+  data.test = openForModel(options, DatasetSplit::Test, built.sample, built.classes, runDir);
+  if (data.train->task() != built.task) {
+    fail("--data {}: a {} data set, where {} was expected", options.data, taskName(data.train->task()),
+         taskName(built.task));
+  }
+  const Shape& labels = plan.labelMeta().shape;
+  if (plan.labelMeta().dtype == DType::Int64 && Shape(labels.begin() + 1, labels.end()) != data.train->targetShape()) {
+    fail(
+        "{}: --data {} gives {} targets of shape {} per sample, but the model's loss takes labels of shape {} (its "
+        "scores must be {} for this data)",
+        modelPath, options.data, taskName(data.train->task()), shapeToString(data.train->targetShape()),
+        shapeToString(Shape(labels.begin() + 1, labels.end())),
+        data.train->task() == Task::Segmentation    ? "[N, classes, H, W]"
+        : data.train->task() == Task::LanguageModel ? "[N, T, vocabulary]"
+                                                    : "[N, classes]");
+  }
+  return data;
+}
+
+// What the run's files record besides the steps: the run's fields, and the summary's plan fields at the end.
+RunFiles::Setup recordingSetup(const TrainOptions& options, const RankEnvironment& rankEnv, Store* store,
+                               const TrainerOptions& trainer, Device device, const BuiltPlan& built,
+                               const std::string& modelPath, const std::map<std::string, std::string>& strategyOptions,
+                               const Tokenizer* tokenizer, const LossScaler* lossScaler, const fs::path& runDir) {
+  RunFiles::Setup recording;
+  recording.runDir = runDir;
+  recording.rank = rankEnv.rank;
+  recording.worldSize = rankEnv.worldSize;
+  recording.store = store;
+  recording.timeout = trainer.timeout;
+  recording.logEvery = options.logEvery;
+  recording.device = device;
+  recording.samplePeriod = std::chrono::milliseconds(static_cast<std::int64_t>(options.sampleEveryS * 1000.0));
+  recording.runFields = {{"model", modelPath},
+                         {"strategy", options.strategy},
+                         {"strategy_options", strategyOptions},  // e.g. mode=async, lr_staleness=on
+                         {"device", describe(device)},
+                         {"params", built.plan->parameters().totalElements()},
+                         {"precision", options.device.precision},
+                         {"task", taskName(built.task)}};
+  if (built.task == Task::LanguageModel) {
+    recording.runFields["seq_len"] = built.sample.back();
+    recording.runFields["vocabulary"] = built.classes;
+    recording.runFields["tokenizer"] = tokenizer ? tokenizer->description() : "none (token ids as given)";
+  }
+  recording.finalFields = [&options, &built, device, lossScaler](nlohmann::json& summary) {
+    addPlanFields(summary, options, built, device, lossScaler);
+    if (built.task == Task::LanguageModel) {
+      summary["tokens_per_s"] = summary.value("samples_per_s", 0.0) * static_cast<double>(built.sample.back());
+    }
+  };
+  return recording;
+}
+
+void train(const TrainOptions& options) {
+  checkTrainFlags(options);
+  const std::map<std::string, std::string> strategyOptions = parseStrategyOptions(options.strategyOptions);
+  const std::unique_ptr<LoadedStrategy> strategy = PluginHost(toPaths(options.pluginDirs)).load(options.strategy);
+  // --- launcher (cli/launch/launcher.h): with --nproc/--nnodes this process starts the ranks and waits for them.
+  // The roles the strategy asks for, started beside the ranks by the launcher (on node rank 0). In the launcher
+  // process the world size is still 1: the job's is nproc x nnodes.
+  const StrategyRequirements launched = strategy->requirements(
+      StrategyQuery{strategyOptions, options.launch.nproc * options.launch.nnodes, options.launch.nnodes});
+  checkJobRequirements(options, launched);
   const RoleLaunch roles{.roles = launched.roles,
                          .strategy = options.strategy,
                          .strategyOptions = options.strategyOptions,
@@ -345,9 +478,7 @@ void train(const TrainOptions& options) {
                          .timeoutS = options.timeoutS,
                          .ranksMayDepart = launched.toleratesWorkerLoss,
                          .ranksMayRejoin = launched.rejoinsWorkers};
-  const fs::path runDir = !options.resume.empty() ? fs::path(options.resume)
-                          : !options.out.empty()  ? fs::path(options.out)
-                                                  : fs::path("runs") / "latest";
+  const fs::path runDir = runDirOf(options);
   // A text corpus is tokenized once, here, before any rank starts (their openDataset then finds it cached).
   if (options.launch.nproc * options.launch.nnodes > 1 && rankEnvironmentIsLauncher(options.launch)) {
     tokenizerOfData(options, runDir);
@@ -355,21 +486,9 @@ void train(const TrainOptions& options) {
   if (launchIfNeeded(options.launch, roles)) {
     return;
   }
-  // Note [Slurm roles]: under srun the first tasks run the strategy's roles (its parameter servers).
   const RankEnvironment rankEnv = rankEnvironment(launched.roles);
   if (rankEnv.roleTask) {
-    runRoleProcess(RoleOptions{.name = rankEnv.roleTask->name,
-                               .index = rankEnv.roleTask->index,
-                               .count = rankEnv.roleTask->count,
-                               .workers = rankEnv.worldSize,
-                               .nodes = options.launch.nnodes,
-                               .strategy = options.strategy,
-                               .strategyOptions = options.strategyOptions,
-                               .pluginDirs = options.pluginDirs,
-                               .timeoutS = options.timeoutS,
-                               .masterAddr = rankEnv.masterAddr,
-                               .masterPort = rankEnv.masterPort,
-                               .hostAddress = {}});
+    runRoleTask(options, rankEnv);
     return;
   }
   prepareRank(rankEnv);
@@ -387,25 +506,7 @@ void train(const TrainOptions& options) {
   const bool lead = rankEnv.rank == 0;
   const Device device = selectDevice(options.device, rankEnv.localRank);
   const TrainerOptions trainer = trainerOptions(options, requirements, strategyOptions);
-  std::shared_ptr<Store> store;
-  std::unique_ptr<ProcessGroup> group;
-  // Role processes find the workers (and each other) through rank 0's store, also in a one-rank job.
-  const bool hasRoles = std::any_of(requirements.roles.begin(), requirements.roles.end(),
-                                    [](const RoleRequest& role) { return role.count > 0; });
-  if (rankEnv.worldSize > 1 || hasRoles) {
-    store = std::make_shared<TcpStore>(TcpStoreOptions{.host = rankEnv.masterAddr,
-                                                       .port = static_cast<std::uint16_t>(rankEnv.masterPort),
-                                                       .isServer = lead,
-                                                       .worldSize = rankEnv.worldSize,
-                                                       .rank = rankEnv.rank,
-                                                       .timeout = trainer.timeout});
-  }
-  // Note [Rejoining workers]: a restarted rank cannot join the others' collectives (their groups were made without
-  // it); the strategies that take one back use none.
-  const int restarts = rankRestarts();
-  if (rankEnv.worldSize > 1 && restarts == 0) {
-    group = createProcessGroup(store, rankEnv, device, trainer.timeout);
-  }
+  RankLinks links = connectRank(rankEnv, requirements, device, trainer.timeout);
   std::optional<LossScaler> lossScaler;
   if (const std::optional<LossScalerOptions> scaling = lossScalerOptionsOf(options.device)) {
     lossScaler.emplace(*scaling);
@@ -414,85 +515,34 @@ void train(const TrainOptions& options) {
   TrainingPlan& plan = *built.plan;
   releaseCachedHostMemory();  // the imported model's initializers, now in the plan's buffers
 
-  BatchShaping shaping;
-  if (plan.labelMeta().dtype != DType::Int64) {
-    shaping.oneHotTargets = plan.labelMeta();
-  }
-  const DType inputType = built.options.inputMetas.at(0).dtype;
-  if (isFloatingPoint(inputType) && inputType != DType::Float32) {
-    shaping.inputType = inputType;
-  }
-  const auto trainSet = openForModel(options, DatasetSplit::Train, built.sample, built.classes, runDir);
-  const auto testSet = openForModel(options, DatasetSplit::Test, built.sample, built.classes, runDir);
-  if (trainSet->task() != built.task) {
-    fail("--data {}: a {} data set, where {} was expected", options.data, taskName(trainSet->task()),
-         taskName(built.task));
-  }
-  const Shape& labels = plan.labelMeta().shape;
-  if (plan.labelMeta().dtype == DType::Int64 && Shape(labels.begin() + 1, labels.end()) != trainSet->targetShape()) {
-    fail(
-        "{}: --data {} gives {} targets of shape {} per sample, but the model's loss takes labels of shape {} (its "
-        "scores must be {} for this data)",
-        modelPath, options.data, taskName(trainSet->task()), shapeToString(trainSet->targetShape()),
-        shapeToString(Shape(labels.begin() + 1, labels.end())),
-        trainSet->task() == Task::Segmentation    ? "[N, classes, H, W]"
-        : trainSet->task() == Task::LanguageModel ? "[N, T, vocabulary]"
-                                                  : "[N, classes]");
-  }
+  const TrainData data = openTrainData(options, built, modelPath, runDir);
   // Note [Tokenizers]: the run keeps the tokenizer of its text, for generation from the trained model.
   const std::shared_ptr<Tokenizer> tokenizer = tokenizerOfData(options, runDir);
   if (tokenizer && lead) {
     saveTokenizer(*tokenizer, runDir);
   }
-  LoaderBatchSource trainBatches(trainSet,
+  LoaderBatchSource trainBatches(data.train,
                                  DataLoaderOptions{.batchSize = options.batchSize,
                                                    .rank = rankEnv.rank,
                                                    .worldSize = rankEnv.worldSize,
                                                    .shuffle = true,
                                                    .seed = options.seed,
                                                    .dropLast = true},
-                                 shaping);
-  BatchShaping evalShaping;
-  evalShaping.staticBatch = built.staticBatch;
-  evalShaping.inputType = shaping.inputType;
+                                 data.shaping);
   // Every rank evaluates its share of the test split (Note [Sharding]: every sample counted once).
-  LoaderBatchSource testBatches(testSet,
+  LoaderBatchSource testBatches(data.test,
                                 DataLoaderOptions{.batchSize = options.batchSize,
                                                   .rank = rankEnv.rank,
                                                   .worldSize = rankEnv.worldSize,
                                                   .shuffle = false,
                                                   .dropLast = false},
-                                evalShaping);
+                                data.evalShaping);
 
-  RunFiles::Setup recording;
-  recording.runDir = runDir;
-  recording.rank = rankEnv.rank;
-  recording.worldSize = rankEnv.worldSize;
-  recording.store = store.get();
-  recording.timeout = trainer.timeout;
-  recording.logEvery = options.logEvery;
-  recording.device = device;
-  recording.samplePeriod = std::chrono::milliseconds(static_cast<std::int64_t>(options.sampleEveryS * 1000.0));
-  recording.runFields = {{"model", modelPath},
-                         {"strategy", options.strategy},
-                         {"strategy_options", strategyOptions},  // e.g. mode=async, lr_staleness=on
-                         {"device", describe(device)},
-                         {"params", plan.parameters().totalElements()},
-                         {"precision", options.device.precision},
-                         {"task", taskName(built.task)}};
-  if (built.task == Task::LanguageModel) {
-    recording.runFields["seq_len"] = built.sample.back();
-    recording.runFields["vocabulary"] = built.classes;
-    recording.runFields["tokenizer"] = tokenizer ? tokenizer->description() : "none (token ids as given)";
-  }
+  RunFiles::Setup recording =
+      recordingSetup(options, rankEnv, links.store.get(), trainer, device, built, modelPath, strategyOptions,
+                     tokenizer.get(), lossScaler ? &*lossScaler : nullptr, runDir);
   recording.roles = requirements.roles;
-  recording.restarts = restarts;
-  recording.finalFields = [&](nlohmann::json& summary) {
-    addPlanFields(summary, options, built, device, lossScaler ? &*lossScaler : nullptr);
-    if (built.task == Task::LanguageModel) {
-      summary["tokens_per_s"] = summary.value("samples_per_s", 0.0) * static_cast<double>(built.sample.back());
-    }
-  };
+  recording.restarts = links.restarts;
   RunFiles runFiles(std::move(recording));
   TensorProtoCheckpoints checkpoints(runDir / "checkpoint", rankEnv.rank, rankEnv.worldSize);
 
@@ -503,17 +553,17 @@ void train(const TrainOptions& options) {
                    .strategy = *strategy,
                    .recorder = runFiles,
                    .checkpoints = &checkpoints,
-                   .group = group.get(),
-                   .store = store.get(),
+                   .group = links.group.get(),
+                   .store = links.store.get(),
                    .lossScaler = lossScaler ? &*lossScaler : nullptr,
                    .place = RankPlace{rankEnv.rank, rankEnv.worldSize, rankEnv.localRank, options.launch.nnodes},
                    .task = built.task,
                    .classes = built.classes,
                    .subgroups =
                        [&](const std::vector<int>& ranks) {
-                         return createSubgroup(store, rankEnv, device, trainer.timeout, ranks);
+                         return createSubgroup(links.store, rankEnv, device, trainer.timeout, ranks);
                        },
-                   .describeSilentRanks = describeSilentRanksOf(store, rankEnv, trainer.timeout)},
+                   .describeSilentRanks = describeSilentRanksOf(links.store, rankEnv, trainer.timeout)},
       trainer);
   if (trainer.resume) {
     const bool inside = run.stepsDone() > run.startEpoch() * run.stepsPerEpoch();
@@ -529,13 +579,14 @@ void train(const TrainOptions& options) {
     fmt::print(
         "training {} on {} ({} train / {} test samples), {} parameters, strategy {} on {} rank(s), batch {} "
         "per rank x {} micro-batch(es), {} steps per epoch\n",
-        modelPath, trainSet->description(), trainSet->size(), testSet->size(), plan.parameters().totalElements(),
+        modelPath, data.train->description(), data.train->size(), data.test->size(), plan.parameters().totalElements(),
         options.strategy, rankEnv.worldSize, options.batchSize, trainer.microBatches, run.stepsPerEpoch());
   }
   allocatorFor(device).stats().resetPeaks();
   std::optional<OpProfiler> profiler;
-  if (options.profile)
+  if (options.profile) {
     profiler.emplace(plan.executor(), /*warmupRuns=*/2);
+  }
   run.run();
   if (profiler && lead) {
     profiler->print(options.profileTop);
