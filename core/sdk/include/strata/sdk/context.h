@@ -44,8 +44,7 @@ class StrategyContext {
   // Note [Subgroups]: collectives over some of the job's ranks (global ranks, ascending, this rank among them),
   // e.g. within a node and across nodes for fsdp shard=hybrid. Every member asks for the same set, and members ask
   // for their sets in the same order, before any collective on them. The context builds each set once and owns the
-  // group. nullptr where it cannot build one (a single-process run). Added after ABI 2 without a version bump: it is
-  // the last virtual, so plugins built without it still match.
+  // group. nullptr where it cannot build one (a single-process run).
   virtual ProcessGroup* subgroup(const std::vector<int>& ranks) {
     (void)ranks;
     return nullptr;

@@ -45,7 +45,7 @@ class OptimizerFactory {
   // every gradient once (a sharding strategy's shards). Clipping and fp16 loss scaling need the norm over all
   // gradients: the optimizer passes the sum of squares of its own slices to `sumOverRanks`, which returns the sum
   // over the group (the strategy all-reduces it; inf and NaN carry an overflow to every rank), so every rank clips
-  // alike and skips an overflowed step alike. Added after ABI 2 as the last virtual, without a version bump.
+  // alike and skips an overflowed step alike.
   virtual std::unique_ptr<SliceOptimizer> createSharded(std::vector<ParameterSlice> slices,
                                                         std::function<double(double)> sumOverRanks) {
     (void)sumOverRanks;
