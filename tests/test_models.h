@@ -95,6 +95,18 @@ inline onnx::NodeProto* addNode(onnx::ModelProto& model, const std::string& op, 
   return node;
 }
 
+// A 1-D int64 initializer: a shape, axes or indices operand.
+inline void addInt64Initializer(onnx::ModelProto& model, const std::string& name,
+                                const std::vector<std::int64_t>& values) {
+  auto* init = model.mutable_graph()->add_initializer();
+  init->set_name(name);
+  init->set_data_type(onnx::TensorProto::INT64);
+  init->add_dims(static_cast<std::int64_t>(values.size()));
+  for (std::int64_t v : values) {
+    init->add_int64_data(v);
+  }
+}
+
 inline void addInitializer(onnx::ModelProto& model, const std::string& name, std::vector<std::int64_t> dims,
                            const std::vector<float>& values) {
   auto* init = model.mutable_graph()->add_initializer();

@@ -22,23 +22,13 @@ Program lowered(const onnx::ModelProto& model, const TempDir& dir) {
                         LowerOptions{});
 }
 
-void addShape(onnx::ModelProto& model, const std::string& name, std::vector<std::int64_t> values) {
-  auto* init = model.mutable_graph()->add_initializer();
-  init->set_name(name);
-  init->set_data_type(onnx::TensorProto::INT64);
-  init->add_dims(static_cast<std::int64_t>(values.size()));
-  for (std::int64_t v : values) {
-    init->add_int64_data(v);
-  }
-}
-
 // x[2,3,4] -> Relu -> a -> Reshape [2,12] -> b -> Relu -> c -> Reshape [6,4] -> y (a graph output, a view of c).
 // With `readLater`, a Mul(a, a) after the second Relu reads a through its own name after b's last reader.
 onnx::ModelProto reshapeChain(bool readLater) {
   onnx::ModelProto model = testing::emptyModel();
   testing::setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {2, 3, 4});
-  addShape(model, "flat", {2, 12});
-  addShape(model, "rows", {6, 4});
+  testing::addInt64Initializer(model, "flat", {2, 12});
+  testing::addInt64Initializer(model, "rows", {6, 4});
   testing::addNode(model, "Relu", {"x"}, {"a"}, "relu_a");
   testing::addNode(model, "Reshape", {"a", "flat"}, {"b"}, "reshape_b");
   testing::addNode(model, "Neg", {"b"}, {"c"}, "neg_c");
@@ -98,7 +88,7 @@ TEST(ViewsTest, AGraphInputIsCopiedNotAliased) {
   TempDir dir;
   onnx::ModelProto model = testing::emptyModel();
   testing::setTensorType(model.mutable_graph()->add_input(), "x", onnx::TensorProto::FLOAT, {2, 3, 4});
-  addShape(model, "flat", {2, 12});
+  testing::addInt64Initializer(model, "flat", {2, 12});
   testing::addNode(model, "Reshape", {"x", "flat"}, {"y"}, "reshape_x");
   testing::setTensorType(model.mutable_graph()->add_output(), "y", onnx::TensorProto::FLOAT, {2, 12});
   const Program program = lowered(model, dir);

@@ -55,16 +55,6 @@ std::string importError(const onnx::ModelProto& model) {
   return "no error";
 }
 
-void addInt64Initializer(onnx::ModelProto& model, const std::string& name, const std::vector<std::int64_t>& values) {
-  auto* init = model.mutable_graph()->add_initializer();
-  init->set_name(name);
-  init->set_data_type(onnx::TensorProto::INT64);
-  init->add_dims(static_cast<std::int64_t>(values.size()));
-  for (std::int64_t v : values) {
-    init->add_int64_data(v);
-  }
-}
-
 void setString(onnx::NodeProto* node, const std::string& name, const std::string& value) {
   auto* attribute = node->add_attribute();
   attribute->set_name(name);
@@ -112,7 +102,7 @@ TEST(OpsetDowngradeTest, ReduceMeanAxesFromAnInitializerOrAConstantBecomeTheAttr
       value->mutable_t()->add_int64_data(1);
       model.mutable_graph()->mutable_node()->SwapElements(0, 1);  // the Constant first
     } else {
-      addInt64Initializer(model, "axes", {1});
+      testing::addInt64Initializer(model, "axes", {1});
     }
     const Tensor y = run(model, x)[0];
     ASSERT_EQ(y.shape(), (Shape{2, 1, 4}));
