@@ -70,7 +70,7 @@ def main() -> int:
     initializers = {i.name for i in onnx.load(model_path, load_external_data=False).graph.initializer}
     os.remove(model_path)
 
-    reference_model = torchvision_models.build(args.model)
+    reference_model = torchvision_models.as_exported(torchvision_models.build(args.model))
     reference_model.load_state_dict(model.state_dict())  # the exported state (the model has not run since)
     reference_model = reference_model.double()
     ref_loss, reference = torch_gradients(reference_model, x.double(), labels, None, "cpu")
