@@ -109,37 +109,15 @@ def compare(strata_run, torch_run, judge, tolerance, grad_tolerance, updates):
     return failures
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", required=True, choices=sorted(torchvision_models.MODELS))
-    parser.add_argument("--strata", required=True)
-    parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--tolerance", type=float, default=1e-4)
-    parser.add_argument("--grad-tolerance", type=float, default=1e-3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--updates", type=int, default=3, help="SGD updates (with momentum) to compare after")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--channels-last", choices=["off", "on", "auto"], default="auto",
-                        help="strata step's --channels-last (PyTorch's reference stays channels-first)")
-    parser.add_argument("--judge", choices=["peer", "float64"], default="peer",
-                        help="peer: Strata within the tolerances of PyTorch in the same dtype; float64: float32 runs "
-                             "of both judged by PyTorch in float64 (Note [float32 judged by float64])")
-    args = parser.parse_args()
-    if args.judge == "float64" and args.dtype != "float32":
-        parser.error("--judge float64 is for --dtype float32")
+def check_case(args, dtype, tolerance, grad_tolerance, judge=None, make_judge=False):
+    """One dtype's step of Strata against PyTorch from the same start. The judge is a PyTorch float64 run to judge
+    a float32 step by (Note [float32 judged by float64]), given or computed here (make_judge). Returns (Strata's
+    run, PyTorch's run, failures)."""
     updates = args.updates
-    skip = torchvision_models.gpu_skip_reason(args.strata, args.device)
-    if skip:
-        print(f"skipped: {skip}")
-        return 77  # ctest: skipped
-
-    torch.set_num_threads(args.threads)
-    work = os.path.join(args.work_dir, f"step-{args.model}-{args.dtype}-b{args.batch}")
+    work = os.path.join(args.work_dir, f"step-{args.model}-{dtype}-b{args.batch}")
     os.makedirs(work, exist_ok=True)
     model, x, labels, model_path = torchvision_models.exported_case(args.model, args.batch, work,
-                                                                   double=args.dtype == "float64")
+                                                                   double=dtype == "float64")
     host_x, host_labels = x, labels
     if args.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -164,8 +142,7 @@ def main() -> int:
         "params": ({n: load_tensor(os.path.join(out_dir, "params", safe_name(n) + ".pb")) for n in names}
                    if updates > 0 else {}),
     }
-    judge = None
-    if args.judge == "float64":
+    if make_judge:
         # Note [float32 judged by float64]: in float32 two correct implementations drift apart on batch-norm nets
         # (ResNet-50 at batch 16: 2e-2 in a first-step gradient, 0.9 in a bias after three updates, for PyTorch as
         # for Strata: rounding amplified through normalisation by small batch variances) without either being
@@ -176,9 +153,56 @@ def main() -> int:
         # checks judge the arithmetic itself, to 1e-9.
         judge = torch_steps(copy.deepcopy(model).double(), x.double(), labels, updates, names)  # model not yet run
     torch_run = torch_steps(model, x, labels, updates, names)
-    print(f"{args.model} ({args.dtype}, batch {args.batch}" + (", judged by float64" if judge else "") + "):")
-    failures += compare(strata_run, torch_run, judge, args.tolerance, args.grad_tolerance, updates)
+    print(f"{args.model} ({dtype}, batch {args.batch}" + (", judged by float64" if judge else "") + "):")
+    failures += compare(strata_run, torch_run, judge, tolerance, grad_tolerance, updates)
     os.remove(model_path)
+    return strata_run, torch_run, failures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True, choices=sorted(torchvision_models.MODELS))
+    parser.add_argument("--strata", required=True)
+    parser.add_argument("--work-dir", required=True)
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--grad-tolerance", type=float, default=1e-3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--updates", type=int, default=3, help="SGD updates (with momentum) to compare after")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--channels-last", choices=["off", "on", "auto"], default="auto",
+                        help="strata step's --channels-last (PyTorch's reference stays channels-first)")
+    parser.add_argument("--judge", choices=["peer", "float64"], default="peer",
+                        help="peer: Strata within the tolerances of PyTorch in the same dtype; float64: float32 runs "
+                             "of both judged by PyTorch in float64 (Note [float32 judged by float64])")
+    parser.add_argument("--and-float32", action="store_true",
+                        help="with --dtype float64: then also the float32 step, judged by the same PyTorch float64 run "
+                             "(Note [One float64 reference for two checks])")
+    parser.add_argument("--float32-tolerance", type=float, default=1e-3, help="--tolerance of the --and-float32 check")
+    parser.add_argument("--float32-grad-tolerance", type=float, default=1e-2,
+                        help="--grad-tolerance of the --and-float32 check")
+    args = parser.parse_args()
+    if args.judge == "float64" and args.dtype != "float32":
+        parser.error("--judge float64 is for --dtype float32")
+    skip = torchvision_models.gpu_skip_reason(args.strata, args.device)
+    if skip:
+        print(f"skipped: {skip}")
+        return 77  # ctest: skipped
+
+    torch.set_num_threads(args.threads)
+    if args.and_float32:
+        if args.dtype != "float64":
+            parser.error("--and-float32 extends a --dtype float64 check")
+        # Note [One float64 reference for two checks]: VGG16's float64 step and its float32 step judged by float64
+        # need the same PyTorch float64 run from the same start (138M parameters, three updates: a minute on 2
+        # cores), so one run serves both: it is the peer of the float64 step and the judge of the float32 step.
+        float64_run, failures = check_case(args, "float64", args.tolerance, args.grad_tolerance)[1:]
+        failures += check_case(args, "float32", args.float32_tolerance, args.float32_grad_tolerance,
+                               judge=float64_run)[2]
+    else:
+        failures = check_case(args, args.dtype, args.tolerance, args.grad_tolerance,
+                              make_judge=args.judge == "float64")[2]
     for failure in failures[:20]:
         print("FAIL:", failure)
     return 1 if failures else 0
