@@ -5,6 +5,8 @@
 #include <cstring>
 #include <new>
 
+#include <sys/mman.h>
+
 #include "strata/error.h"
 
 namespace strata {
@@ -25,11 +27,25 @@ std::size_t rawBytes(std::size_t blockBytes) {
   return coloured(blockBytes) ? blockBytes + kColourPadding : blockBytes;
 }
 
+// Note [Huge pages for large blocks]: Debian's kernels back memory with 2 MiB pages only where asked
+// (transparent_hugepage=madvise). A VGG16 float64 step faulted in 7.5 GB as 2M 4 KiB pages, 15 of its 33 s in the
+// kernel; large blocks (glibc mmaps them) ask for huge pages over their 2 MiB-aligned interior, so first touches
+// fault a 2 MiB page at a time and the TLB covers them. Failure (no THP in the kernel) only loses the speed-up.
+void adviseHugePages(void* raw, std::size_t bytes) {
+  constexpr std::uintptr_t kHugePage = std::uintptr_t{2} << 20;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(raw) + kHugePage - 1) & ~(kHugePage - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(raw) + bytes) & ~(kHugePage - 1);
+  if (end > begin) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // NOLINT(performance-no-int-to-ptr)
+  }
+}
+
 void* allocateBlock(std::size_t blockBytes) {
   void* raw = std::aligned_alloc(kAlignment, rawBytes(blockBytes));
   if (raw == nullptr || !coloured(blockBytes)) {
     return raw;
   }
+  adviseHugePages(raw, rawBytes(blockBytes));
   void* block = static_cast<char*>(raw) + colourOffset(reinterpret_cast<std::uintptr_t>(raw));
   std::memcpy(static_cast<char*>(block) - sizeof(void*), &raw, sizeof(void*));
   return block;
