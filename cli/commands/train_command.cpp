@@ -610,9 +610,9 @@ void addTrainCommand(CLI::App& app) {
   CLI::App* c = app.add_subcommand("train", "train a model (default: the bundled CNN on Fashion-MNIST)");
   c->add_option("model", o->model.modelPath, "the .onnx file (default: the bundled CNN)");
   c->add_option("--data", o->data,
-                "fashion-mnist | fashion-mnist:DIR | mnist:DIR | cifar10:DIR | synthetic | tokens:FILE | "
-                "tokens:TRAIN,VAL | text (the built-in corpus) | text:FILE|DIR | images:DIR (a folder per class) | "
-                "segmentation:DIR (images/ and masks/)");
+                "fashion-mnist | fashion-mnist:DIR | mnist:DIR | cifar10:DIR | synthetic | synthetic:segmentation "
+                "(a class per pixel) | tokens:FILE | tokens:TRAIN,VAL | text (the built-in corpus) | text:FILE|DIR | "
+                "images:DIR (a folder per class) | segmentation:DIR (images/ and masks/)");
   c->add_option("--epochs", o->epochs, "epochs to train")->check(CLI::PositiveNumber);
   c->add_option("--max-steps", o->maxSteps, "stop after this many steps (overrides --epochs)");
   c->add_option("--stop-after-epoch", o->stopAfterEpoch,

@@ -114,8 +114,9 @@ std::unique_ptr<Dataset> openUnwrapped(const DatasetSpec& spec) {
                                                                      .augment = spec.augment,
                                                                      .seed = spec.seed});
   }
-  if (name == "synthetic" && directory.empty()) {
+  if (name == "synthetic" && (directory.empty() || directory == "segmentation")) {
     SyntheticDatasetOptions options;
+    options.perPixelLabels = directory == "segmentation";
     options.sampleShape = spec.sampleShape;
     options.numClasses = spec.numClasses;
     options.numSamples = spec.numSamples;
@@ -125,7 +126,7 @@ std::unique_ptr<Dataset> openUnwrapped(const DatasetSpec& spec) {
   }
   fail(
       "unknown dataset '{}': expected fashion-mnist, fashion-mnist:DIR, mnist:DIR, cifar10:DIR, synthetic, "
-      "tokens:FILE, tokens:TRAIN,VAL, text or text:FILE|DIR",
+      "synthetic:segmentation, images:DIR, segmentation:DIR, tokens:FILE, tokens:TRAIN,VAL, text or text:FILE|DIR",
       spec.kind);
 }
 
@@ -136,7 +137,7 @@ Task taskOfDataset(const std::string& kind) {
   if (name == "tokens" || name == "text") {
     return Task::LanguageModel;
   }
-  return name == "segmentation" ? Task::Segmentation : Task::Classification;
+  return name == "segmentation" || kind == "synthetic:segmentation" ? Task::Segmentation : Task::Classification;
 }
 
 std::unique_ptr<Dataset> openDataset(const DatasetSpec& spec) {

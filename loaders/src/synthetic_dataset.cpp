@@ -18,6 +18,13 @@ SyntheticDataset::SyntheticDataset(const SyntheticDatasetOptions& options) : opt
   }
   STRATA_CHECK(options.numClasses > 0, "synthetic dataset: class count must be positive, got {}", options.numClasses);
   STRATA_CHECK(options.numSamples > 0, "synthetic dataset: sample count must be positive, got {}", options.numSamples);
+  STRATA_CHECK(!options.perPixelLabels || options.sampleShape.size() == 3,
+               "synthetic segmentation data: samples must be images {{C, H, W}}, got {}",
+               shapeToString(options.sampleShape));
+}
+
+Shape SyntheticDataset::targetShape() const {
+  return options_.perPixelLabels ? Shape{options_.sampleShape[1], options_.sampleShape[2]} : Shape{};
 }
 
 namespace {
@@ -67,7 +74,10 @@ void SyntheticDataset::get(std::int64_t index, void* input, std::int64_t* label)
   checkIndex(index);
   auto* image = static_cast<float*>(input);
   RandomStream rng = RandomStream::keyed({options_.seed, static_cast<std::uint64_t>(index)});
-  *label = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(options_.numClasses)));
+  const std::int64_t labels = options_.perPixelLabels ? options_.sampleShape[1] * options_.sampleShape[2] : 1;
+  for (std::int64_t j = 0; j < labels; ++j) {
+    label[j] = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(options_.numClasses)));
+  }
   const std::array<float, kQuantiles>& quantile = normalQuantiles();
   constexpr std::uint64_t mask = kQuantiles - 1;
   const std::int64_t n = numElements(options_.sampleShape);
@@ -85,8 +95,9 @@ void SyntheticDataset::get(std::int64_t index, void* input, std::int64_t* label)
 }
 
 std::string SyntheticDataset::description() const {
-  return fmt::format("synthetic ({} samples of {}, {} classes, seed {})", options_.numSamples,
-                     shapeToString(options_.sampleShape), options_.numClasses, options_.seed);
+  return fmt::format("synthetic ({} samples of {}, {} classes{}, seed {})", options_.numSamples,
+                     shapeToString(options_.sampleShape), options_.numClasses,
+                     options_.perPixelLabels ? " per pixel" : "", options_.seed);
 }
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -443,6 +444,38 @@ TEST(DatasetsTest, AugmentationIsRejectedWhereItIsNotImplemented) {
   spec.kind = "synthetic";
   spec.augment = true;
   EXPECT_THAT(errorOf([&] { openDataset(spec); }), HasSubstr("augmentation"));
+}
+
+// `--data synthetic:segmentation`: a class per pixel, every one in range, all classes drawn, the same sample for the
+// same index; images of another rank are refused with the reason.
+TEST(DatasetsTest, SyntheticSegmentationDrawsAClassPerPixel) {
+  DatasetSpec spec;
+  spec.kind = "synthetic:segmentation";
+  spec.sampleShape = {3, 6, 5};
+  spec.numClasses = 4;
+  spec.numSamples = 8;
+  EXPECT_EQ(taskOfDataset(spec.kind), Task::Segmentation);
+  const std::unique_ptr<Dataset> dataset = openDataset(spec);
+  EXPECT_EQ(dataset->task(), Task::Segmentation);
+  EXPECT_EQ(dataset->targetShape(), (Shape{6, 5}));
+  std::vector<float> image(3 * 6 * 5);
+  std::vector<std::int64_t> labels(6 * 5 + 1, -1);  // one past the end: must stay untouched
+  std::vector<std::int64_t> again(6 * 5, -1);
+  std::set<std::int64_t> seen;
+  for (std::int64_t i = 0; i < dataset->size(); ++i) {
+    dataset->get(i, image.data(), labels.data());
+    for (std::int64_t p = 0; p < 6 * 5; ++p) {
+      ASSERT_GE(labels[p], 0) << "sample " << i << " pixel " << p;
+      ASSERT_LT(labels[p], 4) << "sample " << i << " pixel " << p;
+      seen.insert(labels[p]);
+    }
+    EXPECT_EQ(labels.back(), -1);
+    dataset->get(i, image.data(), again.data());
+    EXPECT_TRUE(std::equal(again.begin(), again.end(), labels.begin())) << "sample " << i;
+  }
+  EXPECT_EQ(seen.size(), 4U);
+  spec.sampleShape = {16};
+  EXPECT_THAT(errorOf([&] { openDataset(spec); }), HasSubstr("samples must be images {C, H, W}, got [16]"));
 }
 
 // Note [Synthetic pixels]: the pixels are the standard normal rounded to 2^16 values. Checked against the normal's
