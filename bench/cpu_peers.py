@@ -5,7 +5,9 @@ Run it with the peers' interpreter (issue 18; docs/performance.md, "CPU against 
     eval "$(../shared/tools/peer-ort.sh)"      # also installs PyTorch 2.15 (PEER_PY)
     "$PEER_PY" bench/cpu_peers.py --ort-python "$ORT_PY" [--isa avx2] [--models resnet18,...]
 The default models are issue 18's; seven held-out torchvision classifiers (MobileNetV2, MobileNetV3-Small,
-ShuffleNetV2, RegNetY-400MF, MNASNet 0.5, SqueezeNet 1.1, ResNeXt-50) can be named in --models.
+ShuffleNetV2, RegNetY-400MF, MNASNet 0.5, SqueezeNet 1.1, ResNeXt-50) and torchvision's segmentation models
+(fcn_resnet50, deeplabv3_mobilenet_v3_large, lraspp_mobilenet_v3_large: a class per pixel, `strata train --data
+synthetic:segmentation`, issue 44) can be named in --models.
 
 For each model: PyTorch builds it, exports a training-mode file (opset 17, no constant folding) and an eval-mode one.
 - Training step: `strata train --data synthetic` (SGD with momentum, median `step_time_ms` after two warm-up steps);
@@ -80,6 +82,31 @@ import train_step  # noqa: E402
 from forward_latency import FashionCnn  # noqa: E402
 from held_out_models import held_out_cases  # noqa: E402
 
+class SegmentationLogits(torch.nn.Module):
+    """torchvision's segmentation models return {"out": logits}; the step and the export take the tensor."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return self.net(x)["out"]
+
+
+def segmentation(constructor):
+    # No pretrained backbone (nothing is downloaded), no auxiliary head; 10 classes, [N, 10, H, W] logits.
+    return lambda: SegmentationLogits(constructor(weights=None, weights_backbone=None, num_classes=10))
+
+
+# Not in the default --models: per-pixel labels [N, H, W].
+SEGMENTATION_CASES = {
+    "fcn_resnet50": (segmentation(torchvision.models.segmentation.fcn_resnet50), (4, 3, 128, 128)),
+    "deeplabv3_mobilenet_v3_large": (segmentation(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large),
+                                     (8, 3, 128, 128)),
+    "lraspp_mobilenet_v3_large": (segmentation(torchvision.models.segmentation.lraspp_mobilenet_v3_large),
+                                  (8, 3, 128, 128)),
+}
+
 CASES = {
     "fashion_cnn": (FashionCnn, (64, 1, 28, 28)),
     "resnet18": (lambda: torchvision.models.resnet18(num_classes=10), (32, 3, 32, 32)),
@@ -91,6 +118,7 @@ CASES = {
     # Held-out classifiers the project was not tuned on (bench/held_out_models.py), not in the default --models:
     # batch 32 at 64x64, 16 at 32x32 as the study's models above.
     **held_out_cases(lambda size: 32 if size == 64 else 16),
+    **SEGMENTATION_CASES,
 }
 
 
@@ -195,10 +223,11 @@ def step_flops(model, x, y):
     return total, total - sum(skipped)
 
 
-def strata_train_ms(path, shape, work):
+def strata_train_ms(path, shape, work, per_pixel):
     out = tempfile.mkdtemp(dir=work)  # a fresh run folder: `strata train` appends to an existing metrics.jsonl
     steps = args.steps + 2
-    subprocess.run([args.strata, "train", path, "--data", "synthetic", "--synthetic-samples", str(shape[0] * steps),
+    data = "synthetic:segmentation" if per_pixel else "synthetic"
+    subprocess.run([args.strata, "train", path, "--data", data, "--synthetic-samples", str(shape[0] * steps),
                     "--batch-size", str(shape[0]), "--max-steps", str(steps), "--threads", str(args.threads),
                     "--lr", "0.01", "--lr-schedule", "constant", "--out", out, "--log-every", "1"],
                    check=True, capture_output=True, env=STRATA_ENV)
@@ -231,13 +260,14 @@ def torch_forward_ms(model, x):
     return statistics.median(times)
 
 
-def ort_train_ms(path, shape):
+def ort_train_ms(path, shape, per_pixel):
     if not args.ort_python or args.ort_python == "none":
         return None
     result = subprocess.run([args.ort_python, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                            "ort_train_step.py"), path,
                              "--shape", ",".join(map(str, shape)), "--threads", str(args.threads),
-                             "--steps", str(args.steps)], capture_output=True, text=True)
+                             "--steps", str(args.steps)] + (["--per-pixel"] if per_pixel else []),
+                            capture_output=True, text=True)
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         print(f"  ONNX Runtime Training failed on {os.path.basename(path)}: {last}", flush=True)
@@ -277,7 +307,8 @@ def main():
             torch.manual_seed(0)
             model = constructor()
             x = torch.randn(*shape)
-            y = torch.randint(0, 10, (shape[0],))
+            per_pixel = name in SEGMENTATION_CASES
+            y = torch.randint(0, 10, (shape[0],) + (tuple(shape[2:]) if per_pixel else ()))
             train_path, eval_path = os.path.join(tmp, f"{name}.train.onnx"), os.path.join(tmp, f"{name}.onnx")
             export(model, x, train_path, training=True)
             export(model, x, eval_path, training=False)
@@ -290,11 +321,11 @@ def main():
             shares, round_peaks = [], []
             for _ in range(args.rounds):
                 before = sgemm_peak_gflops(tmp)[0]
-                figures["strata_train"].append(strata_train_ms(train_path, shape, tmp))
+                figures["strata_train"].append(strata_train_ms(train_path, shape, tmp, per_pixel))
                 round_peaks.append((before + sgemm_peak_gflops(tmp)[0]) / 2)
                 shares.append(flops / (figures["strata_train"][-1] / 1000.0) / 1e9 / round_peaks[-1])
                 figures["torch_train"].append(torch_train_ms(model, x, y))
-                figures["ort_train"].append(ort_train_ms(train_path, shape))
+                figures["ort_train"].append(ort_train_ms(train_path, shape, per_pixel))
                 if not args.no_forward:
                     figures["strata_fwd"].append(strata_forward_ms(eval_path, shape))
                     figures["torch_fwd"].append(torch_forward_ms(model, x))

@@ -46,6 +46,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--tokens", type=int, help="a language model of this vocabulary: token ids in, [N, T, V] out")
     parser.add_argument("--optimizer", choices=("sgd", "adamw"), default="sgd")
+    parser.add_argument("--per-pixel", action="store_true",
+                        help="a segmentation model: [N, C, H, W] logits, a class per pixel [N, H, W]")
     args = parser.parse_args()
     shape = [int(d) for d in args.shape.split(",")]
     model = onnx.load(args.model)
@@ -75,7 +77,8 @@ def main():
             y = rng.integers(0, args.tokens, size=(shape[0] * shape[1],)).astype(np.int64)
         else:
             x = rng.standard_normal(shape).astype(np.float32)
-            y = rng.integers(0, args.classes, size=(shape[0],)).astype(np.int64)
+            label_shape = (shape[0], *shape[2:]) if args.per_pixel else (shape[0],)
+            y = rng.integers(0, args.classes, size=label_shape).astype(np.int64)
         times = []
         for i in range(args.steps + args.warmup):
             start = time.perf_counter()
