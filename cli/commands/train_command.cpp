@@ -500,9 +500,8 @@ void train(const TrainOptions& options) {
   // --- end launcher
   const StrategyRequirements requirements =
       strategy->requirements(StrategyQuery{strategyOptions, rankEnv.worldSize, options.launch.nnodes});
-  const std::string modelPath = !options.model.modelPath.empty()                     ? options.model.modelPath
-                                : taskOfDataset(options.data) == Task::LanguageModel ? defaultLanguageModelPath()
-                                                                                     : defaultModelPath();
+  const std::string modelPath =
+      !options.model.modelPath.empty() ? options.model.modelPath : defaultModelPathForData(options.data);
   const bool lead = rankEnv.rank == 0;
   const Device device = selectDevice(options.device, rankEnv.localRank);
   const TrainerOptions trainer = trainerOptions(options, requirements, strategyOptions);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "strata/error.h"
+#include "strata/loaders/dataset.h"
 #include "strata/thread_pool.h"
 
 namespace strata::cli {
@@ -84,6 +85,14 @@ std::string defaultModelPath() {
 
 std::string defaultLanguageModelPath() {
   return bundledModelPath("default_gpt.onnx", "default_language_model");
+}
+
+std::string defaultModelPathForData(const std::string& data) {
+  return taskOfDataset(data) == Task::LanguageModel ? defaultLanguageModelPath() : defaultModelPath();
+}
+
+std::string defaultModelNameForData(const std::string& data) {
+  return taskOfDataset(data) == Task::LanguageModel ? "default_gpt" : "default_cnn";
 }
 
 }  // namespace strata::cli

@@ -26,5 +26,9 @@ std::vector<TensorMeta> inputMetasFromOptions(const Graph& graph, const ModelOpt
 // `strata train --data text|tokens:...` without a model argument.
 std::string defaultLanguageModelPath();
 std::string defaultModelPath();
+// The model of `strata train --data DATA` without a model argument: the default language model for token and text
+// data, the bundled CNN otherwise; and its name ("default_gpt", "default_cnn"), without looking for the file.
+std::string defaultModelPathForData(const std::string& data);
+std::string defaultModelNameForData(const std::string& data);
 
 }  // namespace strata::cli

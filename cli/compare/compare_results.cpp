@@ -71,7 +71,7 @@ double measuredStepTime(const std::vector<nlohmann::json>& metrics, const nlohma
 nlohmann::json configurationResult(const CompareConfiguration& c, const RunState& state, const fs::path& runDir) {
   nlohmann::json r = {{"name", c.name},
                       {"label", c.label},
-                      {"model", c.model.empty() ? "default_cnn" : fs::path(c.model).stem().string()},
+                      {"model", modelNameOf(c)},
                       {"model_path", c.model},
                       {"strategy", c.strategy},
                       {"strategy_options", c.strategyOptions},

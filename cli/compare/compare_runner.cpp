@@ -79,23 +79,6 @@ int runStrata(const std::vector<std::string>& args, const fs::path& log, const s
   }
 }
 
-// "--flag value" or "--flag=value" in `args`; nullopt when absent.
-std::optional<std::string> argValue(const std::vector<std::string>& args, const std::string& flag) {
-  std::optional<std::string> value;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == flag && i + 1 < args.size()) {
-      value = args[i + 1];
-    } else if (args[i].starts_with(flag + "=")) {
-      value = args[i].substr(flag.size() + 1);
-    }
-  }
-  return value;
-}
-
-std::string modelOf(const CompareConfiguration& c) {
-  return c.model.empty() ? defaultModelPath() : c.model;
-}
-
 nlohmann::json stateToJson(const RunState& s) {
   return {{"name", s.name},
           {"status", s.status},
@@ -107,13 +90,13 @@ nlohmann::json stateToJson(const RunState& s) {
 }  // namespace
 
 std::vector<std::string> trainArguments(const CompareConfiguration& c, const fs::path& runDir, int masterPort) {
-  std::vector<std::string> args = {"train",      modelOf(c), "--nproc", std::to_string(c.worldSize),
+  std::vector<std::string> args = {"train",      modelPathOf(c), "--nproc", std::to_string(c.worldSize),
                                    "--strategy", c.strategy};
   for (const std::string& option : c.strategyOptions) {
     args.insert(args.end(), {"--strategy-opt", option});
   }
   args.insert(args.end(), c.trainArgs.begin(), c.trainArgs.end());
-  if (!argValue(c.trainArgs, "--master-port")) {
+  if (!trainArgValue(c.trainArgs, "--master-port")) {
     args.insert(args.end(), {"--master-port", std::to_string(masterPort)});
   }
   args.insert(args.end(), {"--out", runDir.string()});
@@ -121,13 +104,13 @@ std::vector<std::string> trainArguments(const CompareConfiguration& c, const fs:
 }
 
 std::vector<std::string> planArguments(const CompareConfiguration& c, const fs::path& jsonPath) {
-  std::vector<std::string> args = {"plan",       modelOf(c), "--world-size", std::to_string(c.worldSize),
+  std::vector<std::string> args = {"plan",       modelPathOf(c), "--world-size", std::to_string(c.worldSize),
                                    "--strategy", c.strategy};
   for (const std::string& option : c.strategyOptions) {
     args.insert(args.end(), {"--strategy-opt", option});
   }
   for (const char* flag : {"--nnodes", "--batch-size", "--threads", "--optimizer", "--channels-last"}) {
-    if (const std::optional<std::string> value = argValue(c.trainArgs, flag)) {
+    if (const std::optional<std::string> value = trainArgValue(c.trainArgs, flag)) {
       args.insert(args.end(), {flag, *value});
     }
   }

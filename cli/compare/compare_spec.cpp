@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/model_options.h"
 #include "strata/error.h"
 
 namespace strata::cli {
@@ -84,12 +85,32 @@ CompareConfiguration configuration(const std::string& model, const std::string& 
   c.model = model;
   c.worldSize = worldSize;
   c.trainArgs = std::move(trainArgs);
-  const std::string stem = model.empty() ? "default_cnn" : std::filesystem::path(model).stem().string();
-  c.name = fmt::format("{}-{}-n{}", slug(stem), slug(c.label), worldSize);
+  c.name = fmt::format("{}-{}-n{}", slug(modelNameOf(c)), slug(c.label), worldSize);
   return c;
 }
 
 }  // namespace
+
+std::optional<std::string> trainArgValue(const std::vector<std::string>& args, const std::string& flag) {
+  std::optional<std::string> value;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == flag && i + 1 < args.size()) {
+      value = args[i + 1];
+    } else if (args[i].starts_with(flag + "=")) {
+      value = args[i].substr(flag.size() + 1);
+    }
+  }
+  return value;
+}
+
+std::string modelPathOf(const CompareConfiguration& c) {
+  return c.model.empty() ? defaultModelPathForData(trainArgValue(c.trainArgs, "--data").value_or("")) : c.model;
+}
+
+std::string modelNameOf(const CompareConfiguration& c) {
+  return c.model.empty() ? defaultModelNameForData(trainArgValue(c.trainArgs, "--data").value_or(""))
+                         : std::filesystem::path(c.model).stem().string();
+}
 
 std::pair<std::string, std::vector<std::string>> parseStrategyText(const std::string& text) {
   std::istringstream words(text);

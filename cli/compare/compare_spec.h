@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,7 @@ struct CompareConfiguration {
   std::string name;  // its run directory under OUT/runs/, unique: "default_cnn-fsdp-shard-full-n2"
   std::string
       label;  // "fsdp shard=full", with a listed configuration's own arguments: "ps mode=async (--slow-rank 3:2)"
-  std::string model;  // the .onnx file; empty: the bundled CNN
+  std::string model;  // the .onnx file; empty: train's default for the data (the bundled CNN or GPT)
   std::string strategy;
   std::vector<std::string> strategyOptions;  // "shard=full"
   int worldSize = 1;
@@ -40,6 +41,13 @@ nlohmann::json compareSpecToJson(const CompareSpec& spec);
 // world size below 1, train arguments that compare sets itself (--nproc, --strategy, --strategy-opt, --out,
 // --resume) and two configurations with one name.
 std::vector<CompareConfiguration> expandConfigurations(const CompareSpec& spec);
+
+// The value of "--flag value" or "--flag=value" in train arguments (the last one given); nullopt when absent.
+std::optional<std::string> trainArgValue(const std::vector<std::string>& args, const std::string& flag);
+// The model a configuration trains: its own, or `strata train`'s default for its --data.
+std::string modelPathOf(const CompareConfiguration& c);
+// Its name in run directories and results: the file's stem, or "default_cnn" / "default_gpt".
+std::string modelNameOf(const CompareConfiguration& c);
 
 // "fsdp shard=full" -> {"fsdp", {"shard=full"}}; throws Error on an empty text or an option without '='.
 std::pair<std::string, std::vector<std::string>> parseStrategyText(const std::string& text);

@@ -18,7 +18,8 @@ struct SyntheticDatasetOptions {
 
 // Deterministic random data shaped like a model's input: sample i is a function of (seed, i) only, so any order of
 // access, any thread and any rank sees the same values. Pixels are standard-normal (rounded to 2^16 values, Note
-// [Synthetic pixels]); labels (one per sample, or one per pixel) uniform in [0, numClasses). For benchmarks and tests where no real data is needed.
+// [Synthetic pixels]); labels (one per sample, or one per pixel) uniform in [0, numClasses). For benchmarks and tests
+// where no real data is needed.
 class SyntheticDataset : public Dataset {
  public:
   explicit SyntheticDataset(const SyntheticDatasetOptions& options);
