@@ -13,11 +13,15 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-import onnx
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_skip  # noqa: E402
+
+device_skip.exit_if_skipped()  # a GPU check without a GPU ends here, before PyTorch loads
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import torch  # noqa: E402
+
 import torchvision_models  # noqa: E402
 from torchvision_models import load_tensor, safe_name  # noqa: E402
 
@@ -50,10 +54,6 @@ def main() -> int:
     parser.add_argument("--factor", type=float, default=3.0)
     parser.add_argument("--slack", type=float, default=1e-3)
     args = parser.parse_args()
-    skip = torchvision_models.gpu_skip_reason(args.strata, args.device)
-    if skip:
-        print(f"skipped: {skip}")
-        return 77  # ctest: skipped
     if args.device == "cpu" and args.precision == "fp16":
         print("PyTorch autocasts to float16 on CUDA only; run the fp16 check with --device cuda")
         return 2

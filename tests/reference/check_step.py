@@ -13,11 +13,15 @@ import os
 import subprocess
 import sys
 
-import numpy as np
-import onnx
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import device_skip  # noqa: E402
+
+device_skip.exit_if_skipped()  # a GPU check without a GPU ends here, before PyTorch loads
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import torch  # noqa: E402
+
 import torchvision_models  # noqa: E402
 from torchvision_models import load_tensor, safe_name  # noqa: E402
 
@@ -185,10 +189,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.judge == "float64" and args.dtype != "float32":
         parser.error("--judge float64 is for --dtype float32")
-    skip = torchvision_models.gpu_skip_reason(args.strata, args.device)
-    if skip:
-        print(f"skipped: {skip}")
-        return 77  # ctest: skipped
 
     torch.set_num_threads(args.threads)
     if args.and_float32:

@@ -1,6 +1,5 @@
 """The torchvision models Strata's reference tests use, built the way the study exports them for training."""
 import os
-import subprocess
 
 import numpy as np
 import onnx
@@ -113,16 +112,6 @@ def exported_case(name: str, batch: int, work: str, double: bool = False):
     export(model, x, model_path)
     model.load_state_dict(state)
     return as_exported(model), x, labels, model_path
-
-
-def gpu_skip_reason(strata: str, device: str):
-    """Why `strata --device DEVICE` cannot run here (no GPU, or built without CUDA), or None when it can."""
-    if device == "cpu":
-        return None
-    probe = subprocess.run([strata, "run", "--device", device], capture_output=True, text=True)
-    if probe.returncode != 0 and any(why in probe.stderr for why in ("cannot use CUDA", "without the CUDA backend")):
-        return probe.stderr.strip().splitlines()[-1]
-    return None
 
 
 def load_tensor(path: str) -> np.ndarray:
