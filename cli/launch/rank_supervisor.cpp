@@ -40,6 +40,8 @@ using Clock = std::chrono::steady_clock;
 
 // How long a rank or role may take to exit after SIGTERM before it gets SIGKILL.
 constexpr auto kGracePeriod = std::chrono::seconds(5);
+// How long a departure announcement tries to reach the job's store (Note [Departed ranks]).
+constexpr auto kDepartureConnectTimeout = std::chrono::seconds(5);
 
 int availableCores() {
   cpu_set_t set;
@@ -262,15 +264,37 @@ class RankSupervisor {
   // How often a rank may be restarted in this job: --max-restarts where the strategy takes restarted ranks back.
   int rankRestartsAllowed() const { return roles_.ranksMayRejoin ? options_.maxRestarts : 0; }
 
+  // Whether this node's rank 0, which serves the job's store, has exited (reaped or not yet: WNOWAIT leaves it for
+  // the reaping loop). False where rank 0 runs on another node.
+  bool localStoreServerExited() const {
+    for (const ChildProcess& c : children_) {
+      if (!c.role && c.rank == 0) {
+        if (!c.running) {
+          return true;
+        }
+        siginfo_t info{};
+        return waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == c.pid;
+      }
+    }
+    return false;
+  }
+
   // Note [Departed ranks]: tells the job's store that `child` (a rank, not 0) died, so the others stop waiting.
+  // Not when this node's rank 0 has exited too (every rank failing at once, a loss gone NaN everywhere): its store
+  // is gone. The store has served the job since it started, so it answers at once if it is there at all; the
+  // connection gives up after kDepartureConnectTimeout (it was 30 s per departed rank, retrying a refused connection
+  // to a store whose rank had failed, before the job was reported failed).
   void announceDeparture(const ChildProcess& child, int status) {
+    if (localStoreServerExited()) {
+      return;
+    }
     try {
       if (departures_ == nullptr) {
         departures_ =
             std::make_unique<TcpStore>(TcpStoreOptions{.host = options_.masterAddr,
                                                        .port = static_cast<std::uint16_t>(options_.masterPort),
                                                        .isServer = false,
-                                                       .timeout = std::chrono::seconds(30)});
+                                                       .timeout = kDepartureConnectTimeout});
       }
       departures_->setString(departedRankKey(child.rank),
                              fmt::format("{} {}", describeChild(child), describeWaitStatus(status)));
