@@ -81,30 +81,15 @@ from export_study_models import MODELS  # noqa: E402  (VGG16 below 224x224, no s
 import train_step  # noqa: E402
 from forward_latency import FashionCnn  # noqa: E402
 from held_out_models import held_out_cases  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+import torchvision_models  # noqa: E402
 
-class SegmentationLogits(torch.nn.Module):
-    """torchvision's segmentation models return {"out": logits}; the step and the export take the tensor."""
-
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-
-    def forward(self, x):
-        return self.net(x)["out"]
-
-
-def segmentation(constructor):
-    # No pretrained backbone (nothing is downloaded), no auxiliary head; 10 classes, [N, 10, H, W] logits.
-    return lambda: SegmentationLogits(constructor(weights=None, weights_backbone=None, num_classes=10))
-
-
-# Not in the default --models: per-pixel labels [N, H, W].
+# Not in the default --models: per-pixel labels [N, H, W]. The models as the reference tests build them
+# (tests/reference/torchvision_models.py: no pretrained backbone, no auxiliary head, 10 classes, the logits tensor).
 SEGMENTATION_CASES = {
-    "fcn_resnet50": (segmentation(torchvision.models.segmentation.fcn_resnet50), (4, 3, 128, 128)),
-    "deeplabv3_mobilenet_v3_large": (segmentation(torchvision.models.segmentation.deeplabv3_mobilenet_v3_large),
-                                     (8, 3, 128, 128)),
-    "lraspp_mobilenet_v3_large": (segmentation(torchvision.models.segmentation.lraspp_mobilenet_v3_large),
-                                  (8, 3, 128, 128)),
+    "fcn_resnet50": (torchvision_models.MODELS["fcn_resnet50"][0], (4, 3, 128, 128)),
+    "deeplabv3_mobilenet_v3_large": (torchvision_models.MODELS["deeplabv3_mobilenet_v3_large"][0], (8, 3, 128, 128)),
+    "lraspp_mobilenet_v3_large": (torchvision_models.MODELS["lraspp_mobilenet_v3_large"][0], (8, 3, 128, 128)),
 }
 
 CASES = {

@@ -7,6 +7,8 @@
    border of 255, ignored) trains a small fully convolutional net exported from PyTorch (convolutions, a stride-2
    stage and a bilinear Resize back up) to a test mean IoU of at least --min-iou; summary.json names the task and
    the metric.
+3. The same net on `--data synthetic:segmentation` (a random class per pixel, for benchmarks): it trains the steps
+   asked for as a segmentation task, with a mean IoU reported.
 Not a timed test.
 """
 import argparse
@@ -108,6 +110,16 @@ def main() -> int:
         failures.append(f"segmentation: task {summary['task']}, metric {summary['test_metric']}")
     if not summary.get("test_mean_iou") or summary["test_mean_iou"] < args.min_iou:
         failures.append(f"segmentation: mean IoU {summary.get('test_mean_iou')} below {args.min_iou}")
+
+    out = os.path.join(args.work_dir, "synthetic-segmentation-run")
+    run([args.strata, "train", model, "--data", "synthetic:segmentation", "--synthetic-samples", "32", "--max-steps",
+         "3", "--batch-size", "8", "--threads", "2", "--out", out])
+    with open(os.path.join(out, "summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    print(f"synthetic:segmentation: {summary['steps']} steps, {summary['task']}, mean IoU {summary.get('test_mean_iou')}")
+    if summary["task"] != "segmentation" or summary["steps"] != 3 or summary.get("test_mean_iou") is None:
+        failures.append(f"synthetic:segmentation: task {summary['task']}, {summary['steps']} steps, mean IoU "
+                        f"{summary.get('test_mean_iou')}")
     for failure in failures:
         print("FAIL:", failure)
     return 1 if failures else 0
