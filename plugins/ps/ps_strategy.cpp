@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -21,11 +20,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ps_client.h"
 #include "ps_keys.h"
 #include "ps_options.h"
 #include "ps_protocol.h"
 #include "ps_server.h"
+#include "ps_worker.h"
 #include "strata/error.h"
 #include "strata/sdk/strategy.h"
 
@@ -37,6 +36,12 @@ constexpr const char* kRole = "ps-server";
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
+
+std::span<const std::byte> bytesOf(const Tensor& t) {
+  return {static_cast<const std::byte*>(t.rawData()), t.bytes()};
+}
+
+using ServerFrames = std::vector<std::vector<std::span<const std::byte>>>;  // per server
 
 class PsStrategy final : public Strategy {
  public:
@@ -73,14 +78,7 @@ class PsStrategy final : public Strategy {
 
   void setup(StrategyContext& context) override {
     connect(context);
-    if (context.rank() == 0) {
-      sendInit(/*overwrite=*/false);
-    } else {
-      for (int s = 0; s < options_.servers; ++s) {
-        client_->send(s, Kind::Pull, 0, 0, 0, {});
-      }
-    }
-    takeValues(receivePulls());
+    takeValues(worker_->wait(context.rank() == 0 ? init(/*overwrite=*/false) : worker_->pull()));
     if (context.rank() == 0) {
       fmt::print("ps: {} workers, {} server(s), mode {}: {} parameter bytes in {} key ranges\n", context.worldSize(),
                  options_.servers, modeName(options_.mode), layout_.parameterBytes(), countKeys());
@@ -90,39 +88,21 @@ class PsStrategy final : public Strategy {
   void step(const StepInfo& at, double lr) override {
     const auto start = std::chrono::steady_clock::now();
     ParameterGroups& parameters = context_->parameters();
-    const bool recovery = options_.checkpointEvery > 0;
     staged_.clear();  // the servers have answered the last step's pushes
+    ServerFrames data(static_cast<std::size_t>(options_.servers));
     for (int s = 0; s < options_.servers; ++s) {
-      std::vector<Tensor> sources;
       for (const Segment& segment : keys_[static_cast<std::size_t>(s)]) {
-        sources.push_back(onHost(parameters.flatGradients(segment.group).flatSlice(segment.offset, segment.count)));
+        data[static_cast<std::size_t>(s)].push_back(
+            bytesOf(onHost(parameters.flatGradients(segment.group).flatSlice(segment.offset, segment.count))));
       }
       if (s == 0) {
         for (const Tensor& buffer : buffers_) {
-          sources.push_back(onHost(buffer));
+          data[0].push_back(bytesOf(onHost(buffer)));
         }
       }
-      const std::int64_t version = versions_[static_cast<std::size_t>(s)];
-      if (!recovery) {
-        std::vector<zmq::message_t> data;
-        for (const Tensor& source : sources) {
-          data.emplace_back(source.rawData(), source.bytes(), nullptr);  // Note [PS zero copy]
-        }
-        client_->send(s, Kind::Push, at.step, version, lr, std::move(data));
-        exitForTest(at.step, s);
-        continue;
-      }
-      // Note [PS recovery]: a copy kept until the server's checkpoint holds it; the frames are views of the copy.
-      RetainedPush push{.step = at.step, .modelVersion = version, .lr = lr, .frames = {}};
-      for (const Tensor& source : sources) {
-        const char* bytes = static_cast<const char*>(source.rawData());
-        push.frames.emplace_back(bytes, bytes + source.bytes());
-      }
-      push.sequence = client_->send(s, Kind::Push, at.step, version, lr, framesOf(push));
-      retained_[static_cast<std::size_t>(s)].push_back(std::move(push));
-      exitForTest(at.step, s);
     }
-    std::vector<Reply> replies = receiveReplaying([&](int s) { return replay(s, /*thenPull=*/false); });
+    const Ticket ticket = worker_->push(at.step, lr, data, [&](int server) { exitForTest(at.step, server); });
+    std::vector<Reply> replies = worker_->wait(ticket);
     takeValues(replies);
     const int staleness = replies[0].header.staleness;
     context_->addFigure("ps_pushes", 1);
@@ -149,10 +129,7 @@ class PsStrategy final : public Strategy {
       fail("ps: worker {}: only mode=sync takes a restarted worker back (mode={} goes on without it)", context.rank(),
            modeName(options_.mode));
     }
-    for (int s = 0; s < options_.servers; ++s) {
-      client_->send(s, Kind::Rejoin, -1, 0, 0, {});
-    }
-    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    std::vector<Reply> replies = worker_->wait(worker_->request(Kind::Rejoin));
     struct Standing {
       std::uint64_t lastSequence = 0;
       std::int64_t clock = 0;
@@ -215,8 +192,8 @@ class PsStrategy final : public Strategy {
         }
       }
       // The push of `step` carries the sequence number the server has for it, if it has it; else the next one.
-      client_->setLastSequence(s, at.clock > step ? at.lastSequence - 1 : at.lastSequence);
-      versions_[static_cast<std::size_t>(s)] = step;
+      worker_->setLastSequence(s, at.clock > step ? at.lastSequence - 1 : at.lastSequence);
+      worker_->setVersion(s, step);
     }
     parameters.bumpVersion();
     fmt::print("ps: worker {}: restarted; rejoins at step {} (the servers hold {} of its pushes)\n", context.rank(),
@@ -227,28 +204,18 @@ class PsStrategy final : public Strategy {
   // async and ssp: this worker takes no more steps this epoch (shared steps), so the servers stop holding the
   // others for it (SSP) until it pushes again.
   void afterEpoch(const StepInfo& /*at*/) override {
-    if (options_.mode == Mode::Sync || client_ == nullptr) {
+    if (options_.mode == Mode::Sync || worker_ == nullptr) {
       return;
     }
-    for (int s = 0; s < options_.servers; ++s) {
-      client_->send(s, Kind::Idle, -1, 0, 0, {});
-    }
-    receiveReplaying([&](int s) {
-      replay(s, /*thenPull=*/false);
-      client_->send(s, Kind::Idle, -1, 0, 0, {});
-      return client_->receiveFrom(s, options_.timeout);
-    });
+    worker_->wait(worker_->idle());
   }
 
   // async and ssp: evaluate and export the newest values (sync workers already hold them).
   void beforeEvaluate() override {
-    if (options_.mode == Mode::Sync || client_ == nullptr) {
+    if (options_.mode == Mode::Sync || worker_ == nullptr) {
       return;
     }
-    for (int s = 0; s < options_.servers; ++s) {
-      client_->send(s, Kind::Pull, -1, 0, 0, {});
-    }
-    takeValues(receivePulls());
+    takeValues(worker_->wait(worker_->pull()));
   }
 
   // Note [PS checkpoints]: the run's checkpoint holds the parameters (rank 0's, which are the servers' in sync mode)
@@ -266,10 +233,7 @@ class PsStrategy final : public Strategy {
     for (std::size_t i = 0; i < parameters.size(); ++i) {
       writer.putTensor("param/" + parameters.info(i).name, parameters.parameter(i));
     }
-    for (int s = 0; s < options_.servers; ++s) {
-      client_->send(s, Kind::StateRequest, -1, 0, 0, {});
-    }
-    std::vector<Reply> replies = client_->receiveAll(options_.timeout);
+    std::vector<Reply> replies = worker_->wait(worker_->request(Kind::StateRequest));
     writer.putText("ps/servers", std::to_string(options_.servers));
     for (int s = 0; s < options_.servers; ++s) {
       std::vector<zmq::message_t>& data = replies[static_cast<std::size_t>(s)].data;
@@ -290,17 +254,13 @@ class PsStrategy final : public Strategy {
     }
     // Rank 0 overwrites the servers' values with the checkpoint's; the others pull them after it has.
     if (context.rank() == 0) {
-      sendInit(/*overwrite=*/true);
-      takeValues(client_->receiveAll(options_.timeout));
+      takeValues(worker_->wait(init(/*overwrite=*/true)));
       restoreServerState(reader);
       context.store()->setString("ps/restored", "1");
       return;
     }
     context.store()->getString("ps/restored", options_.timeout);
-    for (int s = 0; s < options_.servers; ++s) {
-      client_->send(s, Kind::Pull, 0, 0, 0, {});
-    }
-    takeValues(receivePulls());
+    takeValues(worker_->wait(worker_->pull()));
   }
 
   // Note [PS checkpoints]: hands each server the optimizer state the checkpoint holds for it.
@@ -319,27 +279,31 @@ class PsStrategy final : public Strategy {
                  saved, options_.servers);
       return;
     }
+    std::vector<std::string> descriptions;
+    std::vector<std::vector<Tensor>> states;
+    ServerFrames data;
     for (int s = 0; s < options_.servers; ++s) {
-      const std::string description = reader.getText(fmt::format("ps/server/{}/state", s));
+      const std::string& description = descriptions.emplace_back(reader.getText(fmt::format("ps/server/{}/state", s)));
       std::vector<std::int64_t> sizes;
       try {
         sizes = nlohmann::json::parse(description).at("state_bytes").get<std::vector<std::int64_t>>();
       } catch (const nlohmann::json::exception& e) {
         fail("ps: the checkpoint's state of ps-server {} is damaged: {}", s, e.what());
       }
-      std::vector<zmq::message_t> frames;
-      frames.emplace_back(description);
+      std::vector<std::span<const std::byte>>& frames = data.emplace_back();
+      frames.emplace_back(reinterpret_cast<const std::byte*>(description.data()), description.size());
+      std::vector<Tensor>& state = states.emplace_back();
       for (std::size_t k = 0; k < sizes.size(); ++k) {
-        Tensor bytes = Tensor::empty(DType::UInt8, {sizes[k]}, MemoryCategory::Other);
+        Tensor bytes = state.emplace_back(Tensor::empty(DType::UInt8, {sizes[k]}, MemoryCategory::Other));
         reader.getTensor(fmt::format("ps/server/{}/state/{}", s, k), bytes);
-        frames.emplace_back(bytes.rawData(), bytes.bytes());
+        frames.push_back(bytesOf(bytes));
       }
-      client_->send(s, Kind::RestoreState, -1, 0, 0, std::move(frames));
     }
-    client_->receiveAll(options_.timeout);  // an Error reply (another optimizer's sizes) throws, naming the server
+    // An Error reply (another optimizer's sizes) throws, naming the server.
+    worker_->wait(worker_->request(Kind::RestoreState, data));
   }
 
-  void teardown() override { client_.reset(); }
+  void teardown() override { worker_.reset(); }
 
   // A test hook (tests/multirank/check_ps_worker_restart.py): STRATA_TEST_PS_WORKER_EXIT=R:STEP:N makes the first
   // process of worker R exit with status 3 once it has sent its push of STEP to the first N servers, so a test can
@@ -390,9 +354,9 @@ class PsStrategy final : public Strategy {
         testExit_ = exit;
       }
     }
-    client_ = std::make_unique<PsClient>(options_, context.rank(), *context.store(), kRole);
-    versions_.assign(static_cast<std::size_t>(options_.servers), 0);
-    retained_.resize(static_cast<std::size_t>(options_.servers));
+    worker_ = std::make_unique<PsWorker>(
+        options_, context.rank(), *context.store(), kRole,
+        [&context](const std::string& name, double amount) { context.addFigure(name, amount); });
   }
 
   void runRole(RoleContext& context) override {
@@ -405,91 +369,6 @@ class PsStrategy final : public Strategy {
   }
 
  private:
-  struct RetainedPush {
-    std::uint64_t sequence = 0;
-    std::int64_t step = 0;
-    std::int64_t modelVersion = 0;
-    double lr = 0;
-    std::vector<std::vector<char>> frames;
-  };
-
-  static std::vector<zmq::message_t> framesOf(RetainedPush& push) {
-    std::vector<zmq::message_t> data;
-    for (std::vector<char>& frame : push.frames) {
-      data.emplace_back(frame.data(), frame.size(), nullptr);  // Note [PS zero copy]: kept until trimmed
-    }
-    return data;
-  }
-
-  // Answers to pulls (setup, evaluation, resume), replaying to a restarted server first.
-  std::vector<Reply> receivePulls() {
-    return receiveReplaying([&](int s) { return replay(s, /*thenPull=*/true); });
-  }
-
-  // Note [PS recovery]: every server's answer to the request just sent, recovering a restarted server with
-  // `recover` (its answer then) as soon as the restart shows. Waiting for the other servers first can deadlock: in
-  // sync mode another server's round may wait for a worker that is itself replaying to the restarted server and
-  // waits there for this worker's replay (seen as a CI hang: worker 0 a step ahead, waiting on server 1).
-  std::vector<Reply> receiveReplaying(const std::function<Reply(int)>& recover) {
-    std::vector<Reply> replies(static_cast<std::size_t>(options_.servers));
-    std::vector<std::size_t> waiting;
-    for (int s = 0; s < options_.servers; ++s) {
-      waiting.push_back(static_cast<std::size_t>(s));
-    }
-    while (!waiting.empty()) {
-      std::vector<Reply> got = client_->receiveUntilRestart(waiting, options_.timeout);
-      std::vector<std::size_t> still;
-      for (const std::size_t s : waiting) {
-        if (got[s].restarted) {
-          replies[s] = recover(static_cast<int>(s));
-        } else if (got[s].pending) {
-          still.push_back(s);
-        } else {
-          replies[s] = std::move(got[s]);
-        }
-      }
-      waiting = std::move(still);
-    }
-    return replies;
-  }
-
-  // Note [PS recovery]: resends to restarted server s every push its checkpoint may lack, in order and with their
-  // sequence numbers (it answers those it holds without applying them), then the pull that was pending.
-  Reply replay(int s, bool thenPull) {
-    std::deque<RetainedPush>& pushes = retained_[static_cast<std::size_t>(s)];
-    context_->addFigure("ps_server_restarts_seen", 1);
-    if (options_.checkpointEvery == 0) {
-      fail("ps: worker {}: ps-server {} was restarted, but without checkpoint_every it has lost its parameters",
-           context_->rank(), s);
-    }
-    for (;;) {
-      Reply last;
-      bool restartedAgain = false;
-      for (RetainedPush& push : pushes) {
-        client_->send(s, Kind::Push, push.step, push.modelVersion, push.lr, framesOf(push), 0, push.sequence);
-        last = client_->receiveFrom(s, options_.timeout);
-        if (last.restarted) {
-          restartedAgain = true;
-          break;
-        }
-        context_->addFigure("ps_pushes_replayed", 1);
-      }
-      if (restartedAgain) {
-        continue;
-      }
-      if (thenPull) {
-        client_->send(s, Kind::Pull, -1, 0, 0, {});
-        last = client_->receiveFrom(s, options_.timeout);
-        if (last.restarted) {
-          continue;
-        }
-      }
-      fmt::print("ps: worker {}: resent {} push(es) to the restarted ps-server {}\n", context_->rank(), pushes.size(),
-                 s);
-      return last;
-    }
-  }
-
   std::size_t countKeys() const {
     std::size_t n = 0;
     for (const auto& keys : keys_) {
@@ -498,24 +377,25 @@ class PsStrategy final : public Strategy {
     return n;
   }
 
-  void sendInit(bool overwrite) {
+  // Rank 0's Init: the layout, then each server's values (and server 0's buffers).
+  Ticket init(bool overwrite) {
     ParameterGroups& parameters = context_->parameters();
     const std::vector<std::byte> layoutBytes = encodeLayout(layout_);
+    ServerFrames data(static_cast<std::size_t>(options_.servers));
     for (int s = 0; s < options_.servers; ++s) {
-      std::vector<zmq::message_t> data;
-      data.emplace_back(layoutBytes.data(), layoutBytes.size());
+      std::vector<std::span<const std::byte>>& frames = data[static_cast<std::size_t>(s)];
+      frames.emplace_back(layoutBytes);
       for (const Segment& segment : keys_[static_cast<std::size_t>(s)]) {
-        const Tensor slice = onHost(parameters.flatParameters(segment.group).flatSlice(segment.offset, segment.count));
-        data.emplace_back(slice.rawData(), slice.bytes());
+        frames.push_back(
+            bytesOf(onHost(parameters.flatParameters(segment.group).flatSlice(segment.offset, segment.count))));
       }
       if (s == 0) {
         for (const Tensor& buffer : buffers_) {
-          const Tensor host = onHost(buffer);
-          data.emplace_back(host.rawData(), host.bytes());
+          frames.push_back(bytesOf(onHost(buffer)));
         }
       }
-      client_->send(s, Kind::Init, 0, 0, 0, std::move(data), overwrite ? kInitOverwrites : 0U);
     }
+    return worker_->init(data, overwrite);  // copies the frames: the layout and host copies may go
   }
 
   // Copies the servers' values (and server 0's buffers) into the flat buffers.
@@ -537,12 +417,6 @@ class PsStrategy final : public Strategy {
         for (std::size_t b = 0; b < buffers_.size(); ++b) {
           copyFrame(reply.data[keys.size() + b], buffers_[b], s);
         }
-      }
-      versions_[s] = reply.header.modelVersion;
-      // Pushes the server's checkpoint holds are no longer needed for a replay.
-      std::deque<RetainedPush>& pushes = retained_[s];
-      while (!pushes.empty() && pushes.front().sequence <= reply.header.durable) {
-        pushes.pop_front();
       }
     }
     parameters.bumpVersion();
@@ -579,9 +453,7 @@ class PsStrategy final : public Strategy {
   std::vector<Tensor> buffers_;
   std::vector<Tensor> staged_;  // host copies of device slices in flight (Note [PS workers on a device])
   std::vector<std::vector<Segment>> keys_;
-  std::unique_ptr<PsClient> client_;
-  std::vector<std::int64_t> versions_;
-  std::vector<std::deque<RetainedPush>> retained_;  // per server (Note [PS recovery])
+  std::unique_ptr<PsWorker> worker_;
   int stalenessMax_ = 0;
   struct TestExit {
     long step = 0;

@@ -18,6 +18,7 @@ namespace strata::ps {
 namespace {
 
 using testing::bytesOf;
+using testing::floatsOf;
 using testing::Frames;
 using testing::header;
 using testing::headerOf;
@@ -197,12 +198,6 @@ TEST(PsProtocolTest, ChecksAnInitsLayout) {
   const Verdict ok = validate({header(Kind::Init, 0, 3), encodeLayout(smallLayout()), values, buffers}, view);
   ASSERT_TRUE(ok.ok) << ok.error;
   EXPECT_EQ(ok.segments.size(), 1U);
-}
-
-std::vector<float> floatsOf(const zmq::message_t& frame) {
-  std::vector<float> values(frame.size() / sizeof(float));
-  std::memcpy(values.data(), frame.data(), frame.size());
-  return values;
 }
 
 Frames initFrames() {

@@ -103,6 +103,12 @@ std::vector<std::byte> bytesOf(const std::vector<T>& values) {
   return bytes;
 }
 
+inline std::vector<float> floatsOf(const zmq::message_t& frame) {
+  std::vector<float> values(frame.size() / sizeof(float));
+  std::memcpy(values.data(), frame.data(), frame.size());
+  return values;
+}
+
 // A DEALER that sends whatever frames it is given and waits a bounded time for an answer.
 class RawClient {
  public:
