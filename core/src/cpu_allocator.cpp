@@ -76,9 +76,13 @@ void* CpuAllocator::allocate(std::size_t bytes, MemoryCategory category) {
   void* ptr = nullptr;
   {
     std::lock_guard lock(mutex_);
-    auto it = freeBlocks_.find(blockBytes);
-    if (it != freeBlocks_.end()) {
+    // Note [Best fit from the cache]: the smallest cached block that holds the request, up to twice its size.
+    auto it = freeBlocks_.lower_bound(blockBytes);
+    if (it != freeBlocks_.end() && it->first <= kMaxReuseFactor * blockBytes) {
       ptr = it->second;
+      if (it->first != blockBytes) {
+        largerBlocks_.emplace(ptr, it->first);
+      }
       freeBlocks_.erase(it);
     }
   }
@@ -101,7 +105,15 @@ void CpuAllocator::deallocate(void* ptr, std::size_t bytes, MemoryCategory categ
   }
   stats_.onFree(category, bytes);
   std::lock_guard lock(mutex_);
-  freeBlocks_.emplace(roundUp(bytes == 0 ? 1 : bytes), ptr);
+  std::size_t blockBytes = roundUp(bytes == 0 ? 1 : bytes);
+  if (!largerBlocks_.empty()) {
+    auto larger = largerBlocks_.find(ptr);
+    if (larger != largerBlocks_.end()) {
+      blockBytes = larger->second;  // the block's own size: its release and its next reuse depend on it
+      largerBlocks_.erase(larger);
+    }
+  }
+  freeBlocks_.emplace(blockBytes, ptr);
 }
 
 void CpuAllocator::emptyCache() {

@@ -61,5 +61,36 @@ TEST(CpuAllocatorTest, ColouredBlocksAreUsableWholeAndFreedThroughTheCache) {
   EXPECT_EQ(allocator.stats().snapshot().reserved, 0);
 }
 
+// Note [Best fit from the cache]: a request takes the smallest cached block that holds it, up to twice its size, and
+// the block keeps its own size: a coloured block (Note [Coloured large blocks]) that served a smaller, uncoloured
+// request is freed through its raw pointer (AddressSanitizer and LeakSanitizer check it in the sanitizer run).
+TEST(CpuAllocatorTest, ACachedBlockUpToTwiceTheRequestServesItAndKeepsItsSize) {
+  CpuAllocator allocator;
+  const std::size_t large = kColourMinBytes + 4096;    // coloured
+  const std::size_t smaller = kColourMinBytes - 4096;  // not coloured, within a factor of two
+  void* block = allocator.allocate(large, MemoryCategory::Activations);
+  allocator.deallocate(block, large, MemoryCategory::Activations);
+  const std::int64_t reserved = allocator.stats().snapshot().reserved;
+
+  void* reused = allocator.allocate(smaller, MemoryCategory::Gradients);
+  EXPECT_EQ(reused, block) << "the cached larger block serves the smaller request";
+  EXPECT_EQ(allocator.stats().snapshot().reserved, reserved) << "nothing new is reserved";
+  EXPECT_EQ(allocator.stats().snapshot().totalCurrent, static_cast<std::int64_t>(smaller)) << "requested bytes count";
+  std::memset(reused, 5, smaller);
+  allocator.deallocate(reused, smaller, MemoryCategory::Gradients);
+
+  void* whole = allocator.allocate(large, MemoryCategory::Activations);
+  EXPECT_EQ(whole, block) << "released as the large block it is, it serves a large request again";
+  void* tiny = allocator.allocate(large / 4, MemoryCategory::Activations);
+  allocator.deallocate(whole, large, MemoryCategory::Activations);
+  void* quarter = allocator.allocate(large / 4, MemoryCategory::Activations);
+  EXPECT_NE(quarter, block) << "a block over twice the request stays for requests of its size";
+  EXPECT_GT(allocator.stats().snapshot().reserved, reserved);
+  allocator.deallocate(tiny, large / 4, MemoryCategory::Activations);
+  allocator.deallocate(quarter, large / 4, MemoryCategory::Activations);
+  allocator.emptyCache();
+  EXPECT_EQ(allocator.stats().snapshot().reserved, 0);
+}
+
 }  // namespace
 }  // namespace strata

@@ -450,12 +450,12 @@ void registerSoftmaxCrossEntropyLossGrad(OpRegistry& registry) {
           dispatch(FloatTypes{}, in.dtype(), "SoftmaxCrossEntropyLossGrad", [&](auto tag) {
             using T = decltype(tag);
             const T* logProb = in.data<T>();
-            Tensor scratch;
             if (fromScores) {
-              scratch = Tensor::empty(in.meta(), MemoryCategory::Workspace);
-              reduction_detail::softmaxAlongAxis<T>(in.data<T>(), scratch.data<T>(), splitAtAxis(in.shape(), 1),
+              // The log-probabilities go into the output, which lossGrad then rewrites in place (it reads each
+              // element before writing it): no scratch of the scores' size (Note [Loss without log-probabilities]).
+              reduction_detail::softmaxAlongAxis<T>(in.data<T>(), ctx.output(0).data<T>(), splitAtAxis(in.shape(), 1),
                                                     /*logSoftmax=*/true);
-              logProb = scratch.data<T>();
+              logProb = ctx.output(0).data<T>();
             }
             const T* weights = ctx.hasInput(3) ? ctx.input(3).data<T>() : nullptr;
             dispatch(IndexTypes{}, ctx.input(2).dtype(), "loss labels", [&](auto labelTag) {

@@ -2,9 +2,12 @@
 // [N, C, d1, ...] against int labels [N, d1, ...], optional class weights [C], reduction none/sum/mean and an
 // optional ignore_index.
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "reduction_common.h"
 
@@ -54,8 +57,58 @@ std::vector<TensorMeta> lossShapes(const ShapeContext& ctx) {
 
 // loss[n, d] = -logProb[n, label, d] * weight[label], 0 where label == ignore_index; then reduced. Mean divides by
 // the summed weights of the counted elements (their count without weights), as the ONNX reference does.
+// Note [Loss without log-probabilities]: SoftmaxCrossEntropyLoss without its log_prob output needs only the
+// log-probability at each label, not the [N, C, ...] log-softmax: a language model's logits are [N T, V] (GPT-2 small
+// at T = 1024: 196 MiB), and a scratch copy of that size was the largest transient of its training step. The shift
+// (max + log of the sum of exponentials) is computed as softmaxAlongAxis computes it, so the loss is the same
+// number. Labels out of range give 0 here; negativeLogLikelihood names them.
 template <typename T, typename L>
-void negativeLogLikelihood(const T* logProb, const L* labels, const T* weights, const Shape& shape,
+std::vector<T> logProbOfLabels(const T* scores, const L* labels, const AxisSplit& s) {
+  std::vector<T> picked(static_cast<std::size_t>(s.outer * s.inner), T(0));
+  parallelChunks(s.outer, s.axis * s.inner * 4, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<T> mx(static_cast<std::size_t>(s.inner));
+    std::vector<double> sumRow(static_cast<std::size_t>(s.inner));
+    std::vector<T> sumStrided(static_cast<std::size_t>(s.inner));
+    for (std::int64_t o = begin; o < end; ++o) {
+      const T* x = scores + o * s.axis * s.inner;
+      std::fill(mx.begin(), mx.end(), -std::numeric_limits<T>::infinity());
+      for (std::int64_t a = 0; a < s.axis; ++a) {
+        for (std::int64_t i = 0; i < s.inner; ++i) {
+          mx[static_cast<std::size_t>(i)] = std::max(mx[static_cast<std::size_t>(i)], x[a * s.inner + i]);
+        }
+      }
+      for (T& m : mx) {
+        m = std::isfinite(m) ? m : T(0);  // all -inf rows give NaN like the reference; +inf/NaN propagate
+      }
+      std::fill(sumRow.begin(), sumRow.end(), 0.0);
+      std::fill(sumStrided.begin(), sumStrided.end(), T(0));
+      for (std::int64_t a = 0; a < s.axis; ++a) {
+        for (std::int64_t i = 0; i < s.inner; ++i) {
+          const auto k = static_cast<std::size_t>(i);
+          const T e = std::exp(x[a * s.inner + i] - mx[k]);
+          sumRow[k] += static_cast<double>(e);  // contiguous rows sum in double, strided blocks in T (as softmax)
+          sumStrided[k] += e;
+        }
+      }
+      for (std::int64_t i = 0; i < s.inner; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        const auto label = static_cast<std::int64_t>(labels[o * s.inner + i]);
+        if (label < 0 || label >= s.axis) {
+          continue;
+        }
+        const T score = x[label * s.inner + i];
+        picked[static_cast<std::size_t>(o * s.inner + i)] = s.inner == 1
+                                                                ? score - (mx[k] + static_cast<T>(std::log(sumRow[k])))
+                                                                : score - mx[k] - std::log(sumStrided[k]);
+      }
+    }
+  });
+  return picked;
+}
+
+// `logProbAt(i, j, label)`: the log-probability of class `label` at position (i, j).
+template <typename T, typename L, typename LogProbAt>
+void negativeLogLikelihood(const LogProbAt& logProbAt, const L* labels, const T* weights, const Shape& shape,
                            const LossConfig& config, T* out) {
   const std::int64_t n = shape[0];
   const std::int64_t c = shape[1];
@@ -69,7 +122,7 @@ void negativeLogLikelihood(const T* logProb, const L* labels, const T* weights, 
       if (!(config.ignoreIndex && label == *config.ignoreIndex)) {
         STRATA_CHECK(label >= 0 && label < c, "label {} is out of range for {} classes", label, c);
         const double w = weights != nullptr ? static_cast<double>(weights[label]) : 1.0;
-        loss = -static_cast<double>(logProb[(i * c + label) * d + j]) * w;
+        loss = -static_cast<double>(logProbAt(i, j, label)) * w;
         weightSum += w;
       }
       if (config.reduction == Reduction::None) {
@@ -90,23 +143,31 @@ void runLoss(KernelContext& ctx, const LossConfig& config, bool softmaxFirst) {
   const Tensor& scores = ctx.input(0);
   const T* weights = ctx.hasInput(2) ? ctx.input(2).data<T>() : nullptr;
   const T* logProb = scores.data<T>();
-  Tensor scratch;
-  if (softmaxFirst) {
-    Tensor* target = ctx.hasOutput(1) ? &ctx.output(1) : nullptr;
-    if (target == nullptr) {
-      scratch = Tensor::empty(scores.meta(), MemoryCategory::Workspace);
-      target = &scratch;
-    }
-    // LogSoftmax over the class axis, written straight into the log_prob output (or scratch).
+  if (softmaxFirst && ctx.hasOutput(1)) {
+    // LogSoftmax over the class axis, written straight into the log_prob output.
     if (scores.numel() > 0) {
-      softmaxAlongAxis<T>(scores.data<T>(), target->data<T>(), splitAtAxis(scores.shape(), 1), /*logSoftmax=*/true);
+      softmaxAlongAxis<T>(scores.data<T>(), ctx.output(1).data<T>(), splitAtAxis(scores.shape(), 1),
+                          /*logSoftmax=*/true);
     }
-    logProb = target->data<T>();
+    logProb = ctx.output(1).data<T>();
   }
+  const std::int64_t c = scores.shape()[1];
+  const std::int64_t d = scores.numel() / std::max<std::int64_t>(scores.shape()[0] * c, 1);
   dispatch(IndexTypes{}, ctx.input(1).dtype(), "loss labels", [&](auto tag) {
     using L = decltype(tag);
-    negativeLogLikelihood<T, L>(logProb, ctx.input(1).data<L>(), weights, scores.shape(), config,
-                                ctx.output(0).data<T>());
+    const L* labels = ctx.input(1).data<L>();
+    if (softmaxFirst && !ctx.hasOutput(1)) {  // Note [Loss without log-probabilities]
+      const std::vector<T> picked =
+          scores.numel() > 0 ? logProbOfLabels<T, L>(scores.data<T>(), labels, splitAtAxis(scores.shape(), 1))
+                             : std::vector<T>();
+      negativeLogLikelihood<T, L>(
+          [&](std::int64_t i, std::int64_t j, std::int64_t) { return picked[static_cast<std::size_t>(i * d + j)]; },
+          labels, weights, scores.shape(), config, ctx.output(0).data<T>());
+      return;
+    }
+    negativeLogLikelihood<T, L>(
+        [&](std::int64_t i, std::int64_t j, std::int64_t label) { return logProb[(i * c + label) * d + j]; }, labels,
+        weights, scores.shape(), config, ctx.output(0).data<T>());
   });
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "strata/allocator.h"
 #include "strata/attributes.h"
 #include "strata/error.h"
 #include "strata/op_registry.h"
@@ -350,6 +351,60 @@ TEST(ReductionOpsTest, SoftmaxCrossEntropyLoss) {
   EXPECT_NEAR(none.data<float>()[0], -logProb[0], 1e-5);
   const Tensor badLabels = makeTensor<std::int64_t>({3}, {0, 1, 2});
   EXPECT_THROW(runOpEagerly("SoftmaxCrossEntropyLoss", {&scores, &badLabels}, {}), Error);
+}
+
+// Note [Loss without log-probabilities]: without its log_prob output the loss takes only the labels' log-probabilities
+// (the same arithmetic, so the same number as with the output), and neither it nor its gradient from the scores holds
+// a scratch copy of the scores.
+TEST(ReductionOpsTest, SoftmaxCrossEntropyLossWithoutLogProbKeepsNoCopyOfTheScores) {
+  for (const Shape& shape : {Shape{64, 1000}, Shape{3, 5, 7}}) {  // contiguous rows, and a strided class axis
+    SCOPED_TRACE(shapeToString(shape));
+    const Tensor scores = noise<float>(shape, 4);
+    Shape labelShape{shape[0]};
+    labelShape.insert(labelShape.end(), shape.begin() + 2, shape.end());
+    std::vector<std::int64_t> labelValues(static_cast<std::size_t>(numElements(labelShape)));
+    for (std::size_t i = 0; i < labelValues.size(); ++i) {
+      labelValues[i] = i % 4 == 3 ? -1 : static_cast<std::int64_t>((i * 7) % static_cast<std::size_t>(shape[1]));
+    }
+    const Tensor labels = makeTensor<std::int64_t>(labelShape, labelValues);
+    for (const char* reduction : {"mean", "sum", "none"}) {
+      Attributes attrs;
+      attrs.set("ignore_index", std::int64_t{-1});
+      attrs.set("reduction", std::string(reduction));
+      const Tensor withLogProb = runOpEagerly("SoftmaxCrossEntropyLoss", {&scores, &labels}, attrs, 2).at(0);
+      MemoryStats& stats = allocatorFor(Device::cpu()).stats();
+      stats.resetPeaks();
+      const Tensor alone = runOpEagerly("SoftmaxCrossEntropyLoss", {&scores, &labels}, attrs).at(0);
+      EXPECT_LT(stats.snapshot().peak[static_cast<std::size_t>(MemoryCategory::Workspace)],
+                static_cast<std::int64_t>(scores.bytes()) / 4)
+          << reduction;
+      ASSERT_EQ(alone.shape(), withLogProb.shape());
+      for (std::int64_t i = 0; i < alone.numel(); ++i) {
+        ASSERT_EQ(alone.data<float>()[i], withLogProb.data<float>()[i]) << reduction << " at " << i;
+      }
+    }
+    // The gradient from the scores writes the log-probabilities into its output and rewrites them in place.
+    Attributes fromScores;
+    fromScores.set("ignore_index", std::int64_t{-1});
+    fromScores.set("from_scores", std::int64_t{1});
+    const Tensor dLoss = makeTensor<float>({}, {1.0f});
+    MemoryStats& stats = allocatorFor(Device::cpu()).stats();
+    stats.resetPeaks();
+    const Tensor grad = runOpEagerly("SoftmaxCrossEntropyLossGrad", {&dLoss, &scores, &labels}, fromScores).at(0);
+    EXPECT_LT(stats.snapshot().peak[static_cast<std::size_t>(MemoryCategory::Workspace)],
+              static_cast<std::int64_t>(scores.bytes()) / 4);
+    Attributes withLogProbAttrs;
+    withLogProbAttrs.set("ignore_index", std::int64_t{-1});
+    const auto forward = runOpEagerly("SoftmaxCrossEntropyLoss", {&scores, &labels}, withLogProbAttrs, 2);
+    const Tensor expected =
+        runOpEagerly("SoftmaxCrossEntropyLossGrad", {&dLoss, &forward.at(1), &labels}, withLogProbAttrs).at(0);
+    for (std::int64_t i = 0; i < grad.numel(); ++i) {
+      ASSERT_EQ(grad.data<float>()[i], expected.data<float>()[i]) << i;
+    }
+  }
+  const Tensor scores = noise<float>({2, 3}, 1);
+  const Tensor outOfRange = makeTensor<std::int64_t>({2}, {1, 3});
+  EXPECT_THROW(runOpEagerly("SoftmaxCrossEntropyLoss", {&scores, &outOfRange}, {}), Error);
 }
 
 TEST(ReductionOpsTest, NegativeLogLikelihoodLoss) {
