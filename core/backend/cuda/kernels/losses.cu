@@ -282,12 +282,12 @@ void registerSoftmaxCrossEntropyLossGrad(OpRegistry& registry) {
       visitDeviceFloat(in.dtype(), "SoftmaxCrossEntropyLossGrad", [&](auto tag) {
         using T = decltype(tag);
         const T* logProb = in.data<T>();
-        Tensor scratch;
         if (fromScores) {
-          scratch = Tensor::empty(in.meta(), MemoryCategory::Workspace, in.device());
+          // Into the output, which lossGradKernel rewrites in place (each element read before it is written): no
+          // scratch of the scores' size (Note [Loss without log-probabilities], reduction_losses.cpp).
           const LossDims dims = lossDims(in.shape());
-          launchSoftmax(in.dtype(), in.rawData(), scratch.rawData(), dims.n, dims.classes, dims.d, true, stream);
-          logProb = scratch.data<T>();
+          launchSoftmax(in.dtype(), in.rawData(), ctx.output(0).rawData(), dims.n, dims.classes, dims.d, true, stream);
+          logProb = ctx.output(0).data<T>();
         }
         const T* weights = ctx.hasInput(3) ? ctx.input(3).data<T>() : nullptr;
         visitLabelType(ctx.input(2).dtype(), [&](auto labelTag) {
