@@ -6,7 +6,6 @@
 #include "strata/comm/collective_arrivals.h"
 #include "strata/device_backend.h"
 #include "strata/error.h"
-#include "strata/thread_names.h"
 
 namespace strata {
 
@@ -15,10 +14,6 @@ namespace {
 // The inner group's watchdog fails a collective after its own timeout (ProcessGroupOptions::timeout), so the worker
 // waits without a limit of its own: it must not drop host buffers that the inner collective may still write.
 constexpr std::chrono::hours kInnerWait{24};
-
-double seconds(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
 
 bool onHost(const Tensor& t) {
   return t.device().type == DeviceType::CPU;
@@ -80,24 +75,21 @@ struct StagingProcessGroup::Job {
 };
 
 StagingProcessGroup::StagingProcessGroup(std::unique_ptr<ProcessGroup> inner)
-    : CheckedProcessGroup(rulesFor(*inner)), inner_(std::move(inner)), rank_(inner_->rank()), size_(inner_->size()) {
-  worker_ = std::thread([this] {
-    nameThisThread(kCommunicationThread);
-    workerLoop();
-  });
-}
+    : CheckedProcessGroup(rulesFor(*inner)),
+      inner_(std::move(inner)),
+      rank_(inner_->rank()),
+      size_(inner_->size()),
+      queue_([](const AsyncWork& work, const std::string& message) {
+        // The inner group's error already names the collective, the step and the missing ranks: passed on as it is.
+        spdlog::error("{} (staged through host memory) failed: {}", work.description(), message);
+      }) {}
 
 StagingProcessGroup::~StagingProcessGroup() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  queued_.notify_all();
-  worker_.join();
+  queue_.stop();  // the running collective uses the inner group
 }
 
 void StagingProcessGroup::setStep(std::int64_t step) {
-  step_.store(step);
+  queue_.setStep(step);
   inner_->setStep(step);
 }
 
@@ -113,77 +105,41 @@ WorkHandle StagingProcessGroup::enqueue(const std::string& name, std::size_t byt
   auto job = std::make_shared<Job>();
   job->issue = std::move(issue);
   job->unstage = std::move(unstage);
-  std::lock_guard<std::mutex> lock(mutex_);
-  STRATA_CHECK(!stopping_, "{}: the process group is shutting down", name);
   // Every collective passes through here, so these numbers match the inner group's when it is used by this one only.
-  const std::string description = describeCollective(name, nextSeq_++, bytes, step_.load());
-  // A timed-out wait names what the inner collective is waiting for: its own wait, for no time, says it.
-  std::weak_ptr<Job> weak = job;
-  job->work = std::make_shared<AsyncWork>(description, [weak]() -> std::string {
-    const std::shared_ptr<Job> pending = weak.lock();
-    WorkHandle inner;
-    if (pending != nullptr) {
-      std::lock_guard<std::mutex> jobLock(pending->mutex);
-      inner = pending->inner;
-    }
-    if (inner == nullptr) {
-      return "it is queued behind earlier collectives or staging its inputs";
-    }
-    try {
-      inner->wait(std::chrono::milliseconds(0));
-      return "the inner collective has just completed; its result is being copied back";
-    } catch (const std::exception& e) {
-      return fmt::format("the inner collective: {}", e.what());
-    }
+  return queue_.push(name, [&](std::int64_t seq, std::int64_t step) {
+    // A timed-out wait names what the inner collective is waiting for: its own wait, for no time, says it.
+    std::weak_ptr<Job> weak = job;
+    job->work = std::make_shared<AsyncWork>(describeCollective(name, seq, bytes, step), [weak]() -> std::string {
+      const std::shared_ptr<Job> pending = weak.lock();
+      WorkHandle inner;
+      if (pending != nullptr) {
+        std::lock_guard<std::mutex> jobLock(pending->mutex);
+        inner = pending->inner;
+      }
+      if (inner == nullptr) {
+        return "it is queued behind earlier collectives or staging its inputs";
+      }
+      try {
+        inner->wait(std::chrono::milliseconds(0));
+        return "the inner collective has just completed; its result is being copied back";
+      } catch (const std::exception& e) {
+        return fmt::format("the inner collective: {}", e.what());
+      }
+    });
+    return CollectiveQueue::Entry{job->work, nullptr, [this, job] { execute(*job); }};
   });
-  queue_.push_back(job);
-  queued_.notify_one();
-  return job->work;
 }
 
-void StagingProcessGroup::workerLoop() {
-  while (true) {
-    std::shared_ptr<Job> job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) {
-        return;  // stopping and drained
-      }
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      if (stopping_) {
-        job->work->markFailed(
-            fmt::format("{} was not run: the process group was destroyed first", job->work->description()));
-        continue;
-      }
-    }
-    execute(*job);
-  }
-}
-
+// On the queue's thread: stage, run the inner collective, wait for it, copy back. A failure's message (the inner
+// group's error, unchanged) fails the work and the group.
 void StagingProcessGroup::execute(Job& job) {
-  if (brokenBy_) {
-    job.work->markFailed(fmt::format("{} was not run: the process group is unusable after an earlier failure: {}",
-                                     job.work->description(), *brokenBy_));
-    return;
+  WorkHandle inner = job.issue(*inner_);
+  {
+    std::lock_guard<std::mutex> lock(job.mutex);
+    job.inner = inner;
   }
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    WorkHandle inner = job.issue(*inner_);
-    {
-      std::lock_guard<std::mutex> lock(job.mutex);
-      job.inner = inner;
-    }
-    inner->wait(kInnerWait);
-    job.unstage();
-    job.work->markCompleted(seconds(std::chrono::steady_clock::now() - start));
-  } catch (const std::exception& e) {
-    // The inner group's error already names the collective, the step and the missing ranks: pass it on as it is.
-    brokenBy_ = e.what();
-    spdlog::error("{} (staged through host memory) failed: {}", job.work->description(), e.what());
-    job.work->markFailed(e.what());
-  }
+  inner->wait(kInnerWait);
+  job.unstage();
 }
 
 WorkHandle StagingProcessGroup::doAllReduce(Tensor tensor, ReduceOp op) {

@@ -1,19 +1,14 @@
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
 
 #include "strata/comm/async_work.h"
 #include "strata/comm/checked_process_group.h"
 #include "strata/comm/collective_arrivals.h"
+#include "strata/comm/collective_queue.h"
 #include "strata/comm/store.h"
 
 namespace gloo {
@@ -60,7 +55,7 @@ class GlooProcessGroup final : public CheckedProcessGroup {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void setStep(std::int64_t step) override { step_.store(step); }
+  void setStep(std::int64_t step) override { queue_.setStep(step); }
 
   // The prefix of this group's keys in the store ("gloo/<groupName>/"), where its heartbeats are counted.
   static std::string keyPrefix(const std::string& groupName) { return "gloo/" + groupName + "/"; }
@@ -74,16 +69,7 @@ class GlooProcessGroup final : public CheckedProcessGroup {
   WorkHandle doBarrier() override;
 
  private:
-  struct Job {
-    std::shared_ptr<AsyncWork> work;
-    std::int64_t seq;
-    std::int64_t step;
-    std::function<void(std::uint32_t tag)> run;
-  };
-
   WorkHandle enqueue(const std::string& name, std::size_t bytes, std::function<void(std::uint32_t tag)> run);
-  void workerLoop();
-  void execute(Job& job);
   // "rank 1 of 2 did not join (last joined #16)", from the arrival records; never throws.
   std::string describeMissing(std::int64_t seq) const;
 
@@ -94,16 +80,9 @@ class GlooProcessGroup final : public CheckedProcessGroup {
   const std::string prefix_;
   std::shared_ptr<gloo::Context> context_;
 
-  std::atomic<std::int64_t> step_{0};
-  std::int64_t nextSeq_ = 1;  // guarded by mutex_
-  std::mutex mutex_;
-  std::condition_variable queued_;
-  std::deque<Job> queue_;
-  bool stopping_ = false;
-  std::optional<std::string> brokenBy_;  // worker-only: the first failure
-  std::thread worker_;
   std::chrono::milliseconds heartbeatPeriod_;
   std::unique_ptr<Heartbeat> heartbeat_;  // Note [Heartbeats] in collective_arrivals.h
+  CollectiveQueue queue_;                 // last: destroyed first, while what its collectives use is alive
 };
 
 }  // namespace strata

@@ -1,18 +1,13 @@
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <thread>
 
 #include "strata/comm/async_work.h"
 #include "strata/comm/checked_process_group.h"
+#include "strata/comm/collective_queue.h"
 
 namespace strata {
 
@@ -58,21 +53,12 @@ class StagingProcessGroup final : public CheckedProcessGroup {
   // `issue` stages the inputs and starts the inner collective (on the worker); `unstage` copies results back.
   WorkHandle enqueue(const std::string& name, std::size_t bytes, std::function<WorkHandle(ProcessGroup&)> issue,
                      std::function<void()> unstage);
-  void workerLoop();
   void execute(Job& job);
 
   const std::unique_ptr<ProcessGroup> inner_;
   const int rank_;
   const int size_;
-
-  std::atomic<std::int64_t> step_{0};
-  std::int64_t nextSeq_ = 1;  // guarded by mutex_
-  std::mutex mutex_;
-  std::condition_variable queued_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  bool stopping_ = false;
-  std::optional<std::string> brokenBy_;  // worker-only: the first failure
-  std::thread worker_;
+  CollectiveQueue queue_;  // last: destroyed first, while the inner group is alive
 };
 
 }  // namespace strata

@@ -71,7 +71,8 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
       rank_(rank),
       size_(size),
       options_(options),
-      prefix_(keyPrefix(glooOptions.groupName)) {
+      prefix_(keyPrefix(glooOptions.groupName)),
+      queue_([](const AsyncWork& /*work*/, const std::string& message) { spdlog::error("{}", message); }) {
   STRATA_CHECK(store_ != nullptr, "GlooProcessGroup needs a store");
   STRATA_CHECK(size_ > 0 && rank_ >= 0 && rank_ < size_, "GlooProcessGroup: rank {} is not in a group of {}", rank_,
                size_);
@@ -107,85 +108,35 @@ GlooProcessGroup::GlooProcessGroup(std::shared_ptr<Store> store, int rank, int s
   }
   heartbeatPeriod_ = heartbeatPeriodFor(options_.timeout);
   heartbeat_ = std::make_unique<Heartbeat>(store_, prefix_, rank_, heartbeatPeriod_);
-  worker_ = std::thread([this] {
-    nameThisThread(kCommunicationThread);
-    workerLoop();
-  });
 }
 
 GlooProcessGroup::~GlooProcessGroup() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  queued_.notify_all();
-  worker_.join();
+  queue_.stop();  // the running collective uses the context and the store
 }
 
 WorkHandle GlooProcessGroup::enqueue(const std::string& name, std::size_t bytes,
                                      std::function<void(std::uint32_t tag)> run) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  STRATA_CHECK(!stopping_, "{}: the process group is shutting down", name);
-  const std::int64_t seq = nextSeq_++;
-  const std::int64_t step = step_.load();
-  const std::string description = describeCollective(name, seq, bytes, step);
-  auto work = std::make_shared<AsyncWork>(description, [this, seq] { return describeMissing(seq); });
-  queue_.push_back(Job{work, seq, step, std::move(run)});
-  queued_.notify_one();
-  return work;
-}
-
-void GlooProcessGroup::workerLoop() {
-  while (true) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) {
-        return;  // stopping and drained
+  return queue_.push(name, [&](std::int64_t seq, std::int64_t step) {
+    const std::string description = describeCollective(name, seq, bytes, step);
+    auto work = std::make_shared<AsyncWork>(description, [this, seq] { return describeMissing(seq); });
+    auto prologue = [this, seq, description] {
+      try {
+        store_->setString(collectiveArrivalKey(prefix_, rank_), std::to_string(seq));
+      } catch (const std::exception& e) {
+        spdlog::warn("{}: could not record the arrival in the store: {}", description, e.what());
       }
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      if (stopping_) {
-        job.work->markFailed(
-            fmt::format("{} was not run: the process group was destroyed first", job.work->description()));
-        continue;
+    };
+    auto timed = [this, seq, description, run = std::move(run)] {
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        run(static_cast<std::uint32_t>(seq));
+      } catch (const std::exception& e) {
+        throw Error(fmt::format("{} failed after {:.3g} s: {}; gloo: {}", description,
+                                seconds(std::chrono::steady_clock::now() - start), describeMissing(seq), e.what()));
       }
-    }
-    execute(job);
-  }
-}
-
-void GlooProcessGroup::execute(Job& job) {
-  if (brokenBy_) {
-    job.work->markFailed(fmt::format("{} was not run: the process group is unusable after an earlier failure: {}",
-                                     job.work->description(), *brokenBy_));
-    return;
-  }
-  try {
-    store_->setString(collectiveArrivalKey(prefix_, rank_), std::to_string(job.seq));
-  } catch (const std::exception& e) {
-    spdlog::warn("{}: could not record the arrival in the store: {}", job.work->description(), e.what());
-  }
-  const auto start = std::chrono::steady_clock::now();
-  // Note [Buffers released before completion]: the closure holds references to the collective's tensors; it is
-  // dropped before the work is marked done, so when wait() returns the caller holds the last references and frees
-  // a buffer exactly where it drops it. Dropped after, the worker freed it at some later moment, beside what the
-  // caller had allocated since: FSDP's communication peak then depended on thread timing (ResNet-18 on 4 ranks:
-  // 13.5 or 18.0 MiB from one run to the next), where its prediction (graphs/fsdp_memory.h) is exact.
-  try {
-    job.run(static_cast<std::uint32_t>(job.seq));
-    job.run = nullptr;
-    job.work->markCompleted(seconds(std::chrono::steady_clock::now() - start));
-  } catch (const std::exception& e) {
-    job.run = nullptr;
-    const std::string message =
-        fmt::format("{} failed after {:.3g} s: {}; gloo: {}", job.work->description(),
-                    seconds(std::chrono::steady_clock::now() - start), describeMissing(job.seq), e.what());
-    brokenBy_ = message;
-    spdlog::error("{}", message);
-    job.work->markFailed(message);
-  }
+    };
+    return CollectiveQueue::Entry{std::move(work), std::move(prologue), std::move(timed)};
+  });
 }
 
 std::string GlooProcessGroup::describeMissing(std::int64_t seq) const {
