@@ -90,7 +90,7 @@ StagingProcessGroup::~StagingProcessGroup() {
 
 void StagingProcessGroup::setStep(std::int64_t step) {
   queue_.setStep(step);
-  inner_->setStep(step);
+  labelStep(*inner_, step);
 }
 
 std::string StagingProcessGroup::deviceProblem(Device device) const {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "strata/comm/departures.h"
+#include "strata/comm/step_label.h"
 #include "strata/error.h"
 #include "strata/optim/optimizer_options_text.h"
 
@@ -359,7 +360,7 @@ double Trainer::trainStep(EpochPass& pass, bool logged, double lr) {
     const StepInfo at{step_, m, micro};
     parts_.strategy.beforeForward(at);
     if (parts_.group != nullptr) {
-      parts_.group->setStep(step_);
+      labelStep(*parts_.group, step_);  // Note [The step in collective errors]
     }
     StepResult result = program.step({batch->input}, batch->targets);
     parts_.strategy.afterBackward(at);

@@ -245,7 +245,7 @@ TEST(GlooProcessGroupWatchdogTest, ACollectiveOneRankSkipsFailsNamingTheRank) {
           EXPECT_EQ(rank0DoneFuture.wait_for(30s), std::future_status::ready);
           return;
         }
-        pg.setStep(7);
+        labelStep(pg, 7);
         Tensor t = Tensor::zeros(DType::Float32, {1024 * 1024});
         const auto start = std::chrono::steady_clock::now();
         WorkHandle work = pg.allReduce(t, ReduceOp::Sum);

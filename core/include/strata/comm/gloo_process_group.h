@@ -9,6 +9,7 @@
 #include "strata/comm/checked_process_group.h"
 #include "strata/comm/collective_arrivals.h"
 #include "strata/comm/collective_queue.h"
+#include "strata/comm/step_label.h"
 #include "strata/comm/store.h"
 
 namespace gloo {
@@ -44,7 +45,7 @@ struct GlooOptions {
 // Note [shutdown]: the destructor fails queued collectives and joins the worker; a collective already running holds
 // the destructor for at most options.timeout. Work handles may outlive the group: every one of them is completed
 // by then, so their wait() never calls back into the destroyed group.
-class GlooProcessGroup final : public CheckedProcessGroup {
+class GlooProcessGroup final : public CheckedProcessGroup, public StepLabelledGroup {
  public:
   GlooProcessGroup(std::shared_ptr<Store> store, int rank, int size, ProcessGroupOptions options = {},
                    GlooOptions glooOptions = {});

@@ -8,6 +8,7 @@
 #include "strata/comm/async_work.h"
 #include "strata/comm/checked_process_group.h"
 #include "strata/comm/collective_queue.h"
+#include "strata/comm/step_label.h"
 
 namespace strata {
 
@@ -27,7 +28,7 @@ namespace strata {
 // did not join); the inner group's watchdog bounds how long the worker waits. A wait() that times out names the
 // inner collective's pending state. After a failure later collectives fail at once with the first error.
 // Note [shutdown]: the destructor fails queued collectives, waits for the running one, then destroys the inner group.
-class StagingProcessGroup final : public CheckedProcessGroup {
+class StagingProcessGroup final : public CheckedProcessGroup, public StepLabelledGroup {
  public:
   explicit StagingProcessGroup(std::unique_ptr<ProcessGroup> inner);
   ~StagingProcessGroup() override;

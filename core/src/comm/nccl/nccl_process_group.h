@@ -17,6 +17,7 @@
 
 #include "cuda_stream.h"
 #include "strata/comm/checked_process_group.h"
+#include "strata/comm/step_label.h"
 #include "strata/comm/store.h"
 #include "strata/tensor.h"
 
@@ -59,7 +60,7 @@ class NcclWork;
 // communicator, or aborts it when they do not finish; works outliving the group then report completion or the abort.
 // Limitation: ncclCommInitRank and a collective's first launch (NCCL connects lazily) block the host until the peers
 // arrive; the store barrier before initialisation bounds the common case (a rank that never starts).
-class NcclProcessGroup final : public CheckedProcessGroup {
+class NcclProcessGroup final : public CheckedProcessGroup, public StepLabelledGroup {
  public:
   NcclProcessGroup(Store& store, int rank, int size, int device, ProcessGroupOptions options,
                    const std::string& groupName);

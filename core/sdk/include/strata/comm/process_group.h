@@ -33,9 +33,6 @@ class ProcessGroup {
   virtual WorkHandle allGather(Tensor input, Tensor output) = 0;
   virtual WorkHandle broadcast(Tensor tensor, int root) = 0;
   virtual WorkHandle barrier() = 0;
-
-  // The training step number, named in watchdog errors.
-  virtual void setStep(std::int64_t step) = 0;
 };
 
 }  // namespace strata
