@@ -19,6 +19,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
+
 FIELDS = ("model", "world_size", "nnodes", "batch_size", "threads", "device_memory_bytes", "calibration",
           "configurations")
 CONFIG_FIELDS = ("strategy", "options", "label", "peak_memory_bytes", "memory_breakdown", "memory_at_peak",
@@ -117,10 +120,11 @@ def main():
     parser.add_argument("--nproc", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--optimizer", default="adam")
-    parser.add_argument("--master-port", type=int, default=29641)
+    parser.add_argument("--master-port", type=int, help="of the jobs' store (default: a free port)")
     parser.add_argument("--tolerance", type=float, default=0.05)
     parser.add_argument("--json-only", action="store_true")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_port()
     with tempfile.TemporaryDirectory() as tmp:
         everything = plan(args, tmp, "all", ["--device-memory", "1GiB", "--calibration-steps", "2"])
         ok = check_json(everything, LABELS, calibrated=True)

@@ -23,6 +23,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
+
 
 def export_torchvision(name, work_dir, dtype):
     """torchvision's `name` with 10 classes for 32x32 inputs in `dtype`, exported once into work_dir; its path."""
@@ -69,7 +72,7 @@ def train(strata, out, batch, extra, lr="0.05", nodes=None, port=None, model=Non
         command += ["--master-port", str(port)]
     if nodes is not None:
         nnodes = nodes
-        cluster = ["--nnodes", str(nnodes), "--master-addr", "127.0.0.1", "--master-port", str(port or 29500)]
+        cluster = ["--nnodes", str(nnodes), "--master-addr", "127.0.0.1", "--master-port", str(port or multirank.free_port())]
         for node in range(1, nnodes):
             other = [a if a != out else f"{out}-node{node}" for a in command] + cluster + ["--node-rank", str(node)]
             others.append((other, subprocess.Popen(other, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -17,6 +17,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
+
 
 def train(args, name, options):
     out = os.path.join(args.work_dir, f"ps-accuracy-{name}")
@@ -47,9 +50,10 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=2,
                         help="2 in CI (about 150 s for both runs; 3 took 240 s): sync ends near 88.5%%")
     parser.add_argument("--max-gap", type=float, default=1.5, help="points of test accuracy")
-    parser.add_argument("--master-port", type=int, default=29751)
+    parser.add_argument("--master-port", type=int, help="of the jobs' store (default: a free port)")
     parser.add_argument("--report-plain", action="store_true", help="also train plain async and print its gap")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_port()
     os.makedirs(args.work_dir, exist_ok=True)
     sync, _ = train(args, "sync", ["mode=sync"])
     corrected, corrected_staleness = train(args, "async-lr-staleness", ["mode=async", "lr_staleness=on"])

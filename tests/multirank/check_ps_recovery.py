@@ -19,8 +19,9 @@ import sys
 import time
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
 
 
 def command(strata, out, trace, port):
@@ -29,10 +30,6 @@ def command(strata, out, trace, port):
             "--lr-schedule", "constant", "--nproc", "2", "--threads", "1", "--strategy", "ps", "--strategy-opt",
             "servers=2", "--strategy-opt", "checkpoint_every=3", "--strategy-opt", f"trace={trace}", "--out", out,
             "--export", out + ".onnx"]
-
-
-def weights(path):
-    return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
 
 
 def server_pid(index, port):
@@ -52,8 +49,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--master-port", type=int, default=29500)
+    parser.add_argument("--master-port", type=int, help="of the job's store (default: a free port)")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_port()
     os.makedirs(args.work_dir, exist_ok=True)
     base = os.path.join(args.work_dir, "ps-recovery")
     for old in glob.glob(base + "*trace*"):
@@ -110,8 +108,8 @@ def main() -> int:
     if min(restarts) < 1 or min(replayed) < 1:
         print("FAILED: summary.json does not report the restart and the replayed pushes")
         return 1
-    a = weights(base + "-quiet.onnx")
-    b = weights(base + "-killed.onnx")
+    a = multirank.weights(base + "-quiet.onnx")
+    b = multirank.weights(base + "-killed.onnx")
     worst = max((float(np.linalg.norm(b[k] - v) / np.linalg.norm(v)), k) for k, v in a.items())
     print(f"killed vs undisturbed run: worst relative error {worst[0]:.2e} ({worst[1]})")
     return 0 if worst[0] <= 1e-6 else 1

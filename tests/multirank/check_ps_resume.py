@@ -16,8 +16,9 @@ import subprocess
 import sys
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
 
 
 def run(args, extra, servers=2):
@@ -32,17 +33,14 @@ def run(args, extra, servers=2):
     return result.stdout + result.stderr
 
 
-def weights(path):
-    return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, help="of the jobs' store (default: a free port)")
     parser.add_argument("--train-args", required=True, help="the optimizer's flags, e.g. '--optimizer sgd'")
     args = parser.parse_args()
+    args.port = args.port or multirank.free_port()
     args.optimizer = args.train_args.split()
     work = os.path.join(args.work_dir, "ps-resume-" + "-".join(a.strip("-") for a in args.optimizer))
     shutil.rmtree(work, ignore_errors=True)
@@ -57,7 +55,7 @@ def main():
         print(log)
         print("the servers did not say they restored their optimizer state")
         return 1
-    a, b = weights(straight + ".onnx"), weights(resumed + ".onnx")
+    a, b = multirank.weights(straight + ".onnx"), multirank.weights(resumed + ".onnx")
     worst = 0.0
     for name, value in a.items():
         if not np.allclose(b[name], value, rtol=1e-6, atol=1e-7):
@@ -71,7 +69,7 @@ def main():
         print(log)
         print("resuming with another server count did not warn that the optimizer state was dropped")
         return 1
-    c = weights(other + ".onnx")
+    c = multirank.weights(other + ".onnx")
     lost = max(float(np.abs(c[name] - value).max()) for name, value in a.items())
     if lost <= 1e-4:
         print(f"the run that lost its optimizer state ends within {lost:.3g} of the straight one: the check is blind")

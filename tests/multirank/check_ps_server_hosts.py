@@ -16,17 +16,14 @@ import sys
 import time
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
 
 COMMON = ["--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "16", "--max-steps", "6", "--seed", "1",
           "--lr", "0.05", "--momentum", "0.9", "--threads", "1", "--timeout", "60", "--strategy", "ps",
           "--strategy-opt", "servers=2"]
 HOSTS = ["alpha", "beta.example.org"]
-
-
-def weights(path):
-    return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
 
 
 def two_nodes(strata, out, port, extra):
@@ -55,8 +52,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--master-port", type=int, default=29595, help="the first of 3 consecutive ports")
+    parser.add_argument("--master-port", type=int, help="the first of 3 consecutive ports (default: free ones)")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_ports(3)
     os.makedirs(args.work_dir, exist_ok=True)
     work = args.work_dir
     key = os.path.join(work, "ps-hosts.key")
@@ -86,8 +84,8 @@ def main() -> int:
         print(f"servers started per node: {placed}")
         if placed != {0: [1], 1: [0]}:
             problems.append(f"servers ran on the wrong nodes: {placed} (expected node 0: [1], node 1: [0])")
-        a = weights(reference + ".onnx")
-        b = weights(out + ".onnx")
+        a = multirank.weights(reference + ".onnx")
+        b = multirank.weights(out + ".onnx")
         worst = max(float(np.linalg.norm(b[k] - v) / max(np.linalg.norm(v), 1e-30)) for k, v in a.items())
         print(f"placed by host vs one node: worst relative error {worst:.2e}")
         if worst > 1e-6:

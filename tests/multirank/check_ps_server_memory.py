@@ -19,6 +19,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
+
 CONFIGURATIONS = [
     # (name, servers, train arguments, optimizer states per parameter, async answers are copies)
     ("sync-adam", 2, ["--optimizer", "adam", "--lr", "0.001"], 2, False),
@@ -76,8 +79,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--master-port", type=int, default=29586)
+    parser.add_argument("--master-port", type=int, help="of the jobs' store (default: a free port)")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_port()
     os.makedirs(args.work_dir, exist_ok=True)
     problems = []
     for name, servers, train_args, states, copies in CONFIGURATIONS:

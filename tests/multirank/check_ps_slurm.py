@@ -21,16 +21,13 @@ import subprocess
 import sys
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
 
 COMMON = ["--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "16", "--max-steps", "6", "--seed", "1",
           "--lr", "0.05", "--momentum", "0.9", "--threads", "1", "--timeout", "60", "--strategy", "ps",
           "--strategy-opt", "servers=2"]
-
-
-def weights(path):
-    return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
 
 
 def worst_error(a, b):
@@ -101,7 +98,7 @@ def check_layout(name, strata, work, port, nodes, per_node, distribution, gtids,
     if [(s["index"], s.get("reported", True)) for s in summary.get("servers", [])] != [(i, True) for i in
                                                                                        range(servers)]:
         problems.append(f"{name}: summary.json's servers: {summary.get('servers')}")
-    error = worst_error(weights(reference), weights(out + ".onnx"))
+    error = worst_error(multirank.weights(reference), multirank.weights(out + ".onnx"))
     print(f"{name}: {len(nodes)} tasks, every one exited 0; parameters vs strata's launcher: worst relative error "
           f"{error:.2e}")
     if error > 1e-6:
@@ -123,8 +120,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--master-port", type=int, default=29589, help="the first of 6 consecutive ports")
+    parser.add_argument("--master-port", type=int, help="the first of 6 consecutive ports (default: free ones)")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_ports(6)
     os.makedirs(args.work_dir, exist_ok=True)
     work = args.work_dir
     key = os.path.join(work, "ps-slurm.key")

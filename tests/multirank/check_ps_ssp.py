@@ -14,6 +14,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
@@ -21,8 +24,9 @@ def main() -> int:
     parser.add_argument("--work-dir", required=True)
     parser.add_argument("--staleness", type=int, default=2)
     parser.add_argument("--servers", type=int, default=2)
-    parser.add_argument("--master-port", type=int, default=29500, help="of the job's store")
+    parser.add_argument("--master-port", type=int, help="of the job's store (default: a free port)")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_port()
     out = os.path.join(args.work_dir, f"ps-ssp-k{args.staleness}")
     os.makedirs(args.work_dir, exist_ok=True)
     for old in glob.glob(out + ".trace.*"):

@@ -13,6 +13,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
+
 
 def rank_pid(marker, rank):
     for pid in os.listdir("/proc"):
@@ -32,8 +35,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--master-port", type=int, default=29500, help="of the job's store")
+    parser.add_argument("--master-port", type=int, help="of the job's store (default: a free port)")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_port()
     os.makedirs(args.work_dir, exist_ok=True)
     out = os.path.join(args.work_dir, "ps-worker-killed")
     trace = out + ".trace"

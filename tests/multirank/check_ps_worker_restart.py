@@ -21,8 +21,9 @@ import sys
 import time
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
 
 
 def command(strata, out, port, steps, extra):
@@ -37,10 +38,6 @@ def clean(out):
     for suffix in (".trace.0.jsonl", ".trace.1.jsonl", ".onnx"):
         if os.path.exists(out + suffix):
             os.remove(out + suffix)
-
-
-def weights(path):
-    return {i.name: numpy_helper.to_array(i) for i in onnx.load(path).graph.initializer}
 
 
 def rank_pid(marker, rank):
@@ -83,8 +80,8 @@ def run(strata, out, port, steps, extra, env=None, kill_after=None):
 
 
 def compare(name, reference, out):
-    a = weights(reference)
-    b = weights(out + ".onnx")
+    a = multirank.weights(reference)
+    b = multirank.weights(out + ".onnx")
     worst = max(float(np.abs(b[k] - v).max()) for k, v in a.items())
     print(f"{name}: largest difference from the undisturbed run {worst:.3g}")
     return [] if worst == 0 else [f"{name}: the parameters differ from the undisturbed run's by up to {worst:.3g}"]
@@ -111,8 +108,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--master-port", type=int, default=29598)
+    parser.add_argument("--master-port", type=int, help="of the jobs' store (default: a free port)")
     args = parser.parse_args()
+    args.master_port = args.master_port or multirank.free_port()
     os.makedirs(args.work_dir, exist_ok=True)
     base = os.path.join(args.work_dir, "ps-worker-restart")
     port = args.master_port

@@ -21,6 +21,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import multirank  # noqa: E402  (tests/support/multirank.py)
+
 
 def train(strata, args, what):
     command = [strata, "train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "16", "--seed",
@@ -42,12 +45,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--strata", required=True)
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--master-port", default="29730")
+    parser.add_argument("--master-port", help="of the jobs' store (default: a free port)")
     args = parser.parse_args()
     work = os.path.join(args.work_dir, "resume-world-size")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    port = ["--master-port", args.master_port]
+    port = ["--master-port", str(args.master_port or multirank.free_port())]
 
     four = os.path.join(work, "four")
     train(args.strata, ["--nproc", "4", "--save", "--stop-after-epoch", "1", "--out", four] + port, "4 ranks, epoch 1")
