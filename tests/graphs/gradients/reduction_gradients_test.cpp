@@ -16,6 +16,7 @@
 #include "strata/error.h"
 #include "strata/op_registry.h"
 #include "strata/tensor.h"
+#include "support/tensor_values.h"
 
 namespace strata {
 namespace {
@@ -32,14 +33,6 @@ Tensor random64(const Shape& shape, unsigned seed, double low = -1.0, double hig
 
 Tensor random32(const Shape& shape, unsigned seed, double low = -1.0, double high = 1.0) {
   return randomTensor(DType::Float32, shape, seed, low, high);
-}
-
-template <typename T>
-Tensor makeTensor(Shape shape, const std::vector<T>& values) {
-  Tensor t = Tensor::empty(dtypeOf<T>(), std::move(shape));
-  EXPECT_EQ(t.numel(), static_cast<std::int64_t>(values.size()));
-  std::copy(values.begin(), values.end(), t.data<T>());
-  return t;
 }
 
 Tensor int64s(const Ints& values) {

@@ -11,19 +11,10 @@
 #include "strata/error.h"
 #include "strata/op_registry.h"
 #include "strata/tensor.h"
+#include "support/tensor_values.h"
 
 namespace strata {
 namespace {
-
-template <typename T>
-Tensor makeTensor(Shape shape, const std::vector<T>& values) {
-  Tensor t = Tensor::empty(dtypeOf<T>(), std::move(shape));
-  EXPECT_EQ(t.numel(), static_cast<std::int64_t>(values.size()));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    t.data<T>()[i] = values[i];
-  }
-  return t;
-}
 
 // 0.5, -1.25, 2, ... : distinct, mixed-sign values.
 template <typename T>

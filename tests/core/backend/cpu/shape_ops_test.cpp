@@ -14,18 +14,10 @@
 #include "strata/error.h"
 #include "strata/op_registry.h"
 #include "strata/tensor.h"
+#include "support/tensor_values.h"
 
 namespace strata {
 namespace {
-
-template <typename T>
-Tensor makeTensor(const Shape& shape, const std::vector<T>& values) {
-  Tensor t = Tensor::empty(dtypeOf<T>(), shape);
-  EXPECT_EQ(static_cast<std::size_t>(t.numel()), values.size());
-  if (!values.empty())
-    std::memcpy(t.rawData(), values.data(), values.size() * sizeof(T));
-  return t;
-}
 
 Tensor ints(const std::vector<std::int64_t>& values) {
   return makeTensor<std::int64_t>({static_cast<std::int64_t>(values.size())}, values);
