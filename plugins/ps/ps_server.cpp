@@ -49,9 +49,10 @@ PsServer::PsServer(const PsOptions& options, RoleContext& context)
                 environmentNumber("STRATA_ROLE_RESTARTS"), environment("STRATA_JOB_SECRET_FILE")),
       // Note [Rejoining workers]: in sync mode, when the launcher may restart workers, the rule keeps the values
       // before the last update for a restarted worker that must recompute that round.
-      rule_(options, context.index(), context.workers(), context.index() == 0,
-            options.mode == Mode::Sync && environmentNumber("STRATA_RANK_MAX_RESTARTS") > 0,
-            [this](const std::string& json) { traceLine(json); }) {
+      rule_(
+          options, context.index(), context.workers(), context.index() == 0,
+          options.mode == Mode::Sync && environmentNumber("STRATA_RANK_MAX_RESTARTS") > 0,
+          options.trace.empty() ? UpdateRule::Trace() : [this](const std::string& json) { traceLine(json); }) {
   view_.index = context.index();
   view_.servers = context.count();
   view_.workers = context.workers();

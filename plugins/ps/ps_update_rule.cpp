@@ -186,7 +186,9 @@ std::vector<Release> UpdateRule::pushSync(int worker, const Header& request, std
   }
   ++version_;
   arrived_ = 0;
-  trace(fmt::format(R"({{"server":{},"event":"update","version":{},"lr":{}}})", serverIndex_, version_, roundLr_));
+  if (trace_) {
+    trace_(fmt::format(R"({{"server":{},"event":"update","version":{},"lr":{}}})", serverIndex_, version_, roundLr_));
+  }
   std::vector<Release> due;
   for (std::size_t w = 0; w < workers_.size(); ++w) {
     if (workers_[w].waiting) {
@@ -241,9 +243,11 @@ int UpdateRule::pushAsync(int worker, const Header& request, std::span<const Fra
   ++state.pushes;
   state.stalenessSum += static_cast<double>(staleness);
   state.stalenessMax = std::max(state.stalenessMax, staleness);
-  trace(fmt::format(R"({{"server":{},"event":"push","worker":{},"clock":{},"min_clock":{},"version":{},)"
-                    R"("staleness":{},"lr":{}}})",
-                    serverIndex_, worker, state.clock, slowestClock(), version_, staleness, lr));
+  if (trace_) {
+    trace_(fmt::format(R"({{"server":{},"event":"push","worker":{},"clock":{},"min_clock":{},"version":{},)"
+                       R"("staleness":{},"lr":{}}})",
+                       serverIndex_, worker, state.clock, slowestClock(), version_, staleness, lr));
+  }
   return static_cast<int>(std::min<std::int64_t>(staleness, std::numeric_limits<int>::max()));
 }
 
@@ -294,8 +298,10 @@ std::vector<Release> UpdateRule::releaseHeld() {
       continue;
     }
     state.waiting = false;
-    trace(fmt::format(R"({{"server":{},"event":"release","worker":{},"clock":{},"min_clock":{}}})", serverIndex_, w,
-                      state.clock, slowest));
+    if (trace_) {
+      trace_(fmt::format(R"({{"server":{},"event":"release","worker":{},"clock":{},"min_clock":{}}})", serverIndex_, w,
+                         state.clock, slowest));
+    }
     due.push_back({static_cast<int>(w), heldStaleness_[w]});
   }
   return due;
@@ -338,12 +344,6 @@ void UpdateRule::restore(std::int64_t version, const std::vector<std::int64_t>& 
   version_ = version;
   for (std::size_t w = 0; w < workers_.size(); ++w) {
     workers_[w].clock = clocks[w];
-  }
-}
-
-void UpdateRule::trace(const std::string& json) const {
-  if (trace_) {
-    trace_(json);
   }
 }
 

@@ -94,13 +94,12 @@ class UpdateRule {
   std::vector<Release> releaseHeld();
   void averageLatestBuffers();
   std::int64_t slowestClock() const;
-  void trace(const std::string& json) const;
 
   PsOptions options_;
   int serverIndex_;
   bool holdsBuffers_;
   bool keepPrevious_;
-  Trace trace_;
+  Trace trace_;  // empty unless the server writes a trace: nothing is formatted then
   std::vector<WorkerClock> workers_;
   std::vector<PerWorker> perWorker_;
   std::vector<int> heldStaleness_;  // per worker: the staleness its held answer reports

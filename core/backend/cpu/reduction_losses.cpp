@@ -65,41 +65,58 @@ std::vector<TensorMeta> lossShapes(const ShapeContext& ctx) {
 template <typename T, typename L>
 std::vector<T> logProbOfLabels(const T* scores, const L* labels, const AxisSplit& s) {
   std::vector<T> picked(static_cast<std::size_t>(s.outer * s.inner), T(0));
+  const auto labelAt = [&](std::int64_t position) -> std::int64_t {
+    const auto label = static_cast<std::int64_t>(labels[position]);
+    return label >= 0 && label < s.axis ? label : -1;
+  };
+  const auto finiteOrZero = [](T m) { return std::isfinite(m) ? m : T(0); };  // all -inf rows give NaN, as softmax
+  if (s.inner == 1) {
+    // Contiguous rows, as softmaxAlongAxis computes them: the sum in double, shift = max + log(sum).
+    parallelChunks(s.outer, s.axis * 4, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t o = begin; o < end; ++o) {
+        const T* x = scores + o * s.axis;
+        T mx = -std::numeric_limits<T>::infinity();
+        for (std::int64_t a = 0; a < s.axis; ++a) {
+          mx = std::max(mx, x[a]);  // from -inf, as softmax does (a NaN score does not become the max)
+        }
+        mx = finiteOrZero(mx);
+        double sum = 0.0;
+        for (std::int64_t a = 0; a < s.axis; ++a) {
+          sum += static_cast<double>(std::exp(x[a] - mx));
+        }
+        const std::int64_t label = labelAt(o);
+        if (label >= 0) {
+          picked[static_cast<std::size_t>(o)] = x[label] - (mx + static_cast<T>(std::log(sum)));
+        }
+      }
+    });
+    return picked;
+  }
+  // A strided class axis, as softmaxAlongAxis's [axis, inner] blocks: sums in T, x - max - log(sum).
   parallelChunks(s.outer, s.axis * s.inner * 4, [&](std::int64_t begin, std::int64_t end) {
     std::vector<T> mx(static_cast<std::size_t>(s.inner));
-    std::vector<double> sumRow(static_cast<std::size_t>(s.inner));
-    std::vector<T> sumStrided(static_cast<std::size_t>(s.inner));
+    std::vector<T> sum(static_cast<std::size_t>(s.inner));
     for (std::int64_t o = begin; o < end; ++o) {
       const T* x = scores + o * s.axis * s.inner;
-      std::fill(mx.begin(), mx.end(), -std::numeric_limits<T>::infinity());
-      for (std::int64_t a = 0; a < s.axis; ++a) {
+      std::copy(x, x + s.inner, mx.begin());
+      for (std::int64_t a = 1; a < s.axis; ++a) {
         for (std::int64_t i = 0; i < s.inner; ++i) {
           mx[static_cast<std::size_t>(i)] = std::max(mx[static_cast<std::size_t>(i)], x[a * s.inner + i]);
         }
       }
-      for (T& m : mx) {
-        m = std::isfinite(m) ? m : T(0);  // all -inf rows give NaN like the reference; +inf/NaN propagate
-      }
-      std::fill(sumRow.begin(), sumRow.end(), 0.0);
-      std::fill(sumStrided.begin(), sumStrided.end(), T(0));
+      std::transform(mx.begin(), mx.end(), mx.begin(), finiteOrZero);
+      std::fill(sum.begin(), sum.end(), T(0));
       for (std::int64_t a = 0; a < s.axis; ++a) {
         for (std::int64_t i = 0; i < s.inner; ++i) {
-          const auto k = static_cast<std::size_t>(i);
-          const T e = std::exp(x[a * s.inner + i] - mx[k]);
-          sumRow[k] += static_cast<double>(e);  // contiguous rows sum in double, strided blocks in T (as softmax)
-          sumStrided[k] += e;
+          sum[static_cast<std::size_t>(i)] += std::exp(x[a * s.inner + i] - mx[static_cast<std::size_t>(i)]);
         }
       }
       for (std::int64_t i = 0; i < s.inner; ++i) {
-        const auto k = static_cast<std::size_t>(i);
-        const auto label = static_cast<std::int64_t>(labels[o * s.inner + i]);
-        if (label < 0 || label >= s.axis) {
-          continue;
+        const std::int64_t label = labelAt(o * s.inner + i);
+        if (label >= 0) {
+          const auto k = static_cast<std::size_t>(i);
+          picked[static_cast<std::size_t>(o * s.inner + i)] = x[label * s.inner + i] - mx[k] - std::log(sum[k]);
         }
-        const T score = x[label * s.inner + i];
-        picked[static_cast<std::size_t>(o * s.inner + i)] = s.inner == 1
-                                                                ? score - (mx[k] + static_cast<T>(std::log(sumRow[k])))
-                                                                : score - mx[k] - std::log(sumStrided[k]);
       }
     }
   });

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ps_test_support.h"  // bytesOf; no server or socket is used here
 #include "ps_update_rule.h"
 #include "strata/optim/optimizer.h"
 
@@ -28,7 +29,7 @@ class Rule {
     rule_.allocate(layout, partitionKeys(layout, 1).at(0), [](std::vector<ParameterSlice> slices) {
       return std::make_unique<Optimizer>(std::move(slices), OptimizerOptions{});
     });
-    assignBytes({bytesOf({1, 2, 3, 4}), bytesOf({0, 0})});
+    assignBytes({testing::bytesOf(std::vector<float>{1, 2, 3, 4}), testing::bytesOf(std::vector<float>{0, 0})});
   }
   UpdateRule& operator*() { return rule_; }
   UpdateRule* operator->() { return &rule_; }
@@ -39,7 +40,7 @@ class Rule {
     request.worker = w;
     request.lr = 0.5;
     request.modelVersion = modelVersion;
-    held_ = {bytesOf(std::vector<float>(4, g)), bytesOf(b)};
+    held_ = {testing::bytesOf(std::vector<float>(4, g)), testing::bytesOf(b)};
     return rule_.push(w, request, frames(held_));
   }
   std::vector<float> values() const { return floats(rule_.values().at(0)); }
@@ -48,11 +49,6 @@ class Rule {
   std::vector<std::string> trace;
 
  private:
-  static std::vector<std::byte> bytesOf(const std::vector<float>& v) {
-    std::vector<std::byte> bytes(v.size() * sizeof(float));
-    std::memcpy(bytes.data(), v.data(), bytes.size());
-    return bytes;
-  }
   static std::vector<Frame> frames(const std::vector<std::vector<std::byte>>& data) {
     std::vector<Frame> spans;
     for (const auto& d : data) {
