@@ -7,6 +7,8 @@
 #   scripts/netns.sh netem ARGS...       applies `tc qdisc ... netem ARGS` (e.g. delay 5ms loss 1%) on both ends;
 #                                        fails, saying so, where the kernel has no netem qdisc
 #   scripts/netns.sh netem off           removes it
+#   scripts/netns.sh rate RATE           limits each end's sending rate with the tbf qdisc (RATE as tc writes it:
+#                                        100mbit, 1gbit); kernels without netem have tbf. `rate off` removes it
 #   scripts/netns.sh loss PERCENT        drops PERCENT% of the packets leaving each end, at random (nftables in the
 #                                        namespaces: loss without netem, for kernels that lack it); `loss off` removes it
 #   scripts/netns.sh dropped             prints how many packets the loss rules dropped (both ends)
@@ -23,7 +25,7 @@ ns=("$prefix-0" "$prefix-1")
 veth=("$prefix-v0" "$prefix-v1")
 addrs=(10.231.0.1 10.231.0.2)
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ ${#prefix} -le 12 ] || { echo "NETNS_PREFIX '$prefix' is longer than 12 characters (interface names)" >&2; exit 2; }
 
 down() {
@@ -86,6 +88,20 @@ case "$cmd" in
         ip netns exec "${ns[$i]}" tc qdisc del dev "${veth[$i]}" root 2> /dev/null || true
       elif ! err=$(ip netns exec "${ns[$i]}" tc qdisc replace dev "${veth[$i]}" root netem "$@" 2>&1); then
         echo "tc netem $* on ${veth[$i]} failed: $err (this kernel has no netem qdisc: CONFIG_NET_SCH_NETEM)" >&2
+        exit 1
+      fi
+    done
+    ;;
+  rate)
+    [ $# -eq 1 ] || usage
+    for i in 0 1; do
+      if [ "$1" = off ]; then
+        ip netns exec "${ns[$i]}" tc qdisc del dev "${veth[$i]}" root 2> /dev/null || true
+      # A bucket of 1 ms at the rate (at least 64 KiB, above one TSO burst) and 50 ms of queue: a link's shape,
+      # not a policer's drops.
+      elif ! err=$(ip netns exec "${ns[$i]}" tc qdisc replace dev "${veth[$i]}" root tbf rate "$1" burst 64kb \
+          latency 50ms 2>&1); then
+        echo "tc tbf rate $1 on ${veth[$i]} failed: $err (this kernel has no tbf qdisc: CONFIG_NET_SCH_TBF)" >&2
         exit 1
       fi
     done

@@ -18,6 +18,8 @@ std::string_view memoryCategoryName(MemoryCategory category) {
       return "communication";
     case MemoryCategory::Workspace:
       return "workspace";
+    case MemoryCategory::Compression:
+      return "compression";
     case MemoryCategory::Other:
       return "other";
   }

@@ -43,7 +43,8 @@ def check_servers(out, expect_servers):
     results = json.loads((out / "results.json").read_text())["configurations"]
     rows = {row["name"]: row for row in csv.DictReader(open(out / "results.csv", newline=""))}
     report = (out / "report.md").read_text()
-    categories = ["parameters", "gradients", "optimizer_state", "activations", "communication", "workspace", "other"]
+    categories = ["parameters", "gradients", "optimizer_state", "activations", "communication", "workspace",
+                  "compression", "other"]
     for r in results:
         name = r["name"]
         if r["status"] != "done":
@@ -160,7 +161,7 @@ def main():
         same(r["ranks"][largest["rank"]]["memory_at_peak"], at_peak, f"{name} results.json memory_at_peak")
         predicted = r["prediction"]["memory_at_peak"] if r["prediction"] else None
         categories = ["parameters", "gradients", "optimizer_state", "activations", "communication", "workspace",
-                      "other"]
+                      "compression", "other"]
         cells = [f"{mib(at_peak[c])} / {mib(predicted[c])}" if predicted else mib(at_peak[c]) for c in categories]
         ranks = f"{r['world_size']} rank" + ("" if r["world_size"] == 1 else "s")
         row = f"| {r['model']} | {r['label']}, {ranks} | " + " | ".join(cells) + " |"

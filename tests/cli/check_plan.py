@@ -28,7 +28,8 @@ FIELDS = ("model", "world_size", "nnodes", "batch_size", "threads", "device_memo
 CONFIG_FIELDS = ("strategy", "options", "label", "peak_memory_bytes", "memory_breakdown", "memory_at_peak",
                  "step_time_s", "fits")
 LABELS = ["ddp", "fsdp shard=full", "fsdp shard=grad_op", "fsdp shard=none", "ps mode=sync", "ps mode=async"]
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "communication", "workspace", "other")
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "communication", "workspace", "compression",
+              "other")
 
 
 def run(command):

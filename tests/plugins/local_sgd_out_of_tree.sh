@@ -30,7 +30,7 @@ step "configure and build $example out of tree"
 step "strata plugins --plugin-dir $tmp/build"
 listing=$("$prefix/bin/strata" plugins --plugin-dir "$tmp/build")
 echo "$listing"
-grep -Eq "^local_sgd +0\.1\.0 +5 .*$tmp/build/libstrata_plugin_local_sgd\.so\$" <<< "$listing" \
+grep -Eq "^local_sgd +0\.1\.0 +6 .*$tmp/build/libstrata_plugin_local_sgd\.so\$" <<< "$listing" \
   || { echo "local_sgd is not listed"; exit 1; }
 grep -Eq "^single +.*$prefix/lib/strata/plugins/libstrata_plugin_single\.so\$" <<< "$listing" \
   || { echo "the installed single plugin is not listed"; exit 1; }

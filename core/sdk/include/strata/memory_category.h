@@ -14,10 +14,12 @@ enum class MemoryCategory : std::size_t {
   Activations,
   Communication,
   Workspace,
+  // A gradient compressor's state: error-feedback residuals, PowerSGD's factors (Note [Gradient compression]).
+  Compression,
   Other,
 };
 
-inline constexpr std::size_t kMemoryCategoryCount = 7;
+inline constexpr std::size_t kMemoryCategoryCount = 8;
 
 std::string_view memoryCategoryName(MemoryCategory category);
 

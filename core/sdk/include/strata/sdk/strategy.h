@@ -1,6 +1,6 @@
 #pragma once
 
-// Strata's strategy SDK, version 5 (kStrategyAbiVersion): what a distributed-training strategy plugin implements. The
+// Strata's strategy SDK, version 6 (kStrategyAbiVersion): what a distributed-training strategy plugin implements. The
 // headers under strata/sdk/ (plus the value types they include: tensors, dtypes, the process group, work and store
 // interfaces) are the only include path a plugin target gets; see docs/plugins.md.
 //
@@ -22,7 +22,7 @@
 namespace strata {
 
 // Bumped whenever a type of the SDK changes layout or meaning. StrategyInfo's layout never changes.
-inline constexpr int kStrategyAbiVersion = 5;
+inline constexpr int kStrategyAbiVersion = 6;
 
 struct StrategyInfo {
   const char* name;
