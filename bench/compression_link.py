@@ -75,7 +75,11 @@ def torch_worker(args):
     os.environ["MASTER_PORT"] = str(args.port)
     dist.init_process_group("gloo", rank=args.rank, world_size=2)
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(resnet18().train())
+    # The hook's collectives are issued from Gloo's completion callbacks as well as from backward, so with several
+    # buckets the two ranks issued them in different orders (a size mismatch in Gloo, 2 of 2 tries with PyTorch
+    # 2.15): the hook runs with one bucket; plain DDP keeps its 25 MB buckets.
+    buckets = 1024 if args.hook.startswith("powersgd") else 25
+    model = torch.nn.parallel.DistributedDataParallel(resnet18().train(), bucket_cap_mb=buckets)
     sent = [0]
     if args.hook.startswith("powersgd"):
         rank = int(args.hook.split("=")[1])
@@ -129,6 +133,7 @@ def torch_worker(args):
         accuracy = correct / len(test_labels)
     if args.rank == 0:
         print(json.dumps({"ms": 1000 * statistics.median(times[2:]), "bytes": sent_per_step, "accuracy": accuracy}))
+    dist.barrier()  # neither rank closes its connections while the other still reads
     dist.destroy_process_group()
 
 
@@ -143,14 +148,16 @@ def run_nodes(commands, timeout):
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=NETENV)
              for c in commands]
     outputs = [p.communicate(timeout=timeout)[0] for p in procs]
-    for c, p, out in zip(commands, procs, outputs):
-        if p.returncode != 0:
-            raise SystemExit(f"{' '.join(c)} failed ({p.returncode}):\n{out[-3000:]}")
+    failed = [f"{' '.join(c)} failed ({p.returncode}):\n{out[-3000:]}" for c, p, out in zip(commands, procs, outputs)
+              if p.returncode != 0]
+    if failed:
+        raise SystemExit("\n".join(failed))
     return outputs[0]
 
 
 def strata_run(args, model, work, compress, steps, linked, accuracy):
-    out = os.path.join(work, f"strata-{compress or 'none'}-{'acc' if accuracy else 'time'}".replace(":", "_"))
+    out = os.path.join(work, f"strata-{compress or 'none'}-{'acc' if accuracy else 'time'}-{time.time_ns()}"
+                       .replace(":", "_"))
     data = ["--data", "fashion-mnist"] if accuracy else ["--data", "synthetic", "--synthetic-samples",
                                                          str(2 * args.batch * steps)]
     common = [args.strata, "train", model] + data + [
@@ -200,7 +207,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strata", default=os.path.join(HERE, "..", "build", "cli", "strata"))
     parser.add_argument("--peer-python", help="the Python of the current PyTorch (default: this one)")
-    parser.add_argument("--rates", default="100mbit,1gbit")
+    parser.add_argument("--rates", default="100mbit,1gbit", help="tc rates of the link; none: no timing runs")
     parser.add_argument("--compressors", default="none,fp16,powersgd:rank=4,topk:ratio=0.01,randomk:ratio=0.01,sign")
     parser.add_argument("--torch-rank", type=int, default=4, help="PowerSGD rank of the PyTorch hook")
     parser.add_argument("--steps", type=int, default=8, help="timed steps (after 2 warm-up steps)")
@@ -209,6 +216,7 @@ def main():
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--timeout", type=int, default=3600)
+    parser.add_argument("--keep", help="a directory to keep the runs in (default: a temporary one)")
     parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--hook", default="none", help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
@@ -222,14 +230,16 @@ def main():
     import torch
     compressors = [c for c in args.compressors.split(",") if c]
     hooks = ["none", f"powersgd={args.torch_rank}"]
-    with tempfile.TemporaryDirectory() as work:
+    with tempfile.TemporaryDirectory() as scratch:
+        work = args.keep or scratch
+        os.makedirs(work, exist_ok=True)
         model = os.path.join(work, "resnet18_fashion.onnx")
         export(model, args.batch)
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                    "?")
         print(f"{time.strftime('%Y-%m-%d')}, {cpu}, torch {torch.__version__}, ResNet-18 (1x28x28), batch "
               f"{args.batch}/rank, 2 nodes x 1 rank x 1 thread, {args.rounds} rounds x {args.steps} steps")
-        for rate in args.rates.split(","):
+        for rate in [r for r in args.rates.split(",") if r and r != "none"]:
             subprocess.run(NETNS + ["up"], env=NETENV, check=True)
             try:
                 subprocess.run(NETNS + ["rate", rate], env=NETENV, check=True)
@@ -246,11 +256,15 @@ def main():
             base = statistics.median(r["ms"] for r in rows[("strata", "none")])
             torch_psgd = statistics.median(r["ms"] for r in rows[("torch", hooks[1])])
             print(f"\nlink {rate}")
-            print(f"{'configuration':<34}{'step ms':>10}{'vs none':>9}{'vs torch psgd':>15}{'MB/step':>10}")
+            print(f"{'configuration':<34}{'step ms':>10}{'rounds min-max':>18}{'vs none':>9}{'vs torch psgd':>15}"
+                  f"{'MB/step':>10}")
             for (who, c), results in rows.items():
-                ms = statistics.median(r["ms"] for r in results)
+                each = [r["ms"] for r in results]
+                ms = statistics.median(each)
                 mb = statistics.median(r["bytes"] for r in results) / 2**20
-                print(f"{who + ' ' + c:<34}{ms:>10.1f}{base / ms:>8.2f}x{ms / torch_psgd:>14.2f}x{mb:>10.3f}")
+                spread = f"{min(each):.0f}-{max(each):.0f}"
+                print(f"{who + ' ' + c:<34}{ms:>10.1f}{spread:>18}{base / ms:>8.2f}x{ms / torch_psgd:>14.2f}x"
+                      f"{mb:>10.3f}")
         if args.accuracy_steps > 0:
             print(f"\naccuracy after {args.accuracy_steps} steps (loopback), Fashion-MNIST test set")
             for c in compressors:

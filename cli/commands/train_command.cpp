@@ -52,6 +52,9 @@ struct TrainOptions {
   std::int64_t batchSize = 64;
   std::string optimizer = "sgd";
   double lr = 0.05;
+  std::string lrScaling = "none";       // none | linear (Goyal et al.: lr x global batch / reference batch)
+  std::int64_t lrReferenceBatch = 256;  // the global batch --lr was tuned for
+  double lrTrust = 0.001;               // LARS's trust coefficient
   double momentum = 0.9;
   bool nesterov = false;
   double weightDecay = 0.0;
@@ -260,6 +263,22 @@ BuiltPlan buildPlan(const TrainOptions& options, const std::string& modelPath, D
   return built;
 }
 
+// --lr, scaled by --lr-scaling linear to the job's global batch (per rank x ranks x micro-batches).
+double scaledLearningRate(const TrainOptions& options) {
+  if (options.lrScaling == "none") {
+    return options.lr;
+  }
+  if (options.lrScaling != "linear") {
+    fail("--lr-scaling {}: expected none or linear", options.lrScaling);
+  }
+  if (options.lrReferenceBatch <= 0) {
+    fail("--lr-reference-batch {}: must be positive", options.lrReferenceBatch);
+  }
+  const std::int64_t global =
+      options.batchSize * options.launch.nproc * options.launch.nnodes * std::max(1, options.gradAccum);
+  return options.lr * static_cast<double>(global) / static_cast<double>(options.lrReferenceBatch);
+}
+
 TrainerOptions trainerOptions(const TrainOptions& options, const StrategyRequirements& requirements,
                               const std::map<std::string, std::string>& strategyOptions) {
   TrainerOptions t;
@@ -270,13 +289,14 @@ TrainerOptions trainerOptions(const TrainOptions& options, const StrategyRequire
   t.microBatches = std::max(1, options.gradAccum);
   t.logEvery = options.logEvery;
   t.schedule.kind = parseLrScheduleKind(options.schedule);
-  t.schedule.baseLr = options.lr;
+  t.schedule.baseLr = scaledLearningRate(options);
   t.schedule.warmupSteps = options.warmupSteps;
   t.optimizer.kind = parseOptimizerKind(options.optimizer);
   t.optimizer.momentum = options.momentum;
   t.optimizer.nesterov = options.nesterov;
   t.optimizer.weightDecay = options.weightDecay;
   t.optimizer.maxGradNorm = options.clipGradNorm;
+  t.optimizer.trustCoefficient = options.lrTrust;
   t.accumulation = requirements.accumulation;
   t.sharedSteps = requirements.sharedSteps;
   t.strategyOptions = strategyOptions;
@@ -505,6 +525,9 @@ void train(const TrainOptions& options) {
   const bool lead = rankEnv.rank == 0;
   const Device device = selectDevice(options.device, rankEnv.localRank);
   const TrainerOptions trainer = trainerOptions(options, requirements, strategyOptions);
+  if (lead && options.lrScaling == "linear") {
+    fmt::print("learning rate {:g} scaled linearly to the global batch: {:g}\n", options.lr, trainer.schedule.baseLr);
+  }
   RankLinks links = connectRank(rankEnv, requirements, device, trainer.timeout);
   std::optional<LossScaler> lossScaler;
   if (const std::optional<LossScalerOptions> scaling = lossScalerOptionsOf(options.device)) {
@@ -617,8 +640,12 @@ void addTrainCommand(CLI::App& app) {
   c->add_option("--stop-after-epoch", o->stopAfterEpoch,
                 "stop cleanly after this epoch, keeping the schedule of --epochs (resume later with --resume)");
   c->add_option("--batch-size", o->batchSize, "samples per step")->check(CLI::PositiveNumber);
-  c->add_option("--optimizer", o->optimizer, "sgd | adam | adamw");
+  c->add_option("--optimizer", o->optimizer, "sgd | adam | adamw | lars | lamb (layer-wise trust ratios)");
   c->add_option("--lr", o->lr, "learning rate");
+  c->add_option("--lr-scaling", o->lrScaling,
+                "none | linear: --lr times the global batch over --lr-reference-batch (Goyal et al.)");
+  c->add_option("--lr-reference-batch", o->lrReferenceBatch, "the global batch --lr was tuned for (default 256)");
+  c->add_option("--lars-trust", o->lrTrust, "LARS's trust coefficient eta (default 0.001)");
   c->add_option("--momentum", o->momentum, "SGD momentum");
   c->add_flag("--nesterov", o->nesterov, "Nesterov momentum");
   c->add_option("--weight-decay", o->weightDecay, "weight decay (decoupled for adamw)");

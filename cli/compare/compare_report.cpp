@@ -64,6 +64,17 @@ bool done(const nlohmann::json& r) {
   return r["status"] == "done";
 }
 
+// "0.59 (1.4%)": the gradient MiB a rank sent per step and their share of an uncompressed all-reduce's; "-" for
+// strategies that do not report them.
+std::string gradientBytesCell(const nlohmann::json& r) {
+  const nlohmann::json bytes = r.value("gradient_bytes_per_step", nlohmann::json());
+  const nlohmann::json ratio = r.value("compression_ratio", nlohmann::json());
+  if (!bytes.is_number() || !ratio.is_number()) {
+    return "-";
+  }
+  return fmt::format("{:.2f} ({:.1f}%)", bytes.get<double>() / (1 << 20), 100.0 * ratio.get<double>());
+}
+
 std::string configTitle(const nlohmann::json& r) {
   return fmt::format("{}, {} rank{}", r["label"].get<std::string>(), r["world_size"].get<int>(),
                      r["world_size"].get<int>() == 1 ? "" : "s");
@@ -196,11 +207,12 @@ std::vector<Table> tables(const nlohmann::json& results) {
         "running time that overlapped compute; comm. CPU: the CPU a rank's communication threads used, as a share of "
         "one core over the training time (on the CPU they share the cores with the compute). Predicted: `strata plan` "
         "before the run, with its error against the measurement (step time: the median logged step after the first "
-        "log point).");
-    t.headers = {"model",     "configuration", "status",        "time (s)",      "samples/s",
-                 "step (ms)", "final loss",    "test metric",   "peak/rank MiB", "comm. (s)",
-                 "hidden",    "comm. CPU",     "predicted MiB", "mem. error",    "predicted step (ms)",
-                 "step error"};
+        "log point). Grad. MiB/step: the gradients' bytes a rank handed to collectives per step, and their share of "
+        "an uncompressed all-reduce's (docs/compression.md).");
+    t.headers = {
+        "model",       "configuration",       "status",    "time (s)", "samples/s", "step (ms)",      "final loss",
+        "test metric", "peak/rank MiB",       "comm. (s)", "hidden",   "comm. CPU", "grad. MiB/step", "predicted MiB",
+        "mem. error",  "predicted step (ms)", "step error"};
     for (const nlohmann::json& r : results) {
       const nlohmann::json& p = r["prediction"];
       t.rows.push_back(
@@ -212,7 +224,7 @@ std::vector<Table> tables(const nlohmann::json& results) {
            orDash(r.value("training_peak_memory_bytes", nlohmann::json()), "{:.1f}", 1.0 / (1 << 20)),
            orDash(r.value("communication_s", nlohmann::json()), "{:.2f}"),
            orDash(r.value("hidden_communication", nlohmann::json()), "{:.0f}%", 100.0),
-           orDash(communicationCpuShare(r), "{:.0f}%", 100.0),
+           orDash(communicationCpuShare(r), "{:.0f}%", 100.0), gradientBytesCell(r),
            p.is_object() ? orDash(p["peak_memory_bytes"], "{:.1f}", 1.0 / (1 << 20)) : "-",
            percentError(p, "memory_error"), p.is_object() ? orDash(p["step_time_s"], "{:.1f}", 1000.0) : "-",
            percentError(p, "step_time_error")});
@@ -584,7 +596,9 @@ std::string csv(const nlohmann::json& results) {
                                             "communication_s",
                                             "collective_s",
                                             "hidden_communication",
-                                            "communication_cpu_s"};
+                                            "communication_cpu_s",
+                                            "gradient_bytes_per_step",
+                                            "compression_ratio"};
   std::string out = fmt::format("{},predicted_peak_memory_bytes,memory_error,predicted_step_time_s,step_time_error",
                                 fmt::join(columns, ","));
   for (std::size_t c = 0; c < kMemoryCategoryCount; ++c) {

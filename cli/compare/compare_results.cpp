@@ -120,6 +120,8 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
     double collective = 0;
     double compute = 0;
     double communicationCpu = 0;
+    double gradientBytesSent = 0;
+    double gradientBytesUncompressed = 0;
     for (const nlohmann::json& rank : summary->value("ranks", nlohmann::json::array())) {
       ranks.push_back({{"rank", rank.value("rank", 0)},
                        {"peak_memory_bytes", rank.value("peak_memory_bytes", 0)},
@@ -137,6 +139,8 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
       collective += number(rank, "collective_s");
       compute += number(rank, "compute_s");
       communicationCpu += number(rank, "communication_cpu_s");
+      gradientBytesSent += number(rank, "gradient_bytes_sent");
+      gradientBytesUncompressed += number(rank, "gradient_bytes_uncompressed");
     }
     const double n = std::max<double>(1.0, static_cast<double>(ranks.size()));
     r["ranks"] = ranks;
@@ -146,6 +150,13 @@ nlohmann::json configurationResult(const CompareConfiguration& c, const RunState
     r["communication_s"] = communication / n;
     r["collective_s"] = collective / n;
     r["communication_cpu_s"] = communicationCpu / n;  // what moving the bytes cost in CPU (Note [Thread names])
+    // The gradients' bytes a rank handed to collectives per step, and the compression ratio they measure (strategies
+    // that report them: ddp; docs/compression.md).
+    const double steps = number(*summary, "steps");
+    r["gradient_bytes_per_step"] =
+        gradientBytesUncompressed > 0 && steps > 0 ? nlohmann::json(gradientBytesSent / n / steps) : nullptr;
+    r["compression_ratio"] =
+        gradientBytesUncompressed > 0 ? nlohmann::json(gradientBytesSent / gradientBytesUncompressed) : nullptr;
     // communication_s is the time a rank waited; collective_s the time the collectives ran (strategies that
     // overlap report both): what ran and was not waited for was hidden behind compute.
     r["hidden_communication"] =

@@ -23,6 +23,44 @@ std::int64_t positiveInteger(const std::string& key, const std::string& value) {
   return integerAtLeast(key, value, 1);
 }
 
+// compress=SPEC: FSDP reduce-scatters dense shards, so only the 16-bit compressors fit it; they are reduce_dtype's
+// 16-bit reduce-scatter. The others are refused, each saying why (docs/compression.md).
+void applyCompression(const std::string& compress, const std::map<std::string, std::string>& options,
+                      FsdpOptions& parsed) {
+  if (compress.empty() || compress == "none") {
+    return;
+  }
+  const std::string name = compress.substr(0, compress.find(':'));
+  if ((name == "fp16" || name == "bf16") && compress == name) {
+    const DType wire = name == "fp16" ? DType::Float16 : DType::BFloat16;
+    if (options.count("reduce_dtype") != 0 && parsed.reduceType != wire) {
+      fail(
+          "fsdp: --strategy-opt compress={} and reduce_dtype={} disagree (compress=fp16/bf16 is reduce_dtype's "
+          "16-bit reduce-scatter)",
+          compress, options.at("reduce_dtype"));
+    }
+    parsed.reduceType = wire;
+    return;
+  }
+  const char* why = name == "topk" || name == "sign"
+                        ? "it exchanges sparse or bit-packed values by all-gather, and a reduce-scatter adds dense "
+                          "shards"
+                    : name == "powersgd" ? "it factors whole matrices, which no rank holds after a reduce-scatter"
+                    : name == "randomk"  ? "random-k over shards is not built yet"
+                    : name == "fp16" || name == "bf16" ? "fp16 and bf16 take no options"
+                                                       : nullptr;
+  if (why == nullptr) {
+    fail(
+        "fsdp: --strategy-opt compress={}: unknown compressor '{}' (built in: fp16, bf16, topk, randomk, sign, "
+        "powersgd)",
+        compress, name);
+  }
+  fail(
+      "fsdp: --strategy-opt compress={} cannot be used with fsdp: {}; fsdp takes compress=fp16 or bf16 (ddp takes "
+      "every compressor)",
+      compress, why);
+}
+
 }  // namespace
 
 const char* levelName(ShardLevel level) {
@@ -50,6 +88,7 @@ const char* offloadName(Offload offload) {
 }
 
 FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) {
+  std::string compress;
   FsdpOptions parsed;
   for (const auto& [key, value] : options) {
     if (key == "shard") {
@@ -98,6 +137,8 @@ FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) 
       } else {
         fail("fsdp: unknown --strategy-opt reduce_dtype={} (known: fp32, bf16, fp16)", value);
       }
+    } else if (key == "compress") {
+      compress = value;
     } else if (key == "offload") {
       if (value != "none" && value != "optimizer" && value != "params") {
         fail("fsdp: unknown --strategy-opt offload={} (known: none, optimizer, params)", value);
@@ -106,10 +147,11 @@ FsdpOptions parseFsdpOptions(const std::map<std::string, std::string>& options) 
     } else {
       fail(
           "fsdp: unknown --strategy-opt '{}' (known: shard, units, unit_params, small_module_params, max_inflight, "
-          "accumulate, reduce_dtype, offload, timeout_s)",
+          "accumulate, reduce_dtype, offload, timeout_s, compress)",
           key);
     }
   }
+  applyCompression(compress, options, parsed);
   // Combinations, refused here so that the launcher stops before any rank starts.
   if (parsed.accumulate == AccumulateIn::Sharded && parsed.level == ShardLevel::None) {
     fail("fsdp: accumulate=sharded needs shard=full or shard=grad_op (shard=none keeps full gradients)");

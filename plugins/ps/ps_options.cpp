@@ -121,6 +121,12 @@ PsOptions parsePsOptions(const std::map<std::string, std::string>& options) {
       o.trace = value;
     } else if (key == "timeout_s") {
       o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(real(key, value) * 1000));
+    } else if (key == "compress") {
+      // Named apart from unknown keys: ddp takes it, and a user comparing strategies passes it here too.
+      fail(
+          "ps: --strategy-opt compress={}: the parameter server does not compress its pushes and pulls yet (ddp "
+          "does: docs/compression.md)",
+          value);
     } else {
       fail("ps: unknown --strategy-opt '{}' (known: {})", key, kKnown);
     }

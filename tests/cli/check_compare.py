@@ -127,6 +127,16 @@ def main():
         communication_cpu = sum(rank["communication_cpu_s"] for rank in summary["ranks"]) / len(summary["ranks"])
         same(r["communication_cpu_s"], communication_cpu, f"{name} communication_cpu_s (mean of the ranks)")
         same(float(rows[name]["communication_cpu_s"]), communication_cpu, f"{name} results.csv communication_cpu_s")
+        # The gradients' bytes per step and compression ratio, from the ranks' own counts (ddp reports them).
+        if all("gradient_bytes_uncompressed" in rank for rank in summary["ranks"]):
+            sent = sum(rank["gradient_bytes_sent"] for rank in summary["ranks"])
+            whole = sum(rank["gradient_bytes_uncompressed"] for rank in summary["ranks"])
+            per_step = sent / len(summary["ranks"]) / summary["steps"]
+            same(r["gradient_bytes_per_step"], per_step, f"{name} gradient_bytes_per_step")
+            same(float(rows[name]["gradient_bytes_per_step"]), per_step, f"{name} results.csv gradient_bytes_per_step")
+            same(r["compression_ratio"], sent / whole, f"{name} compression_ratio")
+        elif r["gradient_bytes_per_step"] is not None or rows[name]["gradient_bytes_per_step"] != "":
+            fail(f"{name}: gradient bytes reported for a strategy that counts none")
         peak = max(rank["training_peak_memory_bytes"] for rank in summary["ranks"])
         same(r["training_peak_memory_bytes"], float(peak), f"{name} peak")
         same(float(rows[name]["training_peak_memory_bytes"]), float(peak), f"{name} results.csv peak")

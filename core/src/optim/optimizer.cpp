@@ -4,6 +4,7 @@
 #include <mutex>
 #include <utility>
 
+#include "layer_adaptive.h"
 #include "strata/error.h"
 #include "strata/optim/device_optimizer.h"
 #include "strata/thread_pool.h"
@@ -149,6 +150,17 @@ std::vector<ParameterSlice> flatBuffersOf(const ParameterStore& store) {
   return slices;
 }
 
+std::vector<std::vector<LayerSpan>> layersOf(const ParameterStore& store) {
+  std::vector<std::vector<LayerSpan>> layers(store.groupCount());
+  for (std::size_t g = 0; g < store.groupCount(); ++g) {
+    for (const std::size_t p : store.groupMembers(g)) {
+      const ParameterInfo& info = store.info(p);
+      layers[g].push_back({info.offset, info.meta.numel(), info.meta.shape.size() >= 2});
+    }
+  }
+  return layers;
+}
+
 }  // namespace
 
 OptimizerKind parseOptimizerKind(const std::string& name) {
@@ -158,21 +170,36 @@ OptimizerKind parseOptimizerKind(const std::string& name) {
     return OptimizerKind::Adam;
   if (name == "adamw")
     return OptimizerKind::AdamW;
-  fail("unknown optimizer '{}' (choose sgd, adam or adamw)", name);
+  if (name == "lars")
+    return OptimizerKind::Lars;
+  if (name == "lamb")
+    return OptimizerKind::Lamb;
+  fail("unknown optimizer '{}' (choose sgd, adam, adamw, lars or lamb)", name);
 }
 
 std::size_t optimizerStatesPerSlice(const OptimizerOptions& options) {
-  if (options.kind == OptimizerKind::Sgd) {
+  if (options.kind == OptimizerKind::Sgd || options.kind == OptimizerKind::Lars) {
     return options.momentum != 0.0 ? 1 : 0;
   }
   return 2;
 }
 
 Optimizer::Optimizer(ParameterStore& store, const OptimizerOptions& options)
-    : Optimizer(flatBuffersOf(store), options) {}
+    : Optimizer(flatBuffersOf(store), layersOf(store), options) {}
 
 Optimizer::Optimizer(std::vector<ParameterSlice> slices, const OptimizerOptions& options)
-    : slices_(std::move(slices)), options_(options) {
+    : Optimizer(std::move(slices), {}, options) {}
+
+Optimizer::Optimizer(std::vector<ParameterSlice> slices, std::vector<std::vector<LayerSpan>> layers,
+                     const OptimizerOptions& options)
+    : slices_(std::move(slices)), layers_(std::move(layers)), options_(options) {
+  if (layerAdaptive(options.kind)) {
+    STRATA_CHECK(layers_.size() == slices_.size(),
+                 "--optimizer {} adapts each layer's step to its own norms, but this optimizer is over slices of the "
+                 "parameters (a sharding strategy's shards or a parameter server's key ranges) that do not say "
+                 "which layer they hold; use ddp or single, or sgd/adam/adamw",
+                 options.kind == OptimizerKind::Lars ? "lars" : "lamb");
+  }
   for (std::size_t s = 0; s < slices_.size(); ++s) {
     const Tensor& p = slices_[s].parameters;
     const Tensor& g = slices_[s].gradients;
@@ -220,6 +247,13 @@ void Optimizer::update(std::size_t s, double lr, double gradScale) {
   const std::size_t n = slices_.size();
   const Tensor first = state_.size() > s ? state_[s] : Tensor();
   const Tensor second = state_.size() > n + s ? state_[n + s] : Tensor();
+  if (layerAdaptive(options_.kind)) {
+    STRATA_CHECK(param.device().type == DeviceType::CPU,
+                 "--optimizer lars and lamb run on the CPU backend only for now (parameters on {})",
+                 param.device().toString());
+    layerAdaptiveUpdate(slices_[s], layers_[s], options_, first, second, lr, gradScale, steps_);
+    return;
+  }
   if (param.device().type != DeviceType::CPU) {
     deviceUpdate(slices_[s], options_, first, second, lr, gradScale, steps_);
     return;

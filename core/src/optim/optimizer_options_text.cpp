@@ -19,6 +19,10 @@ const char* kindName(OptimizerKind kind) {
       return "adam";
     case OptimizerKind::AdamW:
       return "adamw";
+    case OptimizerKind::Lars:
+      return "lars";
+    case OptimizerKind::Lamb:
+      return "lamb";
   }
   return "sgd";
 }
@@ -41,9 +45,9 @@ double number(const std::map<std::string, std::string>& fields, const std::strin
 std::string optimizerOptionsToText(const OptimizerOptions& o) {
   return fmt::format(
       "kind={} momentum={:.17g} dampening={:.17g} nesterov={} weight_decay={:.17g} beta1={:.17g} beta2={:.17g} "
-      "epsilon={:.17g} max_grad_norm={:.17g}",
+      "epsilon={:.17g} max_grad_norm={:.17g} trust_coefficient={:.17g}",
       kindName(o.kind), o.momentum, o.dampening, o.nesterov ? 1 : 0, o.weightDecay, o.beta1, o.beta2, o.epsilon,
-      o.maxGradNorm);
+      o.maxGradNorm, o.trustCoefficient);
 }
 
 OptimizerOptions optimizerOptionsFromText(std::string_view text) {
@@ -71,6 +75,9 @@ OptimizerOptions optimizerOptionsFromText(std::string_view text) {
   o.beta2 = number(fields, "beta2");
   o.epsilon = number(fields, "epsilon");
   o.maxGradNorm = number(fields, "max_grad_norm");
+  if (fields.count("trust_coefficient") != 0) {  // absent from texts written before LARS
+    o.trustCoefficient = number(fields, "trust_coefficient");
+  }
   return o;
 }
 

@@ -60,7 +60,7 @@ TEST(OptimizerTest, LearningRateSchedules) {
   EXPECT_NEAR(learningRateAt(cosine, 50), 0.5, 1e-12);
   EXPECT_NEAR(learningRateAt(cosine, 100), 0.0, 1e-12);
   EXPECT_THROW(parseLrScheduleKind("linear"), Error);
-  EXPECT_THROW(parseOptimizerKind("lamb"), Error);
+  EXPECT_THROW(parseOptimizerKind("lion"), Error);
 }
 
 }  // namespace

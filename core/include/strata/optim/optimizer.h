@@ -12,7 +12,9 @@
 
 namespace strata {
 
-enum class OptimizerKind { Sgd, Adam, AdamW };
+// Lars and Lamb adapt each layer's step to the ratio of its weights' norm to its update's (Note [Layer-wise trust
+// ratios] in src/optim/layer_adaptive.cpp).
+enum class OptimizerKind { Sgd, Adam, AdamW, Lars, Lamb };
 
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::Sgd;
@@ -23,7 +25,16 @@ struct OptimizerOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1e-8;
-  double maxGradNorm = 0.0;  // > 0: clip gradients by their global L2 norm first
+  double maxGradNorm = 0.0;         // > 0: clip gradients by their global L2 norm first
+  double trustCoefficient = 0.001;  // LARS's eta
+};
+
+// One parameter inside a flat buffer, for the layer-wise optimizers: its elements and whether its update is
+// adapted (two or more dimensions; biases and normalisation parameters are not, as the LARS and LAMB papers do).
+struct LayerSpan {
+  std::int64_t offset = 0;
+  std::int64_t numel = 0;
+  bool adapted = false;
 };
 
 OptimizerKind parseOptimizerKind(const std::string& name);
@@ -38,6 +49,10 @@ class Optimizer final : public SliceOptimizer {
   Optimizer(ParameterStore& store, const OptimizerOptions& options);
   // Slices of equal-length parameter and gradient views, each pair of one dtype and device.
   Optimizer(std::vector<ParameterSlice> slices, const OptimizerOptions& options);
+  // Over slices whose parameters are known: layers[s] lists the parameters of slice s (the layer-wise optimizers
+  // need them and refuse slices without).
+  Optimizer(std::vector<ParameterSlice> slices, std::vector<std::vector<LayerSpan>> layers,
+            const OptimizerOptions& options);
 
   // One update with learning rate lr. Returns the L2 norm of the slices' gradients (before clipping, loss scale
   // divided out; 0 when neither clipping nor a scaler needs it). With a loss scaler, gradients that overflowed are
@@ -65,6 +80,7 @@ class Optimizer final : public SliceOptimizer {
   void update(std::size_t s, double lr, double gradScale);
 
   std::vector<ParameterSlice> slices_;
+  std::vector<std::vector<LayerSpan>> layers_;
   OptimizerOptions options_;
   std::vector<Tensor> state_;
   std::int64_t steps_ = 0;
