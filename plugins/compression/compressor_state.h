@@ -50,4 +50,36 @@ std::int64_t nextStep(Tensor& counter);
 // A seed that is the same on every rank for (seed, bucket, step) and differs between them.
 std::uint64_t mixSeed(std::uint64_t seed, int bucket, std::int64_t step);
 
+// What the host-side compressors share: their specification, their state, host buckets only, and the dispatch
+// of a bucket to Derived::reduce<T> for its dtype. Derived provides prepareBucket(bucket) and reduce<T>(bucket,
+// group, timeout), and befriends this class.
+template <typename Derived>
+class HostCompressor : public GradientCompressor {
+ public:
+  explicit HostCompressor(std::string text) : text_(std::move(text)) {}
+
+  std::string describe() const final { return text_; }
+
+  void prepare(const std::vector<GradientBucket>& buckets) final {
+    requireHostBuckets(text_, buckets);
+    for (const GradientBucket& bucket : buckets) {
+      static_cast<Derived*>(this)->prepareBucket(bucket);
+    }
+  }
+
+  CompressionTraffic allReduce(GradientBucket& bucket, ProcessGroup& group, std::chrono::milliseconds timeout) final {
+    CompressionTraffic traffic;
+    dispatchGradient(text_, bucket.gradient.dtype(), [&]<typename T>() {
+      traffic = static_cast<Derived*>(this)->template reduce<T>(bucket, group, timeout);
+    });
+    return traffic;
+  }
+
+  std::vector<std::pair<std::string, Tensor>> state() final { return state_.all(); }
+
+ protected:
+  std::string text_;
+  BucketState state_;
+};
+
 }  // namespace strata::compression

@@ -83,10 +83,10 @@ void orthogonalize(T* a, std::int64_t rows, std::int64_t cols, double epsilon) {
   std::copy(m.begin(), m.end(), a);
 }
 
-class PowerSgdCompressor final : public GradientCompressor {
+class PowerSgdCompressor final : public HostCompressor<PowerSgdCompressor> {
  public:
   explicit PowerSgdCompressor(CompressorSpec& spec)
-      : text_(spec.text()),
+      : HostCompressor(spec.text()),
         rank_(spec.integer("rank", 1, 1, 1 << 20)),
         startIter_(spec.integer("start_iter", 0, 0, 1LL << 40)),
         minRate_(spec.number("min_rate", 2.0, 0.0, 1e30)),
@@ -95,47 +95,34 @@ class PowerSgdCompressor final : public GradientCompressor {
         seed_(static_cast<std::uint64_t>(spec.integer("seed", 0, 0, 1LL << 62))),
         epsilon_(spec.number("epsilon", 0.0, 0.0, 1.0)) {}
 
-  std::string describe() const override { return text_; }
-
-  void prepare(const std::vector<GradientBucket>& buckets) override {
-    requireHostBuckets(text_, buckets);
-    for (const GradientBucket& bucket : buckets) {
-      BucketPlan plan;
-      for (const GradientSegment& segment : bucket.segments) {
-        const std::int64_t r = std::min({segment.rows, segment.cols, rank_});
-        const bool worth = segment.matrix && static_cast<double>((segment.rows + segment.cols) * r) * minRate_ <
-                                                 static_cast<double>(segment.numel());
-        if (worth) {
-          plan.matrices.push_back({segment.offset, segment.rows, segment.cols, r, plan.pElements, plan.qElements});
-          plan.pElements += segment.rows * r;
-          plan.qElements += segment.cols * r;
-        } else {
-          plan.plain.push_back(segment);
-          plan.plainElements += segment.numel();
-        }
+  void prepareBucket(const GradientBucket& bucket) {
+    BucketPlan plan;
+    for (const GradientSegment& segment : bucket.segments) {
+      const std::int64_t r = std::min({segment.rows, segment.cols, rank_});
+      const bool worth = segment.matrix && static_cast<double>((segment.rows + segment.cols) * r) * minRate_ <
+                                               static_cast<double>(segment.numel());
+      if (worth) {
+        plan.matrices.push_back({segment.offset, segment.rows, segment.cols, r, plan.pElements, plan.qElements});
+        plan.pElements += segment.rows * r;
+        plan.qElements += segment.cols * r;
+      } else {
+        plan.plain.push_back(segment);
+        plan.plainElements += segment.numel();
       }
-      const DType dtype = bucket.gradient.dtype();
-      if (errorFeedback_) {
-        state_.add("residual", bucket.index, dtype, bucket.gradient.numel());
-      }
-      state_.add("q", bucket.index, dtype, std::max<std::int64_t>(plan.qElements, 1));
-      state_.add("q_ready", bucket.index, DType::Int64, 1);
-      state_.add("steps", bucket.index, DType::Int64, 1);
-      plans_[bucket.index] = std::move(plan);
     }
+    const DType dtype = bucket.gradient.dtype();
+    if (errorFeedback_) {
+      state_.add("residual", bucket.index, dtype, bucket.gradient.numel());
+    }
+    state_.add("q", bucket.index, dtype, std::max<std::int64_t>(plan.qElements, 1));
+    state_.add("q_ready", bucket.index, DType::Int64, 1);
+    state_.add("steps", bucket.index, DType::Int64, 1);
+    plans_[bucket.index] = std::move(plan);
   }
-
-  CompressionTraffic allReduce(GradientBucket& bucket, ProcessGroup& group,
-                               std::chrono::milliseconds timeout) override {
-    CompressionTraffic traffic;
-    dispatchGradient(text_, bucket.gradient.dtype(),
-                     [&]<typename T>() { traffic = reduce<T>(bucket, group, timeout); });
-    return traffic;
-  }
-
-  std::vector<std::pair<std::string, Tensor>> state() override { return state_.all(); }
 
  private:
+  friend class HostCompressor<PowerSgdCompressor>;
+
   template <typename T>
   CompressionTraffic reduce(GradientBucket& bucket, ProcessGroup& group, std::chrono::milliseconds timeout) {
     const auto bytes = static_cast<std::int64_t>(bucket.gradient.bytes());
@@ -273,7 +260,6 @@ class PowerSgdCompressor final : public GradientCompressor {
     }
   }
 
-  std::string text_;
   std::int64_t rank_;
   std::int64_t startIter_;
   double minRate_;
@@ -281,7 +267,6 @@ class PowerSgdCompressor final : public GradientCompressor {
   bool errorFeedback_;
   std::uint64_t seed_;
   double epsilon_;
-  BucketState state_;
   std::map<int, BucketPlan> plans_;
 };
 

@@ -12,34 +12,21 @@
 namespace strata::compression {
 namespace {
 
-class RandomKCompressor final : public GradientCompressor {
+class RandomKCompressor final : public HostCompressor<RandomKCompressor> {
  public:
   explicit RandomKCompressor(CompressorSpec& spec)
-      : text_(spec.text()),
+      : HostCompressor(spec.text()),
         ratio_(spec.number("ratio", 0.01, 0.0, 1.0, /*lowOpen=*/true)),
         seed_(static_cast<std::uint64_t>(spec.integer("seed", 0, 0, 1LL << 62))) {}
 
-  std::string describe() const override { return text_; }
-
-  void prepare(const std::vector<GradientBucket>& buckets) override {
-    requireHostBuckets(text_, buckets);
-    for (const GradientBucket& bucket : buckets) {
-      state_.add("residual", bucket.index, bucket.gradient.dtype(), bucket.gradient.numel());
-      state_.add("steps", bucket.index, DType::Int64, 1);
-    }
+  void prepareBucket(const GradientBucket& bucket) {
+    state_.add("residual", bucket.index, bucket.gradient.dtype(), bucket.gradient.numel());
+    state_.add("steps", bucket.index, DType::Int64, 1);
   }
-
-  CompressionTraffic allReduce(GradientBucket& bucket, ProcessGroup& group,
-                               std::chrono::milliseconds timeout) override {
-    CompressionTraffic traffic;
-    dispatchGradient(text_, bucket.gradient.dtype(),
-                     [&]<typename T>() { traffic = reduce<T>(bucket, group, timeout); });
-    return traffic;
-  }
-
-  std::vector<std::pair<std::string, Tensor>> state() override { return state_.all(); }
 
  private:
+  friend class HostCompressor<RandomKCompressor>;
+
   template <typename T>
   CompressionTraffic reduce(GradientBucket& bucket, ProcessGroup& group, std::chrono::milliseconds timeout) {
     const std::int64_t n = bucket.gradient.numel();
@@ -80,10 +67,8 @@ class RandomKCompressor final : public GradientCompressor {
     return chosen;
   }
 
-  std::string text_;
   double ratio_;
   std::uint64_t seed_;
-  BucketState state_;
 };
 
 }  // namespace

@@ -12,30 +12,17 @@
 namespace strata::compression {
 namespace {
 
-class SignCompressor final : public GradientCompressor {
+class SignCompressor final : public HostCompressor<SignCompressor> {
  public:
-  explicit SignCompressor(CompressorSpec& spec) : text_(spec.text()) {}
+  explicit SignCompressor(CompressorSpec& spec) : HostCompressor(spec.text()) {}
 
-  std::string describe() const override { return text_; }
-
-  void prepare(const std::vector<GradientBucket>& buckets) override {
-    requireHostBuckets(text_, buckets);
-    for (const GradientBucket& bucket : buckets) {
-      state_.add("residual", bucket.index, bucket.gradient.dtype(), bucket.gradient.numel());
-    }
+  void prepareBucket(const GradientBucket& bucket) {
+    state_.add("residual", bucket.index, bucket.gradient.dtype(), bucket.gradient.numel());
   }
-
-  CompressionTraffic allReduce(GradientBucket& bucket, ProcessGroup& group,
-                               std::chrono::milliseconds timeout) override {
-    CompressionTraffic traffic;
-    dispatchGradient(text_, bucket.gradient.dtype(),
-                     [&]<typename T>() { traffic = reduce<T>(bucket, group, timeout); });
-    return traffic;
-  }
-
-  std::vector<std::pair<std::string, Tensor>> state() override { return state_.all(); }
 
  private:
+  friend class HostCompressor<SignCompressor>;
+
   // The payload, in float32 slots (Note [Indices in float slots] in top_k.cpp): the sign words, then the scales.
   template <typename T>
   CompressionTraffic reduce(GradientBucket& bucket, ProcessGroup& group, std::chrono::milliseconds timeout) {
@@ -91,9 +78,6 @@ class SignCompressor final : public GradientCompressor {
     }
     return {static_cast<std::int64_t>(mine.bytes()), static_cast<std::int64_t>(bucket.gradient.bytes())};
   }
-
-  std::string text_;
-  BucketState state_;
 };
 
 }  // namespace

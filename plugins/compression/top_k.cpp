@@ -23,30 +23,25 @@ namespace {
 template <typename T>
 using IndexBits = std::conditional_t<sizeof(T) == 4, std::int32_t, std::int64_t>;
 
-class TopKCompressor final : public GradientCompressor {
+class TopKCompressor final : public HostCompressor<TopKCompressor> {
  public:
   explicit TopKCompressor(CompressorSpec& spec)
-      : text_(spec.text()),
+      : HostCompressor(spec.text()),
         ratio_(spec.number("ratio", 0.01, 0.0, 1.0, /*lowOpen=*/true)),
         momentum_(spec.number("momentum", 0.0, 0.0, 0.999999)),
         clip_(spec.number("clip", 0.0, 0.0, 1e30)),
         warmupSteps_(spec.integer("warmup_steps", 0, 0, 1LL << 40)) {}
 
-  std::string describe() const override { return text_; }
-
-  void prepare(const std::vector<GradientBucket>& buckets) override {
-    requireHostBuckets(text_, buckets);
-    for (const GradientBucket& bucket : buckets) {
-      if (bucket.gradient.dtype() == DType::Float32 && bucket.gradient.numel() > (1LL << 31) - 1) {
-        fail("compressor '{}': bucket {} holds {} elements, more than a float32 slot's index can name", text_,
-             bucket.index, bucket.gradient.numel());
-      }
-      state_.add("residual", bucket.index, bucket.gradient.dtype(), bucket.gradient.numel());
-      if (momentum_ > 0) {
-        state_.add("velocity", bucket.index, bucket.gradient.dtype(), bucket.gradient.numel());
-      }
-      state_.add("steps", bucket.index, DType::Int64, 1);
+  void prepareBucket(const GradientBucket& bucket) {
+    if (bucket.gradient.dtype() == DType::Float32 && bucket.gradient.numel() > (1LL << 31) - 1) {
+      fail("compressor '{}': bucket {} holds {} elements, more than a float32 slot's index can name", text_,
+           bucket.index, bucket.gradient.numel());
     }
+    state_.add("residual", bucket.index, bucket.gradient.dtype(), bucket.gradient.numel());
+    if (momentum_ > 0) {
+      state_.add("velocity", bucket.index, bucket.gradient.dtype(), bucket.gradient.numel());
+    }
+    state_.add("steps", bucket.index, DType::Int64, 1);
   }
 
   // The fraction of elements sent at a step: R after the warm-up, R^((step + 1) / S) during it.
@@ -57,17 +52,9 @@ class TopKCompressor final : public GradientCompressor {
     return std::pow(ratio_, static_cast<double>(step + 1) / static_cast<double>(warmupSteps_));
   }
 
-  CompressionTraffic allReduce(GradientBucket& bucket, ProcessGroup& group,
-                               std::chrono::milliseconds timeout) override {
-    CompressionTraffic traffic;
-    dispatchGradient(text_, bucket.gradient.dtype(),
-                     [&]<typename T>() { traffic = reduce<T>(bucket, group, timeout); });
-    return traffic;
-  }
-
-  std::vector<std::pair<std::string, Tensor>> state() override { return state_.all(); }
-
  private:
+  friend class HostCompressor<TopKCompressor>;
+
   template <typename T>
   CompressionTraffic reduce(GradientBucket& bucket, ProcessGroup& group, std::chrono::milliseconds timeout) {
     const std::int64_t n = bucket.gradient.numel();
@@ -171,12 +158,10 @@ class TopKCompressor final : public GradientCompressor {
     return order;
   }
 
-  std::string text_;
   double ratio_;
   double momentum_;
   double clip_;
   std::int64_t warmupSteps_;
-  BucketState state_;
 };
 
 }  // namespace
