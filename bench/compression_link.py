@@ -3,16 +3,19 @@
 comm hook at the same rank), two nodes joined by a rate-limited link, one run.
 
 The link: two network namespaces joined by a veth pair (scripts/netns.sh), each end's sending rate limited by tc's
-tbf qdisc (`scripts/netns.sh rate 100mbit`). One rank per node, one thread each, ResNet-18 for Fashion-MNIST
-(torchvision's, first convolution on 1 channel, 10 classes, exported once here so both start from the same weights).
+tbf qdisc (`scripts/netns.sh rate 100mbit`). One rank per node, one thread each. --model resnet18: ResNet-18 for
+Fashion-MNIST (torchvision's, first convolution on 1 channel, 10 classes); --model gpt: a GPT-2-style decoder over
+bytes (models/make_gpt.py: 4 layers, 256 wide, 4 heads, sequence 128, 3.4M parameters) on the built-in corpus
+(`--data text`). Each is built once here from one seed, so Strata and PyTorch start from the same weights.
 
 Timing, per rate: every configuration trains --steps + 2 steps on the two nodes (synthetic data of the same shape);
 the median step time of node 0 after two warm-up steps (Strata: metrics.jsonl's step_time_ms; PyTorch: wall time
 of zero_grad, forward, backward, step), and the gradient bytes each rank handed to collectives per step (Strata:
 summary.json's gradient_bytes_sent; PyTorch's hook: the tensors it passes to all_reduce, counted by a wrapper;
 plain PyTorch DDP: the parameters' bytes, which its reducer all-reduces).
-Accuracy: the same configurations on loopback (the link changes time, not arithmetic) for --accuracy-steps steps on
-Fashion-MNIST, then the test accuracy on its 10,000 test images.
+Accuracy: the same configurations on loopback (the link changes time, not arithmetic) for --accuracy-steps steps,
+then ResNet-18's test accuracy on Fashion-MNIST's 10,000 test images, or the GPT's validation perplexity (Strata:
+the last 5% of the corpus's windows; PyTorch: the same windows of the token file Strata's first run wrote).
 
 Run as root (network namespaces) with the current PyTorch (../shared/tools/peer-torch.sh):
   eval "$(cat /tmp/peer-torch.env)"; sudo "$PEER_PY" bench/compression_link.py --rates 100mbit,1gbit
@@ -44,12 +47,37 @@ def resnet18():
     return model
 
 
-def export(path, batch):
+GPT = dict(layers=4, width=256, heads=4, vocab=256, seq_len=128)
+
+
+def gpt():
+    import torch
+    sys.path.insert(0, os.path.join(HERE, "..", "models"))
+    import make_gpt
+    torch.manual_seed(0)
+    return make_gpt.Gpt(**GPT)
+
+
+def build(name):
+    import torch
+    torch.manual_seed(0)
+    return gpt() if name == "gpt" else resnet18()
+
+
+def export(path, batch, name):
     import warnings
     import torch
     warnings.filterwarnings("ignore")
-    torch.manual_seed(0)
-    model = resnet18().train()
+    if name == "gpt":  # make_gpt.export's arguments, without the dynamo exporter the current PyTorch defaults to
+        kwargs = dict(input_names=["input"], output_names=["logits"], dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}},
+                      opset_version=17, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+        idx = torch.zeros(2, GPT["seq_len"], dtype=torch.int64)
+        try:
+            torch.onnx.export(build("gpt").train(), idx, path, dynamo=False, **kwargs)
+        except TypeError:
+            torch.onnx.export(build("gpt").train(), idx, path, **kwargs)
+        return
+    model = build(name).train()
     kwargs = dict(opset_version=17, do_constant_folding=False, training=torch.onnx.TrainingMode.TRAINING)
     try:  # the current PyTorch exports with dynamo unless told not to
         torch.onnx.export(model, torch.randn(batch, 1, 28, 28), path, dynamo=False, **kwargs)
@@ -65,8 +93,18 @@ def idx(name):
     return ((np.frombuffer(data, np.uint8, offset=16).reshape(-1, 1, 28, 28) / 255.0 - MEAN) / STD).astype(np.float32)
 
 
+def token_windows(path):
+    """A Strata token file's ids (32-byte header: STRATOK1, id width, vocabulary, count) as windows of T + 1."""
+    with open(path, "rb") as f:
+        header = f.read(32)
+        width = int.from_bytes(header[8:12], "little")
+        ids = np.frombuffer(f.read(), dtype=np.uint16 if width == 2 else np.uint32).astype(np.int64)
+    t = GPT["seq_len"] + 1
+    return ids[:len(ids) // t * t].reshape(-1, t)
+
+
 def torch_worker(args):
-    """One PyTorch DDP rank; prints a JSON line with its median step time, bytes per step and test accuracy."""
+    """One PyTorch DDP rank; prints a JSON line with its median step time, bytes per step and test metric."""
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
@@ -79,7 +117,7 @@ def torch_worker(args):
     # buckets the two ranks issued them in different orders (a size mismatch in Gloo, 2 of 2 tries with PyTorch
     # 2.15): the hook runs with one bucket; plain DDP keeps its 25 MB buckets.
     buckets = 1024 if args.hook.startswith("powersgd") else 25
-    model = torch.nn.parallel.DistributedDataParallel(resnet18().train(), bucket_cap_mb=buckets)
+    model = torch.nn.parallel.DistributedDataParallel(build(args.model).train(), bucket_cap_mb=buckets)
     sent = [0]
     if args.hook.startswith("powersgd"):
         rank = int(args.hook.split("=")[1])
@@ -95,8 +133,16 @@ def torch_worker(args):
         dist.all_reduce = counted  # the hook calls dist.all_reduce
     else:
         sent_per_step = sum(p.numel() * p.element_size() for p in model.parameters())
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    if args.accuracy:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr) if args.model == "gpt" else \
+        torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    lm = args.model == "gpt"
+    if lm:
+        windows = token_windows(args.tokens) if args.accuracy else \
+            np.random.default_rng(args.rank).integers(0, 256, (args.batch, GPT["seq_len"] + 1))
+        train_windows = windows[:len(windows) - len(windows) // 20]  # the last 5% are validation, as Strata's
+        images, labels = train_windows[:, :-1], train_windows[:, 1:]
+        order = np.random.default_rng(1).permutation(len(images))
+    elif args.accuracy:
         images, labels = idx("train-images-idx3-ubyte.gz"), idx("train-labels-idx1-ubyte.gz")
         order = np.random.default_rng(1).permutation(len(labels))
     else:
@@ -105,8 +151,8 @@ def torch_worker(args):
     times = []
     counted_from = 0
     for step in range(args.steps):
-        if args.accuracy:
-            start = ((step * 2 + args.rank) * args.batch) % (len(order) - args.batch)
+        if args.accuracy or lm:
+            start = ((step * 2 + args.rank) * args.batch) % max(1, len(order) - args.batch)
             chosen = order[start:start + args.batch]
             x, y = torch.from_numpy(images[chosen]), torch.from_numpy(labels[chosen])
         else:
@@ -115,14 +161,28 @@ def torch_worker(args):
             counted_from = sent[0]
         began = time.perf_counter()
         optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
+        logits = model(x)
+        torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
         optimizer.step()
         times.append(time.perf_counter() - began)
     measured = args.steps - 2
     if args.hook.startswith("powersgd"):
         sent_per_step = (sent[0] - counted_from) / measured
     accuracy = None
-    if args.accuracy and args.rank == 0:
+    if args.accuracy and args.rank == 0 and lm:
+        held = windows[len(windows) - len(windows) // 20:]
+        model.eval()
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, len(held), 64):
+                x = torch.from_numpy(held[i:i + 64, :-1])
+                y = torch.from_numpy(held[i:i + 64, 1:])
+                logits = model.module(x)
+                total += float(torch.nn.functional.cross_entropy(logits.reshape(-1, 256), y.reshape(-1),
+                                                                 reduction="sum"))
+                count += y.numel()
+        accuracy = float(np.exp(total / count))
+    elif args.accuracy and args.rank == 0:
         test_images, test_labels = idx("t10k-images-idx3-ubyte.gz"), idx("t10k-labels-idx1-ubyte.gz")
         model.eval()
         correct = 0
@@ -158,8 +218,18 @@ def run_nodes(commands, timeout):
 def strata_run(args, model, work, compress, steps, linked, accuracy):
     out = os.path.join(work, f"strata-{compress or 'none'}-{'acc' if accuracy else 'time'}-{time.time_ns()}"
                        .replace(":", "_"))
-    data = ["--data", "fashion-mnist"] if accuracy else ["--data", "synthetic", "--synthetic-samples",
-                                                         str(2 * args.batch * steps)]
+    if args.model == "gpt" and accuracy:
+        data = ["--data", "text", "--optimizer", "adamw"]
+    elif args.model == "gpt":
+        # Timing on random bytes: the corpus's validation windows would take longer to evaluate than the steps.
+        tokens = os.path.join(work, "random_tokens.bin")
+        if not os.path.exists(tokens):
+            windows = 4 * args.batch * steps
+            np.random.default_rng(3).integers(0, 256, windows * (GPT["seq_len"] + 1) + 1).astype("<u2").tofile(tokens)
+        data = ["--data", f"tokens:{tokens}", "--optimizer", "adamw"]
+    else:
+        data = ["--data", "fashion-mnist"] if accuracy else ["--data", "synthetic", "--synthetic-samples",
+                                                             str(2 * args.batch * steps)]
     common = [args.strata, "train", model] + data + [
         "--batch-size", str(args.batch), "--max-steps", str(steps), "--threads", "1", "--strategy", "ddp",
         "--lr", str(args.lr), "--momentum", "0.9", "--lr-schedule", "constant", "--seed", "1", "--log-every", "1"]
@@ -179,15 +249,19 @@ def strata_run(args, model, work, compress, steps, linked, accuracy):
     records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     times = [r["step_time_ms"] for r in records if r["type"] == "step" and r["step"] > 2]
     rank0 = summary["ranks"][0]
+    tokens = [os.path.join(out, "data", f) for f in os.listdir(os.path.join(out, "data"))
+              if f.endswith(".tokens")] if os.path.isdir(os.path.join(out, "data")) else []
     return {"ms": statistics.median(times) if times else None,
             "bytes": rank0["gradient_bytes_sent"] / summary["steps"],
-            "accuracy": summary.get("test_accuracy")}
+            "accuracy": summary.get("test_perplexity" if args.model == "gpt" else "test_accuracy"),
+            "tokens": tokens[0] if tokens else None}
 
 
-def torch_run(args, hook, steps, linked, accuracy):
+def torch_run(args, hook, steps, linked, accuracy, tokens=None):
     p = port()
     worker = [args.peer_python or sys.executable, os.path.abspath(__file__), "--torch-worker", "--hook", hook,
-              "--steps", str(steps), "--batch", str(args.batch), "--lr", str(args.lr), "--port", str(p)]
+              "--steps", str(steps), "--batch", str(args.batch), "--lr", str(args.lr), "--port", str(p),
+              "--model", args.model] + (["--tokens", tokens] if tokens else [])
     if accuracy:
         worker.append("--accuracy")
     if linked:
@@ -208,13 +282,17 @@ def main():
     parser.add_argument("--strata", default=os.path.join(HERE, "..", "build", "cli", "strata"))
     parser.add_argument("--peer-python", help="the Python of the current PyTorch (default: this one)")
     parser.add_argument("--rates", default="100mbit,1gbit", help="tc rates of the link; none: no timing runs")
-    parser.add_argument("--compressors", default="none,fp16,powersgd:rank=4,topk:ratio=0.01,randomk:ratio=0.01,sign")
+    parser.add_argument("--compressors", default="none;fp16;powersgd:rank=4;topk:ratio=0.01;randomk:ratio=0.01;sign",
+                        help="Strata's configurations, separated by ';' (a compressor's options take commas)")
+    parser.add_argument("--torch-hooks", default="none;powersgd", help="PyTorch's: none, powersgd (';'; empty: none)")
     parser.add_argument("--torch-rank", type=int, default=4, help="PowerSGD rank of the PyTorch hook")
     parser.add_argument("--steps", type=int, default=8, help="timed steps (after 2 warm-up steps)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--accuracy-steps", type=int, default=0, help="0: no accuracy runs")
-    parser.add_argument("--batch", type=int, default=32, help="per rank")
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--model", choices=["resnet18", "gpt"], default="resnet18")
+    parser.add_argument("--batch", type=int, help="per rank (default: 32 for resnet18, 16 for gpt)")
+    parser.add_argument("--lr", type=float, help="default: 0.05 (SGD, resnet18) or 3e-3 (AdamW, gpt)")
+    parser.add_argument("--tokens", help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=int, default=3600)
     parser.add_argument("--keep", help="a directory to keep the runs in (default: a temporary one)")
     parser.add_argument("--torch-worker", action="store_true", help=argparse.SUPPRESS)
@@ -224,20 +302,23 @@ def main():
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--accuracy", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.batch = args.batch or (16 if args.model == "gpt" else 32)
+    args.lr = args.lr or (3e-3 if args.model == "gpt" else 0.05)
     if args.torch_worker:
         torch_worker(args)
         return
     import torch
-    compressors = [c for c in args.compressors.split(",") if c]
-    hooks = ["none", f"powersgd={args.torch_rank}"]
+    compressors = [c for c in args.compressors.split(";") if c]
+    hooks = [h if h == "none" else f"powersgd={args.torch_rank}" for h in args.torch_hooks.split(";") if h]
     with tempfile.TemporaryDirectory() as scratch:
         work = args.keep or scratch
         os.makedirs(work, exist_ok=True)
-        model = os.path.join(work, "resnet18_fashion.onnx")
-        export(model, args.batch)
+        model = os.path.join(work, f"{args.model}.onnx")
+        export(model, args.batch, args.model)
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                    "?")
-        print(f"{time.strftime('%Y-%m-%d')}, {cpu}, torch {torch.__version__}, ResNet-18 (1x28x28), batch "
+        what = "GPT (4 x 256, sequence 128, bytes)" if args.model == "gpt" else "ResNet-18 (1x28x28)"
+        print(f"{time.strftime('%Y-%m-%d')}, {cpu}, torch {torch.__version__}, {what}, batch "
               f"{args.batch}/rank, 2 nodes x 1 rank x 1 thread, {args.rounds} rounds x {args.steps} steps")
         for rate in [r for r in args.rates.split(",") if r and r != "none"]:
             subprocess.run(NETNS + ["up"], env=NETENV, check=True)
@@ -253,8 +334,9 @@ def main():
                         rows.setdefault(("torch", h), []).append(r)
             finally:
                 subprocess.run(NETNS + ["down"], env=NETENV)
-            base = statistics.median(r["ms"] for r in rows[("strata", "none")])
-            torch_psgd = statistics.median(r["ms"] for r in rows[("torch", hooks[1])])
+            base = statistics.median(r["ms"] for r in rows.get(("strata", "none"), [{"ms": float("nan")}]))
+            psgd = rows.get(("torch", f"powersgd={args.torch_rank}"), [{"ms": float("nan")}])
+            torch_psgd = statistics.median(r["ms"] for r in psgd)
             print(f"\nlink {rate}")
             print(f"{'configuration':<34}{'step ms':>10}{'rounds min-max':>18}{'vs none':>9}{'vs torch psgd':>15}"
                   f"{'MB/step':>10}")
@@ -266,13 +348,17 @@ def main():
                 print(f"{who + ' ' + c:<34}{ms:>10.1f}{spread:>18}{base / ms:>8.2f}x{ms / torch_psgd:>14.2f}x"
                       f"{mb:>10.3f}")
         if args.accuracy_steps > 0:
-            print(f"\naccuracy after {args.accuracy_steps} steps (loopback), Fashion-MNIST test set")
+            lm = args.model == "gpt"
+            print(f"\n{'validation perplexity' if lm else 'test accuracy'} after {args.accuracy_steps} steps (loopback)")
+            shown = (lambda v: f"{v:>9.3f}") if lm else (lambda v: f"{100 * v:>8.2f}%")
+            tokens = None
             for c in compressors:
                 r = strata_run(args, model, work, None if c == "none" else c, args.accuracy_steps, False, True)
-                print(f"{'strata ' + c:<34}{100 * r['accuracy']:>8.2f}%")
+                tokens = tokens or r["tokens"]
+                print(f"{'strata ' + c:<34}{shown(r['accuracy'])}")
             for h in hooks:
-                r = torch_run(args, h, args.accuracy_steps, False, True)
-                print(f"{'torch ' + h:<34}{100 * r['accuracy']:>8.2f}%")
+                r = torch_run(args, h, args.accuracy_steps, False, True, tokens)
+                print(f"{'torch ' + h:<34}{shown(r['accuracy'])}")
 
 
 if __name__ == "__main__":
