@@ -69,8 +69,9 @@ def export(path, batch, name):
     import torch
     warnings.filterwarnings("ignore")
     if name == "gpt":  # make_gpt.export's arguments, without the dynamo exporter the current PyTorch defaults to
-        kwargs = dict(input_names=["input"], output_names=["logits"], dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}},
-                      opset_version=17, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+        kwargs = dict(input_names=["input"], output_names=["logits"],
+                      dynamic_axes={"input": {0: "N"}, "logits": {0: "N"}}, opset_version=17,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
         idx = torch.zeros(2, GPT["seq_len"], dtype=torch.int64)
         try:
             torch.onnx.export(build("gpt").train(), idx, path, dynamo=False, **kwargs)
@@ -349,7 +350,8 @@ def main():
                       f"{mb:>10.3f}")
         if args.accuracy_steps > 0:
             lm = args.model == "gpt"
-            print(f"\n{'validation perplexity' if lm else 'test accuracy'} after {args.accuracy_steps} steps (loopback)")
+            metric = "validation perplexity" if lm else "test accuracy"
+            print(f"\n{metric} after {args.accuracy_steps} steps (loopback)")
             shown = (lambda v: f"{v:>9.3f}") if lm else (lambda v: f"{100 * v:>8.2f}%")
             tokens = None
             for c in compressors:
