@@ -152,6 +152,9 @@ void RunFiles::step(const StepRecord& r) {
                          {"step_time_ms", r.stepTimeMs}};
   // The task's figures of the logged batches (Note [Metrics]); "loss" is the window's, already there.
   addFigures(line, "train_", r.figures, {"loss"});
+  if (r.gradientBytesPerStep >= 0) {
+    line["gradient_bytes_per_step"] = r.gradientBytesPerStep;  // since the last log point (docs/compression.md)
+  }
   metrics_->write(line);
 }
 

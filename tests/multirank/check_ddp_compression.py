@@ -29,8 +29,8 @@ def train(strata, out, nproc, extra, steps="8"):
     command = [strata, "train", "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "8", "--seed",
                "1", "--lr", "0.05", "--momentum", "0.9", "--lr-schedule", "constant", "--threads", "1", "--nproc",
                str(nproc), "--strategy", "ddp", "--strategy-opt", "first_bucket_mb=0.05", "--strategy-opt",
-               "bucket_mb=0.5", "--master-port", str(multirank.free_port()), "--out", out, "--export",
-               out + ".onnx"] + (["--max-steps", steps] if steps else []) + extra
+               "bucket_mb=0.5", "--master-port", str(multirank.free_port()), "--log-every", "2", "--out", out,
+               "--export", out + ".onnx"] + (["--max-steps", steps] if steps else []) + extra
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         print(result.stdout, result.stderr)
@@ -46,6 +46,9 @@ def relative_error(a, b):
 def check_against_plain(args, work):
     train(args.strata, os.path.join(work, "plain"), args.nproc, [])
     plain = multirank.weights(os.path.join(work, "plain.onnx"))
+    problems = check_time_series(os.path.join(work, "plain"), "plain DDP")
+    if problems:
+        raise SystemExit("\n".join(problems))
     for rank in json.load(open(os.path.join(work, "plain", "summary.json")))["ranks"]:
         if rank["gradient_bytes_sent"] != rank["gradient_bytes_uncompressed"] or rank["gradient_bytes_sent"] <= 0:
             raise SystemExit(f"plain DDP's rank {rank['rank']} reports {rank['gradient_bytes_sent']} bytes sent of "
@@ -61,6 +64,7 @@ def check_against_plain(args, work):
             if whole <= 0:
                 raise SystemExit(f"{spec}: rank {rank['rank']} reports no gradient bytes: {rank}")
             ratios.append(sent / whole)
+        failures += check_time_series(out, spec)
         print(f"compress={spec} on {args.nproc} ranks: worst relative error against plain DDP {error:.2e} ({name}), "
               f"bytes sent / uncompressed per rank {', '.join(f'{r:.4f}' for r in ratios)}")
         if error > float(tolerance):
@@ -69,6 +73,23 @@ def check_against_plain(args, work):
             failures.append(f"{spec}: a rank's byte ratio is outside [{low}, {high}]")
     if failures:
         raise SystemExit("\n".join(failures))
+
+
+def check_time_series(out, what):
+    """metrics.jsonl's step records carry rank 0's gradient bytes per step, which add up to its summary's total."""
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    steps = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    steps = [s for s in steps if s["type"] == "step"]
+    if not steps or any("gradient_bytes_per_step" not in s for s in steps):
+        return [f"{what}: metrics.jsonl's step records lack gradient_bytes_per_step"]
+    logged, previous = 0.0, 0
+    for s in steps:
+        logged += s["gradient_bytes_per_step"] * (s["step"] - previous)
+        previous = s["step"]
+    if previous != summary["steps"] or abs(logged - summary["ranks"][0]["gradient_bytes_sent"]) > 1e-6 * logged:
+        return [f"{what}: the time series adds up to {logged} bytes over {previous} steps, the summary says "
+                f"{summary['ranks'][0]['gradient_bytes_sent']} over {summary['steps']}"]
+    return []
 
 
 def check_resume(args, compress, work):

@@ -432,6 +432,14 @@ void Trainer::closeLogWindow(EpochPass& pass, StepRecord& record, bool recordIt)
   }
   record.loss = lastLoss_;
   record.figures = trainMetric_->figures(windowSums);
+  const std::map<std::string, double> strategyFigures = context_->figures();
+  if (const auto sent = strategyFigures.find("gradient_bytes_sent"); sent != strategyFigures.end()) {
+    if (step_ > stepAtLastLog_) {
+      record.gradientBytesPerStep = (sent->second - bytesAtLastLog_) / static_cast<double>(step_ - stepAtLastLog_);
+    }
+    bytesAtLastLog_ = sent->second;
+    stepAtLastLog_ = step_;
+  }
   record.accuracy = figureOr(record.figures, "accuracy", -1);
   pendingLosses_.clear();
   pass.window.kept.clear();

@@ -22,6 +22,9 @@ struct StepRecord {
   double samplesPerS = 0;
   double stepTimeMs = 0;
   double etaS = 0;
+  // This rank's gradient bytes handed to collectives per step since the last log point; < 0 when the strategy
+  // counts none (docs/compression.md).
+  double gradientBytesPerStep = -1;
 };
 
 struct EpochRecord {

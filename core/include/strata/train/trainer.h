@@ -135,7 +135,9 @@ class Trainer {
   std::int64_t rejoinSkip_ = 0;  // steps of the first epoch a rejoining rank does not take (the job took them)
   bool epochCutShort_ = false;   // the last epoch ended before its last batch (--max-steps)
   double computeSeconds_ = 0;
-  double lastLoss_ = NAN;              // until the first log point reads the losses
+  double lastLoss_ = NAN;      // until the first log point reads the losses
+  double bytesAtLastLog_ = 0;  // the strategy's gradient_bytes_sent at the last log point
+  std::int64_t stepAtLastLog_ = 0;
   std::vector<Tensor> pendingLosses_;  // this log window's micro-batch losses, still on the device
   MemorySnapshot trainingPeaks_;       // the most each category held during training steps
   MemorySnapshot runPeaks_;            // ... during the whole run
