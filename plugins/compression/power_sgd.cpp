@@ -18,6 +18,7 @@
 
 #include "compressor_state.h"
 #include "compressors.h"
+#include "thin_products.h"
 
 namespace strata::compression {
 namespace {
@@ -168,18 +169,30 @@ class PowerSgdCompressor final : public HostCompressor<PowerSgdCompressor> {
       }
       Tensor pBuffer = Tensor::empty(dtype, {plan.pElements}, MemoryCategory::Communication);
       T* p = pBuffer.data<T>();
-      for (const CompressedMatrix& m : plan.matrices) {
-        multiply(g + m.offset, m.rows, m.cols, q + m.q, m.rank, p + m.p);  // P = M Q
+      std::vector<double> qt;
+      std::vector<double> product;
+      for (const CompressedMatrix& m : plan.matrices) {  // P = M Q
+        transposeQ(q + m.q, m.cols, m.rank, qt);
+        product.resize(static_cast<std::size_t>(m.rows * m.rank));
+        timesThin(g + m.offset, m.rows, m.cols, qt.data(), m.rank, product.data());
+        std::copy(product.begin(), product.end(), p + m.p);
       }
       group.allReduce(pBuffer, ReduceOp::Sum)->wait(timeout);
       for (const CompressedMatrix& m : plan.matrices) {
         orthogonalize(p + m.p, m.rows, m.rank, epsilon_);
-        multiplyTransposed(g + m.offset, m.rows, m.cols, p + m.p, m.rank, q + m.q);  // Q = M^T P
+        qt.resize(static_cast<std::size_t>(m.rank * m.cols));  // Q = M^T P, computed transposed
+        transposedTimesThin(g + m.offset, m.rows, m.cols, p + m.p, m.rank, qt.data());
+        for (std::int64_t j = 0; j < m.cols; ++j) {
+          for (std::int64_t c = 0; c < m.rank; ++c) {
+            q[m.q + j * m.rank + c] = static_cast<T>(qt[static_cast<std::size_t>(c * m.cols + j)]);
+          }
+        }
       }
       Tensor qView = state_.get("q", bucket.index).flatSlice(0, plan.qElements);
       group.allReduce(qView, ReduceOp::Average)->wait(timeout);
       for (const CompressedMatrix& m : plan.matrices) {
-        reconstruct(p + m.p, q + m.q, m.rows, m.cols, m.rank, g + m.offset);  // M = P Q^T
+        transposeQ(q + m.q, m.cols, m.rank, qt);  // M = P Q^T
+        thinTimesThinTransposed(p + m.p, qt.data(), m.rows, m.cols, m.rank, g + m.offset);
       }
       sent += (plan.pElements + plan.qElements) * static_cast<std::int64_t>(sizeof(T));
     }
@@ -215,47 +228,13 @@ class PowerSgdCompressor final : public HostCompressor<PowerSgdCompressor> {
     }
   }
 
-  // out (rows x r) = a (rows x cols) b (cols x r), row-major, accumulated in double.
+  // Q (cols x r, row-major, as the state and the all-reduce hold it) transposed into r x cols doubles.
   template <typename T>
-  static void multiply(const T* a, std::int64_t rows, std::int64_t cols, const T* b, std::int64_t r, T* out) {
-    std::vector<double> row(static_cast<std::size_t>(r));
-    for (std::int64_t i = 0; i < rows; ++i) {
-      std::fill(row.begin(), row.end(), 0.0);
-      for (std::int64_t j = 0; j < cols; ++j) {
-        const double x = a[i * cols + j];
-        for (std::int64_t c = 0; c < r; ++c) {
-          row[static_cast<std::size_t>(c)] += x * b[j * r + c];
-        }
-      }
-      std::copy(row.begin(), row.end(), out + i * r);
-    }
-  }
-
-  // out (cols x r) = a^T (cols x rows) p (rows x r), accumulated in double.
-  template <typename T>
-  static void multiplyTransposed(const T* a, std::int64_t rows, std::int64_t cols, const T* p, std::int64_t r, T* out) {
-    std::vector<double> sum(static_cast<std::size_t>(cols * r), 0.0);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      for (std::int64_t j = 0; j < cols; ++j) {
-        const double x = a[i * cols + j];
-        for (std::int64_t c = 0; c < r; ++c) {
-          sum[static_cast<std::size_t>(j * r + c)] += x * p[i * r + c];
-        }
-      }
-    }
-    std::copy(sum.begin(), sum.end(), out);
-  }
-
-  // out (rows x cols) = p (rows x r) q^T (r x cols).
-  template <typename T>
-  static void reconstruct(const T* p, const T* q, std::int64_t rows, std::int64_t cols, std::int64_t r, T* out) {
-    for (std::int64_t i = 0; i < rows; ++i) {
-      for (std::int64_t j = 0; j < cols; ++j) {
-        double sum = 0;
-        for (std::int64_t c = 0; c < r; ++c) {
-          sum += static_cast<double>(p[i * r + c]) * q[j * r + c];
-        }
-        out[i * cols + j] = static_cast<T>(sum);
+  static void transposeQ(const T* q, std::int64_t cols, std::int64_t r, std::vector<double>& out) {
+    out.resize(static_cast<std::size_t>(r * cols));
+    for (std::int64_t j = 0; j < cols; ++j) {
+      for (std::int64_t c = 0; c < r; ++c) {
+        out[static_cast<std::size_t>(c * cols + j)] = static_cast<double>(q[j * r + c]);
       }
     }
   }
