@@ -60,9 +60,9 @@ class SignCompressor final : public HostCompressor<SignCompressor> {
     group.allGather(mine, all)->wait(timeout);
 
     std::fill(g, g + n, T(0));
+    std::vector<std::uint32_t> theirs(static_cast<std::size_t>(words));
     for (int r = 0; r < ranks; ++r) {
       const float* part = all.data<float>() + slots * r;
-      std::vector<std::uint32_t> theirs(static_cast<std::size_t>(words));
       std::memcpy(theirs.data(), part, static_cast<std::size_t>(words) * sizeof(std::uint32_t));
       for (std::int64_t s = 0; s < segments; ++s) {
         const GradientSegment& segment = bucket.segments[static_cast<std::size_t>(s)];
